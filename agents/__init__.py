@@ -1,0 +1,19 @@
+"""Agent registry: `agent_name` in a config -> agent class. A new agent is one file here plus one line below."""
+
+from agents.byol_gamma import BYOLGammaAgent
+from agents.gcbc import GCBCAgent
+from agents.tdsr import TDSRAgent
+from agents.tra import TRAAgent
+
+AGENTS = {
+    'gcbc': GCBCAgent,
+    'byol_gamma': BYOLGammaAgent,
+    'tra': TRAAgent,
+    'tdsr': TDSRAgent,
+}
+
+
+def get_agent_class(agent_name: str):
+    if agent_name not in AGENTS:
+        raise ValueError(f'Unknown agent {agent_name!r}. Valid agents: {", ".join(sorted(AGENTS))}.')
+    return AGENTS[agent_name]

@@ -1,0 +1,134 @@
+"""BYOL-gamma: GCBC + alpha * a self-predictive loss toward geometrically-future representations.
+
+    L = L_BC(pi(a | phi(s), phi(g))) + alpha * L_aux
+    L_aux = f(psi_f(phi(s_t), a_t), sg phibar(s_{t+k})) + f(sg phibar(s_t), psi_b(phi(s_{t+k}))),
+    k ~ Geometric(1 - gamma)                             (paper, eq. byolgbi)
+
+phi is an ensemble of 2 encoders, each with its own psi_f / psi_b, trained independently by L_aux;
+the actor sees the ensemble mean. L_aux never reaches the actor head; L_BC flows into phi.
+phibar is phi with stop-gradient (tau = 1) or an EMA copy (tau < 1).
+
+Every ablation is a config: BYOL (gamma=0, no psi_b, no action, f_l2), -a, f_l2, -psi_b, gamma=0;
+`nstep > 0` replaces the geometric term by recurrent n-step prediction with the actions
+(n-step BYOL): sum_j f(psi_f^j(phi(s_t), a_t..a_{t+j-1}), sg phibar(s_{t+j})).
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from utils.agent_base import BCAgent, copy_to_target, ema_target_update
+from utils.encoders import phi_policy_inputs, resolve_latent_dim
+from utils.losses import byol_gamma_loss, nstep_prediction_loss
+from utils.networks import EnsembleEncoder, EnsemblePredictor, GaussianActor
+
+
+class BYOLGammaAgent(BCAgent):
+    def policy_inputs(self, observations, goals, params=None):
+        return phi_policy_inputs(self.network, observations, goals, params)
+
+    def target_encode(self, x, params):
+        """phibar(x): the online encoder without gradient (tau = 1) or the EMA target encoder."""
+        name = 'encoder' if self.config['tau'] == 1.0 else 'target_encoder'
+        return jax.lax.stop_gradient(self.network(x, name=name, params=params))
+
+    def forward(self, z, actions, params):
+        return self.network(z, actions if self.config['action_conditioned'] else None, name='forward_predictor', params=params)
+
+    def representation_loss(self, batch, params):
+        z_t = self.network(batch['observations'], name='encoder', params=params)  # [M, B, d]
+        if self.config['nstep'] > 0:
+            return self.nstep_loss(batch, z_t, params)
+        z_future = self.network(batch['value_goals'], name='encoder', params=params)
+        forward_pred = self.forward(z_t, batch['actions'], params)
+        backward_pred = None
+        if self.config['backward_predictor']:
+            backward_pred = self.network(z_future, name='backward_predictor', params=params)
+        return byol_gamma_loss(
+            forward_pred,
+            self.target_encode(batch['value_goals'], params),
+            backward_pred,
+            self.target_encode(batch['observations'], params),
+            kind=self.config['loss_type'],
+        )
+
+    def nstep_loss(self, batch, z_t, params):
+        z, predictions = z_t, []
+        for j in range(self.config['nstep']):
+            z = self.forward(z, batch['nstep_actions'][:, j], params)
+            predictions.append(z)
+        predictions = jnp.stack(predictions, axis=-2)  # [M, B, n, d]
+        targets = self.target_encode(batch['nstep_observations'], params)  # [M, B, n, d]
+        mask = jnp.broadcast_to(batch['nstep_mask'], predictions.shape[:-1])
+        loss, info = nstep_prediction_loss(predictions, targets, mask, kind=self.config['loss_type'])
+        info.pop('step_losses')  # logged per step as step{j}_loss; metrics must be scalars
+        return loss, info
+
+    def update_targets(self, network):
+        if self.config['tau'] == 1.0:
+            return network
+        return ema_target_update(network, 'encoder', 'target_encoder', self.config['tau'])
+
+    @classmethod
+    def create(cls, seed, ex_observations, ex_actions, config):
+        obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
+        d = resolve_latent_dim(config.latent_dim, obs_dim)
+        encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
+        predictor = EnsemblePredictor(config.predictor_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
+        ex_z = jnp.zeros((config.num_ensemble, 1, d))
+        modules = {
+            'encoder': encoder,
+            'forward_predictor': predictor,
+            'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm),
+        }
+        example_args = {
+            'encoder': (ex_observations,),
+            'forward_predictor': (ex_z, ex_actions if config.action_conditioned else None),
+            'actor': (jnp.zeros((1, 2 * d)),),
+        }
+        if config.backward_predictor:
+            modules['backward_predictor'] = predictor.clone()
+            example_args['backward_predictor'] = (ex_z,)
+        if config.tau != 1.0:
+            modules['target_encoder'] = encoder.clone()
+            example_args['target_encoder'] = (ex_observations,)
+        if config.loss_type not in ('ce', 'l2'):
+            raise ValueError(f'loss_type must be "ce" (f_CE) or "l2" (f_l2), got {config.loss_type!r}.')
+        agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
+        if config.tau != 1.0:
+            params = copy_to_target(agent.network.params, 'encoder', 'target_encoder')
+            agent = agent.replace(network=agent.network.replace(params=params))
+        return agent
+
+
+def get_config():
+    return ml_collections.ConfigDict(
+        dict(
+            agent_name='byol_gamma',  # Agent name (registry key).
+            lr=3e-4,  # Adam learning rate.
+            batch_size=1024,  # Batch size (paper: 1024 state, 256 visual).
+            actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
+            actor_layer_norm=False,  # Layer norm in the actor MLP.
+            encoder_hidden_dims=(64, 64, 64),  # phi MLP hidden sizes.
+            predictor_hidden_dims=(64, 64, 64),  # psi_f / psi_b MLP hidden sizes.
+            encoder_layer_norm=True,  # Layer norm in phi's and psi's hidden layers.
+            latent_dim=0,  # phi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
+            num_ensemble=2,  # Encoder (and predictor) ensemble members; the actor sees the mean.
+            alpha=1.0,  # Weight of the representation loss (paper sweeps 1, 6, 40, 100).
+            loss_type='ce',  # f: 'ce' (softmax cross-entropy, f_CE) or 'l2' (normalized L2, f_l2).
+            action_conditioned=True,  # psi_f(phi(s_t), a_t) (BYOL-gamma^a) instead of psi_f(phi(s_t)).
+            backward_predictor=True,  # Add the backward term f(sg phibar(s_t), psi_b(phi(s_{t+k}))).
+            tau=1.0,  # Target encoder: 1 = stop-gradient online encoder; < 1 = EMA rate (0.99 visual).
+            nstep=0,  # > 0: n-step BYOL (recurrent prediction of s_{t+1..t+n}) instead of geometric.
+            discount=0.99,  # gamma: representation targets s_{t+k}, k ~ Geometric(1 - gamma).
+            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
+            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
+            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
+            actor_geom_sample=False,  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
+            value_p_curgoal=0.0,  # Representation targets: probability of the current state.
+            value_p_trajgoal=1.0,  # Representation targets: probability of a same-trajectory future.
+            value_p_randomgoal=0.0,  # Representation targets: probability of a random state.
+            value_geom_sample=True,  # Representation targets: geometric offsets with gamma.
+        )
+    )

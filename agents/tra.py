@@ -1,0 +1,85 @@
+"""TRA (temporal representation alignment): GCBC + alpha * symmetric InfoNCE.
+
+    L_aux = symmetric InfoNCE over the batch with f = psi(s_i)^T phi(s+_j), s+ = s_{t+k},
+            k ~ Geometric(1 - gamma)                 (paper, eq. infoNCESym)
+            + 1e-6 * E[|phi(s+)|^2 / d + |psi(s)|^2 / d]
+
+psi and phi are separate encoder ensembles of raw states. Original TRA: pi(psi(s), phi(g)).
+TRA^a (`action_conditioned`): psi(s, a) and pi(phi(s), phi(g)) (psi needs an action, so the
+policy reads phi). Each ensemble member has its own contrastive loss; L_aux is their mean.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from utils.agent_base import BCAgent
+from utils.encoders import phi_policy_inputs, resolve_latent_dim
+from utils.losses import representation_norm_penalty, symmetric_infonce
+from utils.networks import EnsembleEncoder, GaussianActor
+
+
+class TRAAgent(BCAgent):
+    def policy_inputs(self, observations, goals, params=None):
+        if self.config['action_conditioned']:
+            return phi_policy_inputs(self.network, observations, goals, params)
+        z_s = self.network(observations, name='psi_encoder', params=params).mean(axis=0)
+        z_g = self.network(goals, name='encoder', params=params).mean(axis=0)
+        return jnp.concatenate([z_s, z_g], axis=-1)
+
+    def representation_loss(self, batch, params):
+        psi_inputs = batch['observations']
+        if self.config['action_conditioned']:
+            psi_inputs = jnp.concatenate([psi_inputs, batch['actions']], axis=-1)
+        psi = self.network(psi_inputs, name='psi_encoder', params=params)  # [M, B, d]
+        phi = self.network(batch['value_goals'], name='encoder', params=params)  # [M, B, d]
+        contrastive, info = jax.vmap(symmetric_infonce)(psi, phi)
+        penalty = representation_norm_penalty(phi, psi, self.config['norm_penalty'])
+        info = {k: jnp.mean(v) for k, v in info.items()}
+        info.update(contrastive_loss=jnp.mean(contrastive), norm_penalty=penalty)
+        return jnp.mean(contrastive) + penalty, info
+
+    @classmethod
+    def create(cls, seed, ex_observations, ex_actions, config):
+        obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
+        d = resolve_latent_dim(config.latent_dim, obs_dim)
+        encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
+        ex_psi_input = ex_observations
+        if config.action_conditioned:
+            ex_psi_input = jnp.concatenate([ex_observations, ex_actions], axis=-1)
+        modules = {
+            'encoder': encoder,
+            'psi_encoder': encoder.clone(),
+            'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm),
+        }
+        example_args = {'encoder': (ex_observations,), 'psi_encoder': (ex_psi_input,), 'actor': (jnp.zeros((1, 2 * d)),)}
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
+
+
+def get_config():
+    return ml_collections.ConfigDict(
+        dict(
+            agent_name='tra',  # Agent name (registry key).
+            lr=3e-4,  # Adam learning rate.
+            batch_size=1024,  # Batch size (also the number of InfoNCE negatives + 1).
+            actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
+            actor_layer_norm=False,  # Layer norm in the actor MLP.
+            encoder_hidden_dims=(64, 64, 64),  # phi and psi MLP hidden sizes.
+            encoder_layer_norm=True,  # Layer norm in phi's and psi's hidden layers.
+            latent_dim=0,  # phi / psi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
+            num_ensemble=2,  # Ensemble members of phi and psi; the actor sees the mean.
+            alpha=10.0,  # Weight of the representation loss (paper sweeps 10, 40, 60, 100).
+            norm_penalty=1e-6,  # lambda of the representation-norm penalty.
+            action_conditioned=False,  # TRA^a: psi(s, a) and pi(phi(s), phi(g)).
+            discount=0.99,  # gamma: positives s_{t+k}, k ~ Geometric(1 - gamma).
+            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
+            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
+            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
+            actor_geom_sample=False,  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
+            value_p_curgoal=0.0,  # Positives: probability of the current state.
+            value_p_trajgoal=1.0,  # Positives: probability of a same-trajectory future state.
+            value_p_randomgoal=0.0,  # Positives: probability of a random state.
+            value_geom_sample=True,  # Positives: geometric offsets with gamma.
+        )
+    )

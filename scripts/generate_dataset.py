@@ -1,0 +1,39 @@
+"""Generate an OGBench pointmaze dataset offline (train `<name>.npz` and val `<name>-val.npz`).
+
+    python scripts/generate_dataset.py --env_name=pointmaze-medium-stitch-v0 --dataset_dir=~/.ogbench/data \
+        [--num_episodes=N] [--num_val_episodes=M] [--seed=S]
+
+Defaults are OGBench's sizes (e.g. 5000 + 500 episodes of 201 rows for stitch).
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from utils.datagen.pointmaze import GENERATABLE_DATASETS, write_dataset  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum('env_name', None, GENERATABLE_DATASETS, 'OGBench dataset name to generate.')
+flags.DEFINE_string('dataset_dir', '~/.ogbench/data', 'Output folder.')
+flags.DEFINE_integer('num_episodes', None, "Train episodes (default: OGBench's count).")
+flags.DEFINE_integer('num_val_episodes', None, 'Val episodes (default: a tenth of the train episodes).')
+flags.DEFINE_integer('seed', 0, 'Random seed; the same seed gives the same files.')
+flags.mark_flag_as_required('env_name')
+
+
+def main(_):
+    train_path, val_path = write_dataset(
+        FLAGS.env_name,
+        FLAGS.dataset_dir,
+        seed=FLAGS.seed,
+        num_train_episodes=FLAGS.num_episodes,
+        num_val_episodes=FLAGS.num_val_episodes,
+    )
+    print(f'Wrote {train_path} and {val_path}')
+
+
+if __name__ == '__main__':
+    app.run(main)

@@ -1,0 +1,154 @@
+"""Every agent and preset: training reduces its loss, actions are well-formed, gradients are routed
+as the paper says (the auxiliary loss never reaches the actor head; targets are stop-gradient or EMA)."""
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents import get_agent_class
+from configs.presets import PRESETS, get_config as preset_config
+from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
+from utils.training import train_steps
+
+OBS_DIM, ACTION_DIM = 4, 2
+
+
+def toy_dataset(num_episodes=40, length=30, seed=0):
+    """Smooth random walks whose action is the (clipped) direction of motion: learnable BC, and
+    temporal structure for the representation losses."""
+    rng = np.random.default_rng(seed)
+    actions = np.clip(rng.normal(0, 0.5, (num_episodes, length, ACTION_DIM)), -1, 1)
+    positions = np.cumsum(0.1 * actions, axis=1)
+    velocity = np.concatenate([np.zeros((num_episodes, 1, ACTION_DIM)), actions[:, :-1]], axis=1)
+    observations = np.concatenate([positions, velocity], axis=-1).reshape(-1, OBS_DIM).astype(np.float32)
+    actions = actions.reshape(-1, ACTION_DIM).astype(np.float32)
+    terminals = np.tile(np.arange(length) == length - 1, num_episodes)
+    return DeviceDataset.from_numpy(observations, actions, terminals)
+
+
+def small(config, batch_size=64):
+    config.batch_size = batch_size
+    config.actor_hidden_dims = (64, 64)
+    config.encoder_hidden_dims = (32, 32)
+    if 'predictor_hidden_dims' in config:
+        config.predictor_hidden_dims = (32, 32)
+    config.latent_dim = 8
+    return config
+
+
+def make_agent(config, seed=0):
+    ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
+    return get_agent_class(config.agent_name).create(seed, ex_obs, ex_act, config)
+
+
+@pytest.fixture(scope='module')
+def data():
+    return toy_dataset()
+
+
+@pytest.mark.parametrize('preset', sorted(PRESETS))
+def test_preset_trains_with_finite_decreasing_loss(preset, data):
+    config = small(preset_config(preset))
+    agent = make_agent(config)
+    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 300)
+    infos = jax.tree_util.tree_map(np.asarray, infos)
+    for key, values in infos.items():
+        assert np.all(np.isfinite(values)), key
+    for key in ['total_loss', 'actor/bc_loss'] + (['representation/loss'] if 'representation/loss' in infos else []):
+        first, last = infos[key][:30].mean(), infos[key][-30:].mean()
+        assert last < first, f'{preset}: {key} did not decrease ({first:.4f} -> {last:.4f})'
+
+    observations = np.random.default_rng(1).normal(size=(5, OBS_DIM)).astype(np.float32)
+    goals = np.random.default_rng(2).normal(size=(5, OBS_DIM)).astype(np.float32)
+    for temperature in (0.0, 1.0):
+        actions = np.asarray(agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(3), temperature=temperature))
+        assert actions.shape == (5, ACTION_DIM)
+        assert np.all(np.abs(actions) <= 1.0)
+    deterministic = [np.asarray(agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(s), temperature=0.0)) for s in (4, 5)]
+    np.testing.assert_array_equal(*deterministic)
+
+
+REPRESENTATION_PRESETS = ['byol_gamma_a', 'byol', 'byol_nstep3_a', 'tra', 'tra_a', 'tdsr', 'tdsr_a']
+
+
+@pytest.mark.parametrize('preset', REPRESENTATION_PRESETS)
+def test_auxiliary_loss_never_reaches_the_actor_head(preset, data):
+    config = small(preset_config(preset))
+    agent = make_agent(config)
+    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    aux_grads = jax.grad(lambda p: agent.representation_loss(batch, p)[0])(agent.network.params)
+    actor_norm = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(aux_grads['modules_actor']))
+    assert actor_norm == 0.0
+    encoder_norm = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(aux_grads['modules_encoder']))
+    assert encoder_norm > 0.0
+    # ... while the BC loss does train the encoder that feeds the actor.
+    bc_grads = jax.grad(lambda p: agent.actor_loss(batch, p)[0])(agent.network.params)
+    bc_encoder = 'modules_psi_encoder' if preset == 'tra' else 'modules_encoder'
+    assert sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(bc_grads[bc_encoder])) > 0.0
+
+
+def test_tau_one_target_is_the_stop_gradient_online_encoder(data):
+    config = small(preset_config('byol_gamma_a'))
+    agent = make_agent(config)
+    assert 'modules_target_encoder' not in agent.network.params
+    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    frozen = jax.tree_util.tree_map(jnp.copy, agent.network.params)
+
+    class FrozenTarget(type(agent)):
+        def target_encode(self, x, params):
+            return self.network(x, name='encoder', params=frozen)
+
+    reference = FrozenTarget(rng=agent.rng, network=agent.network, config=agent.config)
+    grads = jax.grad(lambda p: agent.representation_loss(batch, p)[0])(agent.network.params)
+    expected = jax.grad(lambda p: reference.representation_loss(batch, p)[0])(agent.network.params)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), grads, expected)
+
+
+@pytest.mark.parametrize('preset,tau,pairs', [
+    ('byol_gamma_a', 0.9, [('encoder', 'target_encoder')]),
+    ('tdsr_a', 0.005, [('encoder', 'target_encoder'), ('psi_encoder', 'target_psi_encoder')]),
+])
+def test_ema_targets_follow_tau(preset, tau, pairs, data):
+    config = small(preset_config(preset))
+    config.tau = tau
+    agent = make_agent(config)
+    for online, target in pairs:
+        # Targets start as exact copies of the online networks.
+        jax.tree_util.tree_map(np.testing.assert_array_equal, agent.network.params[f'modules_{online}'], agent.network.params[f'modules_{target}'])
+    old_targets = {t: jax.tree_util.tree_map(np.asarray, agent.network.params[f'modules_{t}']) for _, t in pairs}
+    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    # Targets receive no gradient: only the EMA moves them.
+    grads = jax.grad(lambda p: agent.total_loss(batch, p)[0])(agent.network.params)
+    for _, target in pairs:
+        assert all(float(jnp.max(jnp.abs(g))) == 0.0 for g in jax.tree_util.tree_leaves(grads[f'modules_{target}']))
+    new_agent, _ = agent.update(batch)
+    for online, target in pairs:
+        new_online = new_agent.network.params[f'modules_{online}']
+        expected = jax.tree_util.tree_map(lambda o, t: tau * np.asarray(o) + (1 - tau) * t, new_online, old_targets[target])
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new_agent.network.params[f'modules_{target}'], expected)
+
+
+def test_byol_preset_is_one_step_forward_only(data):
+    config = preset_config('byol')
+    assert (config.discount, config.backward_predictor, config.action_conditioned, config.loss_type) == (0.0, False, False, 'l2')
+    agent = make_agent(small(config))
+    assert 'modules_backward_predictor' not in agent.network.params
+    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    np.testing.assert_array_equal(batch['value_goals'], batch['next_observations'])
+
+
+def test_unknown_preset_lists_valid_ones():
+    with pytest.raises(ValueError, match='byol_gamma_a'):
+        preset_config('nope')
+
+
+@pytest.mark.parametrize('module', ['gcbc', 'byol_gamma', 'tra', 'tdsr'])
+def test_every_config_field_is_commented(module):
+    source = open(importlib.import_module(f'agents.{module}').__file__).read()
+    body = source[source.index('def get_config'):]
+    for key in importlib.import_module(f'agents.{module}').get_config():
+        line = next(l for l in body.splitlines() if l.strip().startswith(f'{key}='))
+        assert '#' in line, f'{module}.get_config: field {key} has no comment'

@@ -1,0 +1,53 @@
+"""Atomic checkpoints: the whole agent pytree (params, optimizer state, RNG) plus loop state."""
+
+import os
+from typing import Any, Dict, Tuple
+
+import flax.serialization
+import jax
+import numpy as np
+
+CHECKPOINT_NAME = 'checkpoint.msgpack'
+
+
+def atomic_write_bytes(path: str, data: bytes):
+    """Write to a sibling temp file, fsync, then rename: a reader never sees a partial file."""
+    tmp_path = f'{path}.tmp'
+    with open(tmp_path, 'wb') as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp_path, path)
+
+
+def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None) -> str:
+    path = os.path.join(run_dir, CHECKPOINT_NAME)
+    state = {
+        'agent': flax.serialization.to_state_dict(jax.device_get(agent)),
+        'step': step,
+        'extra': extra or {},
+    }
+    atomic_write_bytes(path, flax.serialization.msgpack_serialize(state))
+    return path
+
+
+def load_checkpoint(path: str, agent_template) -> Tuple[Any, int, Dict[str, Any]]:
+    """Restore into `agent_template` (an agent created with the same config and data shapes)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, CHECKPOINT_NAME)
+    with open(path, 'rb') as f:
+        state = flax.serialization.msgpack_restore(f.read())
+    template_state = flax.serialization.to_state_dict(agent_template)
+    _check_same_structure(template_state, state['agent'], path)
+    agent = flax.serialization.from_state_dict(agent_template, state['agent'])
+    return agent, int(state['step']), state.get('extra', {})
+
+
+def _check_same_structure(expected, found, path):
+    expected_shapes = jax.tree_util.tree_map(np.shape, expected)
+    found_shapes = jax.tree_util.tree_map(np.shape, found)
+    if jax.tree_util.tree_structure(expected_shapes) != jax.tree_util.tree_structure(found_shapes) or expected_shapes != found_shapes:
+        raise ValueError(
+            f'Checkpoint {path} does not match this agent (different agent, config or dataset shapes). '
+            f'Resume with the flags and config the run was started with, or start a new --run_name.'
+        )

@@ -1,0 +1,1 @@
+"""Offline generation of OGBench-format datasets (see SPEC section 2)."""

@@ -1,0 +1,407 @@
+"""Offline generator for OGBench pointmaze datasets (stitch and navigate).
+
+OGBench's pointmaze "expert" is a scripted oracle, so its datasets can be regenerated without a
+download. This follows OGBench's ``data_gen_scripts/generate_locomaze.py`` and the pointmaze lines
+of ``data_gen_scripts/commands.sh``:
+
+- env: ``gymnasium.make('pointmaze-<maze>-v0', terminate_at_goal=False, max_episode_steps=T)``;
+  nothing terminates early, so every episode is exactly T rows.
+- start cell: uniform over free cells. Goal cell: *stitch*, uniform over the cells exactly 4 BFS
+  steps from the start (the start itself if there are none); *navigate*, uniform over "vertex"
+  cells (free cells that are not straight corridor cells), re-drawn with ``env.set_goal`` (which
+  re-noises it) after every step on which the env reports success.
+- action: unit vector from the agent to ``env.get_oracle_subgoal`` (centre of the neighbouring
+  cell with the smallest BFS distance to the goal cell), plus N(0, 0.5^2) noise, clipped to
+  [-1, 1]. The BFS ignores teleporters in the teleport maze, as OGBench's does.
+- rows: the observation before the step, the action, ``terminal`` on the last step, and the
+  pre-step ``qpos``/``qvel`` (``info['prev_qpos']``/``info['prev_qvel']``). Train and val
+  episodes come from one stream, val holding a tenth as many episodes as train.
+
+The oracle's BFS depends only on the goal cell, so ``MazeOracle`` tabulates the subgoal of every
+(goal cell, agent cell) pair once per maze, and the loop runs the env's step logic inline on the
+unwrapped env. The result is identical, array for array, to the per-step-BFS loop through the
+wrapped env (``generate_pointmaze_dataset_reference``) on the same seed.
+"""
+
+import contextlib
+import dataclasses
+import math
+import os
+import tempfile
+import zipfile
+from collections import deque
+
+import gymnasium
+import mujoco
+import numpy as np
+import ogbench.locomaze  # noqa: F401  (registers the pointmaze envs with gymnasium)
+from tqdm import tqdm
+
+MAZE_TYPES = ('medium', 'large', 'giant', 'teleport')
+DATASET_TYPES = ('stitch', 'navigate')
+GENERATABLE_DATASETS = tuple(f'pointmaze-{maze}-{kind}-v0' for maze in MAZE_TYPES for kind in DATASET_TYPES)
+
+ACTION_NOISE = 0.5  # `--noise=0.5` in every pointmaze line of OGBench's commands.sh.
+STITCH_GOAL_DISTANCE = 4  # `adj_steps` in generate_locomaze.py.
+# get_oracle_subgoal's neighbour order; with its strict `<`, the first of tied neighbours wins.
+NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1))
+
+_POINT_ACTION_SCALE = 0.2  # PointEnv.step moves the point by 0.2 * action before simulating.
+# (train episodes, rows per episode = max_episode_steps), from OGBench's commands.sh.
+_SIZES = {
+    'stitch': {maze: (5000, 201) for maze in MAZE_TYPES},
+    'navigate': {'medium': (1000, 1001), 'large': (1000, 1001), 'giant': (500, 2001), 'teleport': (1000, 1001)},
+}
+# numpy's savez stamps the wall-clock time into every zip entry; a fixed stamp makes the bytes a
+# function of the data alone.
+_ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """How OGBench collected one pointmaze dataset."""
+
+    dataset_name: str
+    maze_type: str
+    dataset_type: str
+    num_train_episodes: int
+    episode_length: int
+
+    @property
+    def env_name(self):
+        return f'pointmaze-{self.maze_type}-v0'
+
+
+def can_generate(dataset_name):
+    return dataset_name in GENERATABLE_DATASETS
+
+
+def dataset_spec(dataset_name):
+    """Returns the DatasetSpec of a supported name; ValueError listing the supported names otherwise."""
+    if not can_generate(dataset_name):
+        raise ValueError(
+            f'Cannot generate dataset {dataset_name!r}; supported datasets: {", ".join(GENERATABLE_DATASETS)}'
+        )
+    _, maze_type, dataset_type, _ = dataset_name.split('-')
+    num_train_episodes, episode_length = _SIZES[dataset_type][maze_type]
+    return DatasetSpec(dataset_name, maze_type, dataset_type, num_train_episodes, episode_length)
+
+
+def make_collection_env(spec):
+    """The wrapped env exactly as OGBench's collection script makes it."""
+    return gymnasium.make(spec.env_name, terminate_at_goal=False, max_episode_steps=spec.episode_length)
+
+
+def free_and_vertex_cells(maze_map):
+    """Free cells, and free cells minus straight corridor cells (OGBench's navigate goals); row-major."""
+    free, vertex = [], []
+    for i, j in np.argwhere(maze_map == 0):
+        cell = (int(i), int(j))
+        free.append(cell)
+        up, down, left, right = maze_map[i - 1, j], maze_map[i + 1, j], maze_map[i, j - 1], maze_map[i, j + 1]
+        vertical_corridor = up == 0 and down == 0 and left == 1 and right == 1
+        horizontal_corridor = left == 0 and right == 0 and up == 1 and down == 1
+        if not (vertical_corridor or horizontal_corridor):
+            vertex.append(cell)
+    return free, vertex
+
+
+def bfs_distances(maze_map, source_ij):
+    """BFS step counts from `source_ij` over free cells, -1 on walls and unreachable cells.
+
+    Same values as the map returned by the env's get_oracle_subgoal (including its quirk that a
+    wall source still gets 0 and expands into its free neighbours).
+    """
+    height, width = maze_map.shape
+    distances = np.full((height, width), -1, dtype=np.int64)
+    distances[source_ij] = 0
+    queue = deque([source_ij])
+    while queue:
+        i, j = queue.popleft()
+        for di, dj in NEIGHBOURS:
+            ni, nj = i + di, j + dj
+            if 0 <= ni < height and 0 <= nj < width and maze_map[ni, nj] == 0 and distances[ni, nj] == -1:
+                distances[ni, nj] = distances[i, j] + 1
+                queue.append((ni, nj))
+    return distances
+
+
+class MazeOracle:
+    """The env's BFS subgoal oracle, tabulated for every (goal cell, agent cell) pair of the grid.
+
+    ``subgoal_xy[goal_i, goal_j, agent_i, agent_j]`` is the subgoal that
+    ``env.unwrapped.get_oracle_subgoal(agent_xy, goal_xy)`` returns for positions in those cells.
+    Wall cells are included so that the table is total, as the env's function is.
+    """
+
+    def __init__(self, env):
+        maze = env.unwrapped
+        self.maze_map = np.asarray(maze.maze_map)
+        # Kept separate (not pre-summed) so that `cell` rounds exactly like the env's xy_to_ij.
+        self._unit = maze._maze_unit
+        self._offset_x = maze._offset_x
+        self._offset_y = maze._offset_y
+        height, width = self.maze_map.shape
+        self.free_cells, self.vertex_cells = free_and_vertex_cells(self.maze_map)
+        # distances[g_i, g_j, i, j]: BFS distance of cell (i, j) from cell (g_i, g_j).
+        self.distances = np.array([[bfs_distances(self.maze_map, (i, j)) for j in range(width)] for i in range(height)])
+        subgoal_ij = self._subgoal_cells()
+        self.subgoal_xy = np.stack(
+            [subgoal_ij[..., 1] * self._unit - self._offset_x, subgoal_ij[..., 0] * self._unit - self._offset_y],
+            axis=-1,
+        )
+
+    def _subgoal_cells(self):
+        """Vectorised get_oracle_subgoal: start at the agent's cell, take each free neighbour in
+        NEIGHBOURS order whose distance is strictly below the best so far."""
+        height, width = self.maze_map.shape
+        agent_i, agent_j = np.meshgrid(np.arange(height), np.arange(width), indexing='ij')
+        best_i = np.broadcast_to(agent_i, self.distances.shape)
+        best_j = np.broadcast_to(agent_j, self.distances.shape)
+        best_distance = self.distances
+        for di, dj in NEIGHBOURS:
+            ni, nj = agent_i + di, agent_j + dj
+            inside = (ni >= 0) & (ni < height) & (nj >= 0) & (nj < width)
+            ni, nj = np.clip(ni, 0, height - 1), np.clip(nj, 0, width - 1)
+            neighbour_distance = self.distances[:, :, ni, nj]
+            better = inside & (self.maze_map[ni, nj] == 0) & (neighbour_distance < best_distance)
+            best_distance = np.where(better, neighbour_distance, best_distance)
+            best_i = np.where(better, ni, best_i)
+            best_j = np.where(better, nj, best_j)
+        return np.stack([best_i, best_j], axis=-1)
+
+    def cell(self, xy):
+        """The env's xy_to_ij."""
+        i = int((xy[1] + self._offset_y + 0.5 * self._unit) / self._unit)
+        j = int((xy[0] + self._offset_x + 0.5 * self._unit) / self._unit)
+        return i, j
+
+    def subgoal(self, agent_xy, goal_xy):
+        """Same array as the first output of env.unwrapped.get_oracle_subgoal(agent_xy, goal_xy)."""
+        return self.subgoal_xy[self.cell(goal_xy) + self.cell(agent_xy)].copy()
+
+
+@contextlib.contextmanager
+def _seeded_global_np_random(seed):
+    """OGBench's maze env draws reset/goal position noise and teleport exits from the global
+    np.random; seed it for reproducibility and restore the caller's state afterwards."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def _streams(seed):
+    """(cell_rng, noise_rng): separate streams, so that a whole episode's action noise can be drawn
+    at once without shifting the navigate goal re-draws that happen mid-episode."""
+    cell_seed, noise_seed = np.random.SeedSequence(seed).spawn(2)
+    return np.random.default_rng(cell_seed), np.random.default_rng(noise_seed)
+
+
+def _random_cell(rng, cells):
+    return cells[rng.integers(len(cells))]
+
+
+def _sample_task(cell_rng, dataset_type, free_cells, vertex_cells, start_distances):
+    """(init_ij, goal_ij) as OGBench samples them; `start_distances(init_ij)` gives BFS distances from
+    the start cell (only called for stitch)."""
+    init_ij = _random_cell(cell_rng, free_cells)
+    if dataset_type == 'navigate':
+        return init_ij, _random_cell(cell_rng, vertex_cells)
+    candidates = np.argwhere(start_distances(init_ij) == STITCH_GOAL_DISTANCE)
+    if len(candidates) == 0:
+        return init_ij, init_ij
+    goal_i, goal_j = candidates[cell_rng.integers(len(candidates))]
+    return init_ij, (int(goal_i), int(goal_j))
+
+
+def _teleport_entrances(env):
+    """Teleport entrance positions [k, 2] of the teleport maze, None for the other mazes."""
+    if env._teleport_info is None:
+        return None
+    return np.array(env._teleport_info['teleport_in_xys'], dtype=np.float64)
+
+
+def _teleport_if_triggered(env, entrances):
+    """MazeEnv.step's teleport rule: within 1.5 radii of an entrance (checked in order), move to an
+    exit drawn from the global np.random."""
+    info = env._teleport_info
+    for entrance in entrances:
+        offset = env.data.qpos - entrance
+        if math.sqrt(offset.dot(offset)) <= info['teleport_radius'] * 1.5:
+            exits = info['teleport_out_xys']
+            env.set_xy(np.array(exits[np.random.randint(len(exits))]))
+            return
+
+
+def _reset(env, seed, episode, init_ij, goal_ij):
+    # Seeding the first reset seeds env.np_random, which draws the reset qvel noise (it survives
+    # into the first row's qvel); later resets continue that stream.
+    return env.reset(
+        seed=seed if episode == 0 else None,
+        options=dict(task_info=dict(init_ij=init_ij, goal_ij=goal_ij)),
+    )
+
+
+def generate_pointmaze_dataset(dataset_name, num_episodes, seed, progress=True, return_goal_cells=False):
+    """Collects `num_episodes` episodes of an OGBench pointmaze dataset.
+
+    Returns a dict with OGBench's keys and dtypes: observations, actions, qpos, qvel (float32
+    [N, 2]) and terminals (bool [N]), N = num_episodes * episode_length. With
+    `return_goal_cells`, also returns an int array [num_episodes, 2] of the goal cell in force at
+    the end of each episode. Same seed, same arrays.
+    """
+    spec = dataset_spec(dataset_name)
+    # Unwrapped: the loop counts steps itself (TimeLimit is the only wrapper that acts here).
+    env = make_collection_env(spec).unwrapped
+    oracle = MazeOracle(env)
+    length = spec.episode_length
+    num_rows = num_episodes * length
+    observations, actions, qpos_rows, qvel_rows = (np.empty((num_rows, 2), dtype=np.float32) for _ in range(4))
+    terminals = np.zeros(num_rows, dtype=bool)
+    terminals[length - 1 :: length] = True
+    goal_cells = np.empty((num_episodes, 2), dtype=np.int64)
+    navigate = spec.dataset_type == 'navigate'
+
+    model, data, frame_skip = env.model, env.data, env.frame_skip
+    qpos, qvel = data.qpos, data.qvel  # Live views of the MuJoCo state.
+    teleport_entrances = _teleport_entrances(env)
+
+    with _seeded_global_np_random(seed):
+        cell_rng, noise_rng = _streams(seed)
+        for episode in tqdm(range(num_episodes), desc=dataset_name, unit='ep', disable=not progress):
+            init_ij, goal_ij = _sample_task(
+                cell_rng, spec.dataset_type, oracle.free_cells, oracle.vertex_cells, lambda ij: oracle.distances[ij]
+            )
+            ob, _ = _reset(env, seed, episode, init_ij, goal_ij)
+            # The oracle maps the env's noisy goal position back to a cell, as get_oracle_subgoal does.
+            subgoals = oracle.subgoal_xy[oracle.cell(env.cur_goal_xy)]
+            noise = noise_rng.normal(0.0, ACTION_NOISE, size=(length, 2))
+            for step in range(length):
+                row = episode * length + step
+                xy = qpos.copy()
+                direction = subgoals[oracle.cell(xy)] - xy
+                # sqrt(d.d) is exactly what np.linalg.norm computes for a 1-D float64 vector.
+                action = direction / (math.sqrt(direction.dot(direction)) + 1e-6) + noise[step]
+                # np.clip(action, -1, 1), minus np.clip's Python-level dispatch (slower than the ufuncs).
+                np.minimum(np.maximum(action, -1.0, out=action), 1.0, out=action)
+                observations[row] = ob
+                actions[row] = action
+                qpos_rows[row] = xy
+                qvel_rows[row] = qvel
+
+                # env.step, inlined: its physics is three lines, and the copies and info dict around
+                # them cost about as much as the BFS cache saves on the medium maze. PointEnv.step:
+                qpos[:] = qpos + _POINT_ACTION_SCALE * action
+                qvel[:] = 0.0
+                mujoco.mj_step(model, data, nstep=frame_skip)
+                ob = qpos.copy()
+                # MazeEnv.step (success_timing='post'): success is judged before a teleport, and the
+                # returned observation is the pre-teleport position. The collection loop then
+                # re-draws a reached navigate goal, after the teleport's global-RNG draw.
+                success = navigate and env.compute_success()
+                if teleport_entrances is not None:
+                    _teleport_if_triggered(env, teleport_entrances)
+                if success:
+                    env.set_goal(_random_cell(cell_rng, oracle.vertex_cells))
+                    subgoals = oracle.subgoal_xy[oracle.cell(env.cur_goal_xy)]
+            goal_cells[episode] = oracle.cell(env.cur_goal_xy)
+    env.close()
+    dataset = dict(observations=observations, actions=actions, terminals=terminals, qpos=qpos_rows, qvel=qvel_rows)
+    return (dataset, goal_cells) if return_goal_cells else dataset
+
+
+def generate_pointmaze_dataset_reference(dataset_name, num_episodes, seed, progress=True):
+    """OGBench's collection loop, reimplemented: wrapped env, get_oracle_subgoal (a BFS) every step.
+
+    Slow; kept as the baseline for scripts/bench_datagen.py and as the ground truth the cached
+    generator is tested against. It consumes the same random streams, so the same seed gives the
+    same arrays as generate_pointmaze_dataset.
+    """
+    spec = dataset_spec(dataset_name)
+    env = make_collection_env(spec)
+    maze = env.unwrapped
+    free_cells, vertex_cells = free_and_vertex_cells(maze.maze_map)
+
+    def start_distances(init_ij):
+        # OGBench runs a BFS from the start cell; get_oracle_subgoal returns that BFS map.
+        init_xy = maze.ij_to_xy(init_ij)
+        return maze.get_oracle_subgoal(init_xy, init_xy)[1]
+
+    columns = {key: [] for key in ('observations', 'actions', 'terminals', 'qpos', 'qvel')}
+    with _seeded_global_np_random(seed):
+        cell_rng, noise_rng = _streams(seed)
+        for episode in tqdm(range(num_episodes), desc=f'{dataset_name} (reference)', unit='ep', disable=not progress):
+            init_ij, goal_ij = _sample_task(cell_rng, spec.dataset_type, free_cells, vertex_cells, start_distances)
+            ob, _ = _reset(env, seed, episode, init_ij, goal_ij)
+            done = False
+            while not done:
+                subgoal_xy, _ = maze.get_oracle_subgoal(maze.get_xy(), maze.cur_goal_xy)
+                subgoal_dir = subgoal_xy - maze.get_xy()
+                subgoal_dir = subgoal_dir / (np.linalg.norm(subgoal_dir) + 1e-6)
+                action = np.clip(subgoal_dir + noise_rng.normal(0.0, ACTION_NOISE, 2), -1, 1)
+                next_ob, _, terminated, truncated, info = env.step(action)
+                done = terminated or truncated
+                if spec.dataset_type == 'navigate' and info['success']:
+                    maze.set_goal(_random_cell(cell_rng, vertex_cells))
+                columns['observations'].append(ob)
+                columns['actions'].append(action)
+                columns['terminals'].append(done)
+                columns['qpos'].append(info['prev_qpos'])
+                columns['qvel'].append(info['prev_qvel'])
+                ob = next_ob
+    env.close()
+    return {key: np.array(values, dtype=bool if key == 'terminals' else np.float32) for key, values in columns.items()}
+
+
+def _save_npz_atomic(path, arrays):
+    """np.savez_compressed with a fixed zip timestamp, written to a temp file in the same folder
+    and moved into place, so readers never see a partial file."""
+    fd, tmp_path = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + '.', suffix='.tmp')
+    try:
+        with os.fdopen(fd, 'wb') as file:
+            with zipfile.ZipFile(file, 'w', compression=zipfile.ZIP_DEFLATED) as archive:
+                for key, value in arrays.items():
+                    entry = zipfile.ZipInfo(f'{key}.npy', date_time=_ZIP_DATE_TIME)
+                    entry.compress_type = zipfile.ZIP_DEFLATED
+                    with archive.open(entry, 'w', force_zip64=True) as member:
+                        np.lib.format.write_array(member, np.ascontiguousarray(value), allow_pickle=False)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(tmp_path, 0o644)  # mkstemp creates 0600; datasets are meant to be shared.
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_path)
+        raise
+
+
+def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, num_val_episodes=None, progress=True):
+    """Generates and writes `<dataset_dir>/<dataset_name>.npz` and `<dataset_name>-val.npz`.
+
+    Defaults: OGBench's episode count for train, a tenth of the train episodes (at least one,
+    since OGBench's loader always reads the val file) for val. Both splits come from one seeded
+    stream, val after train, as in OGBench. Returns (train_path, val_path).
+    """
+    spec = dataset_spec(dataset_name)
+    if num_train_episodes is None:
+        num_train_episodes = spec.num_train_episodes
+    if num_val_episodes is None:
+        num_val_episodes = max(1, num_train_episodes // 10)
+    if num_train_episodes < 1 or num_val_episodes < 1:
+        raise ValueError(
+            f'Need at least one train and one val episode, got {num_train_episodes} and {num_val_episodes}.'
+        )
+
+    dataset_dir = os.path.expanduser(dataset_dir)
+    os.makedirs(dataset_dir, exist_ok=True)
+    dataset = generate_pointmaze_dataset(dataset_name, num_train_episodes + num_val_episodes, seed, progress)
+    split = num_train_episodes * spec.episode_length
+    train_path = os.path.join(dataset_dir, f'{dataset_name}.npz')
+    val_path = os.path.join(dataset_dir, f'{dataset_name}-val.npz')
+    # Val first: OGBench's loader is pointed at the train file and then reads its val sibling.
+    _save_npz_atomic(val_path, {key: value[split:] for key, value in dataset.items()})
+    _save_npz_atomic(train_path, {key: value[:split] for key, value in dataset.items()})
+    return train_path, val_path

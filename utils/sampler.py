@@ -1,0 +1,187 @@
+"""Goal-conditioned batch sampler that runs on device, inside the jitted update (SPEC section 3).
+
+The dataset lives on device as a `DeviceDataset` (flat arrays of every row, plus for each row the
+index of the last row of its episode). Every random choice is a `jax.random` draw, so a whole
+training step -- sample, update -- is one XLA program with no host round-trip.
+
+Index conventions: rows are states; row `i` is sampled only if it has a successor in its episode
+(`i < T`, where `T = episode_end[i]` is the episode's last row, itself a real state). Goals may be
+any row up to and including `T`.
+"""
+
+import dataclasses
+from typing import Dict
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class DeviceDataset(flax.struct.PyTreeNode):
+    observations: jax.Array  # [N, *obs_shape], every row of every episode
+    actions: jax.Array  # [N, action_dim]; the action of an episode's last row is never used
+    episode_end: jax.Array  # [N] int32, index of the last row of the row's episode
+    sample_idxs: jax.Array  # [M] int32, rows that have a next state (i < episode_end[i])
+
+    @classmethod
+    def from_numpy(cls, observations: np.ndarray, actions: np.ndarray, terminals: np.ndarray):
+        """Build from OGBench's raw file layout (terminal = 1 on the last row of each episode)."""
+        terminals = np.asarray(terminals).astype(bool)
+        ends = np.nonzero(terminals)[0]
+        episode_id = np.searchsorted(ends, np.arange(len(terminals)))
+        episode_end = ends[episode_id].astype(np.int32)
+        sample_idxs = np.nonzero(~terminals)[0].astype(np.int32)
+        return cls(
+            observations=jnp.asarray(observations),
+            actions=jnp.asarray(actions),
+            episode_end=jnp.asarray(episode_end),
+            sample_idxs=jnp.asarray(sample_idxs),
+        )
+
+    @property
+    def size(self) -> int:
+        return self.observations.shape[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class GoalMixture:
+    """Where a goal comes from: current state, the same trajectory's future, or a random state.
+
+    The trajectory part is geometric (`k ~ Geometric(1 - gamma)`) when `geom_sample`, else uniform
+    over the rest of the trajectory.
+    """
+
+    p_curgoal: float = 0.0
+    p_trajgoal: float = 1.0
+    p_randomgoal: float = 0.0
+    geom_sample: bool = False
+
+    def __post_init__(self):
+        probs = (self.p_curgoal, self.p_trajgoal, self.p_randomgoal)
+        if min(probs) < 0 or abs(sum(probs) - 1.0) > 1e-6:
+            raise ValueError(f'Goal mixture probabilities must be >= 0 and sum to 1, got {probs}.')
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerConfig:
+    """Everything the sampler needs; hashable, so it is a static argument of the jitted step."""
+
+    batch_size: int
+    gamma: float = 0.99  # geometric offsets k ~ Geometric(1 - gamma); gamma = 0 gives k = 1
+    actor_goals: GoalMixture = GoalMixture()
+    value_goals: GoalMixture = GoalMixture(geom_sample=True)
+    nstep: int = 0  # if > 0, batches carry the next `nstep` observations and actions
+    subgoal_steps: int = 0  # if > 0, batches carry hierarchical low/high-level goals
+    high_goals: GoalMixture = GoalMixture()  # the high-level goal mixture (hierarchical only)
+
+    def __post_init__(self):
+        if not 0.0 <= self.gamma < 1.0:
+            raise ValueError(f'gamma must lie in [0, 1), got {self.gamma}.')
+
+    @classmethod
+    def from_config(cls, config) -> 'SamplerConfig':
+        """Read the sampler fields from an agent config (see any agent's `get_config`)."""
+
+        def mixture(prefix):
+            return GoalMixture(
+                p_curgoal=float(config[f'{prefix}_p_curgoal']),
+                p_trajgoal=float(config[f'{prefix}_p_trajgoal']),
+                p_randomgoal=float(config[f'{prefix}_p_randomgoal']),
+                geom_sample=bool(config[f'{prefix}_geom_sample']),
+            )
+
+        get = lambda key, default: config[key] if key in config else default
+        return cls(
+            batch_size=int(config['batch_size']),
+            gamma=float(config['discount']),
+            actor_goals=mixture('actor'),
+            value_goals=mixture('value'),
+            nstep=int(get('nstep', 0)),
+            subgoal_steps=int(get('subgoal_steps', 0)),
+            high_goals=mixture('high') if 'high_p_trajgoal' in config else GoalMixture(),
+        )
+
+
+def geometric_offset(key, gamma: float, shape):
+    """k ~ Geometric(p = 1 - gamma) on {1, 2, ...}, by inversion: k = 1 + floor(log U / log gamma)."""
+    if gamma == 0.0:
+        return jnp.ones(shape, jnp.int32)
+    u = jax.random.uniform(key, shape, minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
+    return 1 + jnp.floor(jnp.log(u) / np.log(gamma)).astype(jnp.int32)
+
+
+def uniform_future_index(key, idxs, episode_end):
+    """Uniform over [min(i + 1, T), T]."""
+    low = jnp.minimum(idxs + 1, episode_end)
+    return jax.random.randint(key, idxs.shape, low, episode_end + 1)
+
+
+def sample_goal_indices(key, data: DeviceDataset, idxs, mixture: GoalMixture, gamma: float):
+    """Goal row for each sampled row `idxs`, drawn from `mixture` (SPEC section 3)."""
+    key_choice, key_traj, key_random = jax.random.split(key, 3)
+    episode_end = data.episode_end[idxs]
+    if mixture.geom_sample:
+        traj_goals = jnp.minimum(idxs + geometric_offset(key_traj, gamma, idxs.shape), episode_end)
+    else:
+        traj_goals = uniform_future_index(key_traj, idxs, episode_end)
+    random_goals = data.sample_idxs[jax.random.randint(key_random, idxs.shape, 0, data.sample_idxs.shape[0])]
+    u = jax.random.uniform(key_choice, idxs.shape)
+    return jnp.where(
+        u < mixture.p_curgoal,
+        idxs,
+        jnp.where(u < mixture.p_curgoal + mixture.p_trajgoal, traj_goals, random_goals),
+    )
+
+
+def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, jax.Array]:
+    """One training batch. Keys:
+
+    observations, actions, next_observations, next_actions: (s_t, a_t, s_{t+1}, a_{t+1});
+    actor_goals: goals for the BC loss; value_goals: goals for the representation loss
+    (`value_offsets` = their distance in steps, 0 for random goals from other episodes);
+    with `nstep`: nstep_observations [B, n, ...] = s_{t+1..t+n}, nstep_actions [B, n, A] = a_{t..t+n-1}
+    and nstep_mask [B, n] (1 where t + j <= T, i.e. the target state exists in the episode);
+    with `subgoal_steps`: low_goals, high_goals, high_targets (hierarchical sampler).
+    """
+    keys = jax.random.split(key, 5)
+    B = config.batch_size
+    idxs = data.sample_idxs[jax.random.randint(keys[0], (B,), 0, data.sample_idxs.shape[0])]
+    episode_end = data.episode_end[idxs]
+    actor_goal_idxs = sample_goal_indices(keys[1], data, idxs, config.actor_goals, config.gamma)
+    value_goal_idxs = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma)
+    same_episode = data.episode_end[value_goal_idxs] == episode_end
+    batch = dict(
+        observations=data.observations[idxs],
+        actions=data.actions[idxs],
+        next_observations=data.observations[idxs + 1],
+        next_actions=data.actions[idxs + 1],
+        actor_goals=data.observations[actor_goal_idxs],
+        value_goals=data.observations[value_goal_idxs],
+        value_offsets=jnp.where(same_episode, value_goal_idxs - idxs, 0),
+    )
+    if config.nstep > 0:
+        target_idxs = idxs[:, None] + jnp.arange(1, config.nstep + 1)[None, :]
+        batch['nstep_mask'] = (target_idxs <= episode_end[:, None]).astype(jnp.float32)
+        # Past the episode end the window is clamped (and masked out) so it never reads another episode.
+        target_idxs = jnp.minimum(target_idxs, episode_end[:, None])
+        batch['nstep_observations'] = data.observations[target_idxs]
+        batch['nstep_actions'] = data.actions[target_idxs - 1]
+    if config.subgoal_steps > 0:
+        batch.update(_hierarchical_goals(keys[3], data, idxs, config))
+    return batch
+
+
+def _hierarchical_goals(key, data: DeviceDataset, idxs, config: SamplerConfig):
+    """Low-level goal `min(i + subgoal_steps, T)`; high-level goal from `high_goals`, and its target
+    `min(i + subgoal_steps, high_goal)` for a goal in the same episode (else `min(i + subgoal_steps, T)`)."""
+    episode_end = data.episode_end[idxs]
+    low_goal_idxs = jnp.minimum(idxs + config.subgoal_steps, episode_end)
+    high_goal_idxs = sample_goal_indices(key, data, idxs, config.high_goals, config.gamma)
+    in_episode = (data.episode_end[high_goal_idxs] == episode_end) & (high_goal_idxs >= idxs)
+    high_target_idxs = jnp.where(in_episode, jnp.minimum(low_goal_idxs, high_goal_idxs), low_goal_idxs)
+    return dict(
+        low_goals=data.observations[low_goal_idxs],
+        high_goals=data.observations[high_goal_idxs],
+        high_targets=data.observations[high_target_idxs],
+    )
