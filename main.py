@@ -22,7 +22,9 @@ from ml_collections import config_flags
 
 from agents import get_agent_class
 from utils.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from utils.datasets import DatasetError, ensure_dataset, env_id_for, load_dataset
+from utils.config_checks import check_override_keys, check_types, load_config_file
+from utils.datasets import ensure_dataset, env_id_for, load_dataset
+from utils.errors import ConfigError, DatasetError, NonFiniteLossError
 from utils.evaluation import evaluate, make_eval_envs
 from utils.loggers import CsvLogger, WandbLogger
 from utils.sampler import DeviceDataset, SamplerConfig
@@ -49,14 +51,18 @@ flags.DEFINE_bool('download', True, "Try OGBench's download when a dataset file 
 flags.DEFINE_enum('wandb_mode', 'online', ['online', 'offline', 'disabled'], 'wandb mode (online falls back to offline without an API key).')
 flags.DEFINE_string('wandb_project', 'byol-gamma', 'wandb project.')
 flags.DEFINE_bool('resume', False, 'Continue from the checkpoint in the run directory if there is one.')
-config_flags.DEFINE_config_file('agent', 'agents/gcbc.py', 'Agent config file (agents/<name>.py).', lock_config=True)
+DEFAULT_AGENT = 'agents/gcbc.py'
+if __name__ == '__main__':
+    # ml_collections applies --agent.<key> overrides while defining the flag, and an unknown key
+    # there is a bare KeyError traceback: check the keys first.
+    try:
+        check_override_keys(sys.argv[1:], DEFAULT_AGENT)
+    except ConfigError as e:
+        sys.exit(f'Error: {e}')
+config_flags.DEFINE_config_file('agent', DEFAULT_AGENT, 'Agent config file (agents/<name>.py).', lock_config=True)
 RUN_FLAGS = sorted(set(FLAGS) - _ABSL_FLAGS - {'agent'})
 
 PREEMPTED_EXIT_CODE = 143
-
-
-class NonFiniteLossError(RuntimeError):
-    pass
 
 
 def next_boundary(step: int, interval: int) -> int:
@@ -71,11 +77,11 @@ def run_directory() -> str:
 def check_flags():
     for name in ('train_steps', 'log_interval', 'eval_interval', 'eval_episodes', 'save_interval', 'steps_per_call'):
         if FLAGS[name].value <= 0:
-            raise ValueError(f'--{name} must be positive, got {FLAGS[name].value}.')
+            raise ConfigError(f'--{name} must be positive, got {FLAGS[name].value}.')
     try:
         tasks = tuple(int(t) for t in FLAGS.eval_tasks.split(','))
     except ValueError:
-        raise ValueError(f'--eval_tasks must be comma-separated integers like 1,2,3,4,5, got {FLAGS.eval_tasks!r}.')
+        raise ConfigError(f'--eval_tasks must be comma-separated integers like 1,2,3,4,5, got {FLAGS.eval_tasks!r}.')
     return tasks
 
 
@@ -97,8 +103,17 @@ def first_nonfinite(infos, start_step):
 
 
 def main(_):
+    try:
+        train()
+    except (ConfigError, DatasetError, NonFiniteLossError, FileExistsError) as e:
+        print(f'\nError: {e}', file=sys.stderr)
+        sys.exit(1)
+
+
+def train():
     eval_tasks = check_flags()
     config = FLAGS.agent
+    check_types(config, load_config_file(config_flags.get_config_filename(FLAGS['agent'])))
     agent_class = get_agent_class(config.agent_name)
     env_id_for(FLAGS.env_name)
 
@@ -144,13 +159,7 @@ def main(_):
     signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
 
     def policy_fn(observations, goals):
-        # Pad to a fixed batch so the jitted policy compiles once, however many episodes are live.
-        n = len(observations)
-        pad = FLAGS.eval_episodes - n
-        if pad > 0:
-            observations = np.concatenate([observations, np.repeat(observations[:1], pad, 0)])
-            goals = np.concatenate([goals, np.repeat(goals[:1], pad, 0)])
-        return np.asarray(agent.sample_actions(observations, goals, temperature=0.0))[:n]
+        return np.asarray(agent.sample_actions(observations, goals, temperature=0.0))
 
     step = start_step
     progress = tqdm.tqdm(total=FLAGS.train_steps, initial=step, smoothing=0.1, dynamic_ncols=True, desc=os.path.basename(run_dir))

@@ -4,6 +4,7 @@ from agents.byol_gamma import BYOLGammaAgent
 from agents.gcbc import GCBCAgent
 from agents.tdsr import TDSRAgent
 from agents.tra import TRAAgent
+from utils.errors import ConfigError
 
 AGENTS = {
     'gcbc': GCBCAgent,
@@ -15,5 +16,5 @@ AGENTS = {
 
 def get_agent_class(agent_name: str):
     if agent_name not in AGENTS:
-        raise ValueError(f'Unknown agent {agent_name!r}. Valid agents: {", ".join(sorted(AGENTS))}.')
+        raise ConfigError(f'Unknown agent {agent_name!r}. Valid agents: {", ".join(sorted(AGENTS))}.')
     return AGENTS[agent_name]

@@ -10,6 +10,8 @@ its method's sweep set (BYOL-gamma {1, 6, 40, 100}, TRA {10, 40, 60, 100}, TD-SR
 
 import importlib
 
+from utils.errors import ConfigError
+
 PRESETS = {
     # name: (agent module, overrides)
     'gcbc': ('gcbc', {}),
@@ -39,7 +41,7 @@ PRESETS = {
 
 def get_config(preset: str = 'byol_gamma_a'):
     if preset not in PRESETS:
-        raise ValueError(f'Unknown preset {preset!r}. Valid presets: {", ".join(PRESETS)}.')
+        raise ConfigError(f'Unknown preset {preset!r}. Valid presets: {", ".join(PRESETS)}.')
     agent_module, overrides = PRESETS[preset]
     config = importlib.import_module(f'agents.{agent_module}').get_config()
     config.update(overrides)

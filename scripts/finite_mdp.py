@@ -23,9 +23,9 @@ Part 1 (theorem 1, "spectral decomposition of the successor representation").
   eigenvalues of the target, so gamma > 0 lands on the truncation of M~ and gamma = 0 on that of P.
 
 Part 2 ("Mixture Datasets").
-  Policies beta_j move on overlapping segments of a path (symmetric lazy walks P_j, identity off their
-  segment), each generating trajectories from its stationary (uniform-on-segment) distribution, with
-  data fractions pi_j. With W_j = diag(p(beta_j | s)):
+  Policies beta_j move on overlapping segments of a path (symmetric walks P_j with reflecting ends,
+  identity off their segment), each generating trajectories from its stationary (uniform-on-segment)
+  distribution, with data fractions pi_j. With W_j = diag(p(beta_j | s)):
     * BYOL-gamma regresses on s+ = s_{t+k} taken from the trajectory of s_t, so its target is
       M^ = sum_j W_j M~_j, an average of the policies' SRs (estimated here by Monte-Carlo sampling of
       geometric offsets inside the simulated trajectories);

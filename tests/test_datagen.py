@@ -86,7 +86,8 @@ def test_files_are_ogbench_format(written):
 
 def test_stitch_episodes_reach_their_goal_cell():
     # Measured over 300 episodes x 2 seeds: 1.000 on medium, large and giant; 0.80-0.81 on
-    # teleport, whose teleporters throw the point away from the goal.
+    # teleport, whose teleporters throw the point away from the goal. These 40 episodes of seed 1
+    # give 1.000 (medium) and 0.725 (teleport).
     for dataset_name, threshold in [(STITCH, 0.95), ('pointmaze-teleport-stitch-v0', 0.6)]:
         num_episodes = 40
         dataset, goal_cells = generate_pointmaze_dataset(

@@ -13,12 +13,10 @@ from typing import Dict, Tuple
 import gymnasium
 import numpy as np
 
+from utils.errors import ConfigError, DatasetError
+
 DATASET_TYPES = ('navigate', 'stitch', 'explore', 'play', 'noisy')
 REQUIRED_KEYS = ('observations', 'actions', 'terminals')
-
-
-class DatasetError(ValueError):
-    """A dataset is missing, unobtainable, or not a valid OGBench file."""
 
 
 def goal_conditioned_env_ids():
@@ -40,7 +38,7 @@ def env_id_for(dataset_name: str) -> str:
         env_id = '-'.join(parts[:-2] + parts[-1:])
         if env_id in valid_ids:
             return env_id
-    raise ValueError(
+    raise ConfigError(
         f'Unknown environment {dataset_name!r}. An --env_name is an OGBench dataset name '
         f'"<env>-<type>-v0" with <type> in {{{", ".join(DATASET_TYPES)}}} and <env>-v0 one of: '
         f'{", ".join(valid_ids)}. Example: pointmaze-medium-stitch-v0.'
@@ -83,7 +81,7 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, l
     if os.path.exists(train_path) and os.path.exists(val_path):
         return train_path, val_path
     os.makedirs(os.path.expanduser(dataset_dir), exist_ok=True)
-    failure = 'download disabled (--nodownload)'
+    failure = 'skipped: --nodownload'
     if download:
         log(f'{train_path} not found: trying OGBench download.')
         failure = _try_download(dataset_name, dataset_dir)

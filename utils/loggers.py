@@ -39,7 +39,9 @@ class CsvLogger:
 
     def truncate_after(self, step: int):
         if os.path.exists(self.path):
-            self._rewrite([r for r in self.rows() if int(r['step']) <= step], self.fieldnames or ['step'])
+            # A row cut short by a kill has missing fields (None): drop it with the rows after `step`.
+            complete = [r for r in self.rows() if None not in r.values() and None not in r]
+            self._rewrite([r for r in complete if int(r['step']) <= step], self.fieldnames or ['step'])
 
     def log(self, row: Dict[str, float], step: int):
         row = {'step': step, **{k: v for k, v in row.items() if k != 'step'}}

@@ -1,0 +1,178 @@
+"""main.py as a user runs it: learning, exact kill-and-resume, preemption, and bad-input errors."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from utils.checkpoints import CHECKPOINT_NAME
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = 'pointmaze-medium-stitch-v0'
+SMALL_NETS = ['--agent.actor_hidden_dims=(64,64)', '--agent.batch_size=64']
+
+
+@pytest.fixture(scope='module')
+def dataset_dir(tmp_path_factory):
+    from utils.datagen.pointmaze import write_dataset
+
+    path = tmp_path_factory.mktemp('data')
+    write_dataset(ENV, str(path), seed=0, num_train_episodes=500, num_val_episodes=50, progress=False)
+    return str(path)
+
+
+def main_args(dataset_dir, save_dir, *extra):
+    return [sys.executable, os.path.join(ROOT, 'main.py'), f'--env_name={ENV}', f'--dataset_dir={dataset_dir}',
+            f'--save_dir={save_dir}', '--wandb_mode=disabled', '--nodownload', *extra]
+
+
+def run_main(*args, check=True):
+    result = subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f'main.py failed ({result.returncode}):\n{result.stderr[-3000:]}')
+    return result
+
+
+def read_csv(path):
+    with open(path, newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def without_timing(rows):
+    return [{k: v for k, v in r.items() if not k.startswith('time/')} for r in rows]
+
+
+def test_gcbc_learns_on_generated_pointmaze(dataset_dir, tmp_path):
+    run_main(*main_args(dataset_dir, tmp_path, '--agent=agents/gcbc.py', '--agent.batch_size=256', '--train_steps=1500',
+                        '--log_interval=250', '--eval_interval=1500', '--eval_episodes=8', '--save_interval=1500'))
+    run_dir = tmp_path / 'default' / f'gcbc_{ENV}_sd0'
+    train = read_csv(run_dir / 'train.csv')
+    losses = [float(r['training/actor/bc_loss']) for r in train]
+    assert losses[-1] < losses[0] - 0.05, losses
+    evaluation = read_csv(run_dir / 'eval.csv')
+    # A random policy essentially never succeeds; 1500 steps of GCBC solves the short tasks (measured ~0.4).
+    assert float(evaluation[-1]['evaluation/overall_success']) >= 0.2, evaluation[-1]
+    assert (run_dir / 'DONE').exists() and (run_dir / 'flags.json').exists() and (run_dir / 'config.json').exists()
+
+
+RESUME_FLAGS = ['--agent=configs/presets.py:byol_gamma_a', *SMALL_NETS, '--train_steps=3000', '--log_interval=100',
+                '--save_interval=1000', '--eval_interval=1500', '--eval_episodes=3', '--eval_max_steps=60',
+                '--steps_per_call=100']
+
+
+def wait_for(predicate, process, timeout=300):
+    start = time.time()
+    while not predicate():
+        assert process.poll() is None, f'main.py exited early: {process.stderr.read()[-3000:]}'
+        assert time.time() - start < timeout
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope='module')
+def uninterrupted_run(dataset_dir, tmp_path_factory):
+    save_dir = tmp_path_factory.mktemp('uninterrupted')
+    run_main(*main_args(dataset_dir, save_dir, *RESUME_FLAGS))
+    return save_dir / 'default' / f'byol_gamma_{ENV}_sd0'
+
+
+@pytest.mark.parametrize('kill_signal', [signal.SIGKILL, signal.SIGTERM])
+def test_killed_and_resumed_run_matches_uninterrupted(kill_signal, dataset_dir, tmp_path, uninterrupted_run):
+    args = main_args(dataset_dir, tmp_path, *RESUME_FLAGS)
+    run_dir = tmp_path / 'default' / f'byol_gamma_{ENV}_sd0'
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: (run_dir / CHECKPOINT_NAME).exists(), process)
+    process.send_signal(kill_signal)
+    returncode = process.wait(timeout=120)
+    assert not (run_dir / 'DONE').exists(), 'the run finished before it could be killed'
+    if kill_signal == signal.SIGTERM:
+        # Preemption: a checkpoint of the current step is written before exiting.
+        assert returncode == 143
+        from utils.checkpoints import load_checkpoint  # noqa: F401
+        import flax.serialization
+
+        step = flax.serialization.msgpack_restore((run_dir / CHECKPOINT_NAME).read_bytes())['step']
+        assert int(step) == int(read_csv(run_dir / 'train.csv')[-1]['step'])
+    run_main(*args, '--resume')
+
+    for name in ('train.csv', 'eval.csv'):
+        resumed, reference = read_csv(run_dir / name), read_csv(uninterrupted_run / name)
+        steps = [int(r['step']) for r in resumed]
+        assert steps == sorted(set(steps)), f'{name}: duplicated or unordered rows {steps}'
+        assert without_timing(resumed) == without_timing(reference), name
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(dataset_dir, tmp_path):
+    base = ['--agent=agents/gcbc.py', *SMALL_NETS, '--log_interval=100', '--save_interval=100', '--eval_interval=100000',
+            '--eval_episodes=2', '--eval_max_steps=5']
+    run_main(*main_args(dataset_dir, tmp_path, *base, '--train_steps=200'))
+    run_dir = tmp_path / 'default' / f'gcbc_{ENV}_sd0'
+    good = (run_dir / CHECKPOINT_NAME).read_bytes()
+    result = run_main(*main_args(dataset_dir, tmp_path, *base, '--train_steps=400', '--agent.lr=1e30', '--resume'), check=False)
+    assert result.returncode == 1
+    assert 'Non-finite' in result.stderr and 'at step 2' in result.stderr and 'Traceback' not in result.stderr
+    assert (run_dir / CHECKPOINT_NAME).read_bytes() == good
+
+
+BAD_INPUTS = [
+    (['--env_name=pointmaze-huge-stitch-v0'], 'Unknown environment'),
+    (['--agent.agent_name=nope'], 'Valid agents: byol_gamma'),
+    (['--agent.not_a_key=1'], "Unknown config key 'not_a_key'"),
+    (['--agent.actor_hidden_dims=abc'], "'actor_hidden_dims' must be a tuple of int"),
+    (['--agent.lr=abc'], 'could not convert'),
+    (['--agent=configs/presets.py:nope'], 'Valid presets'),
+    (['--agent=agents/missing.py'], 'not found'),
+    (['--eval_tasks=1,x'], '--eval_tasks must be'),
+    (['--train_steps=0'], '--train_steps must be positive'),
+]
+
+
+@pytest.mark.parametrize('extra,message', BAD_INPUTS)
+def test_bad_input_gives_one_clear_error(extra, message, dataset_dir, tmp_path):
+    result = run_main(*main_args(dataset_dir, tmp_path, *extra), check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert 'Traceback' not in result.stderr
+
+
+def test_missing_dataset_that_cannot_be_generated(tmp_path):
+    result = run_main(*main_args(str(tmp_path), tmp_path, '--env_name=antmaze-medium-stitch-v0'), check=False)
+    assert result.returncode == 1 and 'Traceback' not in result.stderr
+    assert 'antmaze-medium-stitch-v0.npz' in result.stderr and 'download_datasets' in result.stderr
+
+
+@pytest.mark.parametrize('corruption', ['garbage', 'truncated_episode', 'nan', 'wrong_shape'])
+def test_corrupt_dataset_is_rejected(corruption, dataset_dir, tmp_path):
+    data_dir = tmp_path / 'data'
+    data_dir.mkdir()
+    src = os.path.join(dataset_dir, ENV)
+    with np.load(f'{src}.npz') as f:
+        arrays = {k: f[k] for k in f.files}
+    if corruption == 'garbage':
+        (data_dir / f'{ENV}.npz').write_bytes(open(f'{src}.npz', 'rb').read()[:5000])
+    else:
+        if corruption == 'truncated_episode':
+            arrays = {k: v[:-50] for k, v in arrays.items()}
+        elif corruption == 'nan':
+            arrays['actions'][123, 0] = np.nan
+        else:
+            arrays['observations'] = arrays['observations'][:, :1]
+        np.savez(data_dir / f'{ENV}.npz', **arrays)
+    (data_dir / f'{ENV}-val.npz').write_bytes(open(f'{src}-val.npz', 'rb').read())
+    result = run_main(*main_args(str(data_dir), tmp_path), check=False)
+    assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+    expected = {'garbage': 'corrupt or truncated', 'truncated_episode': 'last row is not terminal',
+                'nan': 'non-finite action', 'wrong_shape': 'observations have shape'}[corruption]
+    assert expected in result.stderr and f'{ENV}.npz' in result.stderr
+
+
+def test_existing_run_is_never_overwritten(dataset_dir, tmp_path):
+    args = main_args(dataset_dir, tmp_path, '--agent=agents/gcbc.py', *SMALL_NETS, '--train_steps=50', '--log_interval=50',
+                     '--eval_interval=50', '--save_interval=50', '--eval_episodes=2', '--eval_max_steps=5')
+    run_main(*args)
+    result = run_main(*args, check=False)
+    assert result.returncode == 1 and '--resume' in result.stderr
