@@ -15,6 +15,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import tqdm
 from absl import app, flags, logging
@@ -25,15 +26,16 @@ from utils.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from utils.config_checks import check_override_keys, check_types, load_config_file
 from utils.datasets import ensure_dataset, env_id_for, load_dataset
 from utils.errors import ConfigError, DatasetError, NonFiniteLossError
-from utils.evaluation import evaluate, make_eval_envs
+from utils.evaluation import evaluate, make_eval_envs, videos_to_wandb
 from utils.loggers import CsvLogger, WandbLogger
 from utils.sampler import DeviceDataset, SamplerConfig
-from utils.training import train_steps, validation_metrics
+from utils.training import stack_trees, train_steps, train_steps_multi, validation_metrics
 
 FLAGS = flags.FLAGS
 _ABSL_FLAGS = set(FLAGS)
 flags.DEFINE_string('env_name', 'pointmaze-medium-stitch-v0', 'OGBench dataset name, e.g. antmaze-medium-stitch-v0.')
 flags.DEFINE_integer('seed', 0, 'Random seed (network init, sampling, evaluation).')
+flags.DEFINE_integer('num_seeds', 1, 'Train seeds seed..seed+N-1 in one process, vmapped (one run directory each).')
 flags.DEFINE_integer('train_steps', 1_000_000, 'Number of gradient steps.')
 flags.DEFINE_integer('log_interval', 5000, 'Steps between training-metric logs.')
 flags.DEFINE_integer('eval_interval', 100_000, 'Steps between evaluations (and one at the end).')
@@ -51,7 +53,7 @@ flags.DEFINE_bool('download', True, "Try OGBench's download when a dataset file 
 flags.DEFINE_enum('wandb_mode', 'online', ['online', 'offline', 'disabled'], 'wandb mode (online falls back to offline without an API key).')
 flags.DEFINE_string('wandb_project', 'byol-gamma', 'wandb project.')
 flags.DEFINE_bool('resume', False, 'Continue from the checkpoint in the run directory if there is one.')
-DEFAULT_AGENT = 'agents/gcbc.py'
+DEFAULT_AGENT = 'agents/byol_gamma.py'
 if __name__ == '__main__':
     # ml_collections applies --agent.<key> overrides while defining the flag, and an unknown key
     # there is a bare KeyError traceback: check the keys first.
@@ -69,13 +71,65 @@ def next_boundary(step: int, interval: int) -> int:
     return (step // interval + 1) * interval
 
 
-def run_directory() -> str:
-    name = FLAGS.run_name or f'{FLAGS.agent.agent_name}_{FLAGS.env_name}_sd{FLAGS.seed}'
+def run_directory(seed: int) -> str:
+    if FLAGS.run_name:
+        name = FLAGS.run_name if FLAGS.num_seeds == 1 else f'{FLAGS.run_name}_sd{seed}'
+    else:
+        name = f'{FLAGS.agent.agent_name}_{FLAGS.env_name}_sd{seed}'
     return os.path.join(os.path.expanduser(FLAGS.save_dir), FLAGS.run_group, name)
 
 
+class SeedRun:
+    """What one seed writes: its run directory, CSV logs, wandb run and recent evaluations.
+
+    With --num_seeds N every seed gets its own directory, laid out exactly like a single-seed run,
+    so sweeps, results tables and analyses treat both alike.
+    """
+
+    def __init__(self, seed: int, run_flags: dict, config):
+        self.seed = seed
+        self.dir = run_directory(seed)
+        self.checkpoint_path = os.path.join(self.dir, CHECKPOINT_NAME)
+        if os.path.exists(self.checkpoint_path) and not FLAGS.resume:
+            raise FileExistsError(
+                f'Run directory {self.dir} already holds a checkpoint. Pass --resume to continue it, or choose '
+                f'another --run_name / --run_group (nothing was overwritten).'
+            )
+        self.flags = dict(run_flags, seed=seed)
+        self.config = config
+
+    def open_logs(self, start_step: int, sampler_config):
+        os.makedirs(self.dir, exist_ok=True)
+        write_json(os.path.join(self.dir, 'flags.json'), self.flags)
+        write_json(os.path.join(self.dir, 'config.json'), dict(self.config.to_dict(), sampler=dataclasses.asdict(sampler_config)))
+        self.train_log = CsvLogger(os.path.join(self.dir, 'train.csv'))
+        self.eval_log = CsvLogger(os.path.join(self.dir, 'eval.csv'))
+        self.train_log.truncate_after(start_step)
+        self.eval_log.truncate_after(start_step)
+        self.recent_success = [float(r['evaluation/overall_success']) for r in self.eval_log.rows()][-2:]
+        self.wandb = WandbLogger(
+            FLAGS.wandb_mode, FLAGS.wandb_project, FLAGS.run_group, os.path.basename(self.dir),
+            dict(self.flags, agent=self.config.to_dict()), self.dir, FLAGS.resume,
+        )
+
+    def log_train(self, metrics, step):
+        self.train_log.log(metrics, step)
+        self.wandb.log(metrics, step)
+
+    def log_eval(self, metrics, step):
+        self.recent_success = (self.recent_success + [metrics['evaluation/overall_success']])[-3:]
+        metrics['evaluation/overall_success_last3'] = float(np.mean(self.recent_success))
+        self.eval_log.log(metrics, step)
+        self.wandb.log(metrics, step)
+
+    def finish(self, done: bool):
+        self.wandb.finish()
+        if done:
+            open(os.path.join(self.dir, 'DONE'), 'w').close()
+
+
 def check_flags():
-    for name in ('train_steps', 'log_interval', 'eval_interval', 'eval_episodes', 'save_interval', 'steps_per_call'):
+    for name in ('num_seeds', 'train_steps', 'log_interval', 'eval_interval', 'eval_episodes', 'save_interval', 'steps_per_call'):
         if FLAGS[name].value <= 0:
             raise ConfigError(f'--{name} must be positive, got {FLAGS[name].value}.')
     try:
@@ -116,15 +170,8 @@ def train():
     check_types(config, load_config_file(config_flags.get_config_filename(FLAGS['agent'])))
     agent_class = get_agent_class(config.agent_name)
     env_id_for(FLAGS.env_name)
-
-    run_dir = run_directory()
-    checkpoint_path = os.path.join(run_dir, CHECKPOINT_NAME)
-    if os.path.exists(checkpoint_path) and not FLAGS.resume:
-        raise FileExistsError(
-            f'Run directory {run_dir} already holds a checkpoint. Pass --resume to continue it, or choose '
-            f'another --run_name / --run_group (nothing was overwritten).'
-        )
-    os.makedirs(run_dir, exist_ok=True)
+    seeds = [FLAGS.seed + k for k in range(FLAGS.num_seeds)]
+    runs = [SeedRun(seed, {name: FLAGS[name].value for name in RUN_FLAGS}, config) for seed in seeds]
 
     # Data: validated numpy arrays -> device.
     train_path, val_path = ensure_dataset(FLAGS.env_name, FLAGS.dataset_dir, download=FLAGS.download)
@@ -135,88 +182,101 @@ def train():
     sampler_config = SamplerConfig.from_config(config)
     logging.info(f'Loaded {train_path}: {train_data.size} rows, {int(train_np["terminals"].sum())} episodes.')
 
-    agent = agent_class.create(FLAGS.seed, train_np['observations'][:1], train_np['actions'][:1], config)
-    data_key, val_key, eval_seed_key = jax.random.split(jax.random.PRNGKey(FLAGS.seed), 3)
-    start_step = 0
-    if FLAGS.resume and os.path.exists(checkpoint_path):
-        agent, start_step, _ = load_checkpoint(checkpoint_path, agent)
-        logging.info(f'Resumed {run_dir} from step {start_step}.')
+    # One agent and one set of keys per seed, exactly as a single-seed run with that seed would make them.
+    agents, start_steps = [], []
+    for run in runs:
+        agent = agent_class.create(run.seed, train_np['observations'][:1], train_np['actions'][:1], config)
+        step = 0
+        if FLAGS.resume and os.path.exists(run.checkpoint_path):
+            agent, step, _ = load_checkpoint(run.checkpoint_path, agent)
+            logging.info(f'Resumed {run.dir} from step {step}.')
+        agents.append(agent)
+        start_steps.append(step)
+    if len(set(start_steps)) > 1:
+        raise ConfigError(
+            f'Seeds {seeds} have checkpoints at different steps {start_steps}; resume them as separate runs '
+            f'(--num_seeds=1 --seed=...), or delete the lagging checkpoints.'
+        )
+    keys = np.stack([np.asarray(jax.random.split(jax.random.PRNGKey(seed), 3)) for seed in seeds])  # [N, 3, 2]
+    data_keys, val_keys, eval_seed_keys = (jnp.asarray(keys[:, i]) for i in range(3))
+    multi = len(seeds) > 1
+    state = stack_trees(agents) if multi else agents[0]
+    for run in runs:
+        run.open_logs(start_steps[0], sampler_config)
 
-    run_flags = {name: FLAGS[name].value for name in RUN_FLAGS}
-    write_json(os.path.join(run_dir, 'flags.json'), run_flags)
-    write_json(os.path.join(run_dir, 'config.json'), dict(config.to_dict(), sampler=dataclasses.asdict(sampler_config)))
-    train_logger, eval_logger = CsvLogger(os.path.join(run_dir, 'train.csv')), CsvLogger(os.path.join(run_dir, 'eval.csv'))
-    train_logger.truncate_after(start_step)
-    eval_logger.truncate_after(start_step)
-    recent_success = [float(r['evaluation/overall_success']) for r in eval_logger.rows()][-2:]
-    wandb_logger = WandbLogger(
-        FLAGS.wandb_mode, FLAGS.wandb_project, FLAGS.run_group, os.path.basename(run_dir),
-        dict(run_flags, agent=config.to_dict()),
-        run_dir, FLAGS.resume,
-    )
+    def seed_agent(k):
+        return jax.tree_util.tree_map(lambda x: x[k], state) if multi else state
 
     preempted = []
     signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
 
-    def policy_fn(observations, goals):
-        return np.asarray(agent.sample_actions(observations, goals, temperature=0.0))
-
-    step = start_step
-    progress = tqdm.tqdm(total=FLAGS.train_steps, initial=step, smoothing=0.1, dynamic_ncols=True, desc=os.path.basename(run_dir))
+    step = start_steps[0]
+    desc = os.path.basename(runs[0].dir) + (f' (+{len(runs) - 1} seeds)' if multi else '')
+    progress = tqdm.tqdm(total=FLAGS.train_steps, initial=step, smoothing=0.1, dynamic_ncols=True, desc=desc)
     chunk_start_time, chunk_start_step = time.time(), step
     while step < FLAGS.train_steps:
         stop = min(
             FLAGS.train_steps, step + FLAGS.steps_per_call, next_boundary(step, FLAGS.log_interval),
             next_boundary(step, FLAGS.eval_interval), next_boundary(step, FLAGS.save_interval),
         )
-        agent, infos = train_steps(agent, train_data, data_key, step, sampler_config, stop - step)
-        bad = first_nonfinite(infos, step)
-        if bad is not None:
-            progress.close()
-            raise NonFiniteLossError(
-                f'Non-finite {bad[1]} at step {bad[0]}: training stopped. The last good checkpoint '
-                f'({checkpoint_path}, if any) was kept. Try a lower --agent.lr or auxiliary weight (alpha), '
-                f'then rerun with --resume.'
-            )
+        if multi:
+            state, infos = train_steps_multi(state, train_data, data_keys, step, sampler_config, stop - step)
+        else:
+            state, infos = train_steps(state, train_data, data_keys[0], step, sampler_config, stop - step)
+            infos = jax.tree_util.tree_map(lambda x: x[None], infos)
+        infos = jax.device_get(infos)  # [N, steps] per metric: one transfer per chunk
+        for k, run in enumerate(runs):
+            bad = first_nonfinite({key: v[k] for key, v in infos.items()}, step)
+            if bad is not None:
+                progress.close()
+                raise NonFiniteLossError(
+                    f'Non-finite {bad[1]} at step {bad[0]} (seed {run.seed}): training stopped. The last good '
+                    f'checkpoint ({run.checkpoint_path}, if any) was kept. Try a lower --agent.lr or auxiliary '
+                    f'weight (alpha), then rerun with --resume.'
+                )
         progress.update(stop - step)
         step = stop
 
         if step % FLAGS.log_interval == 0 or step == FLAGS.train_steps:
-            elapsed = time.time() - chunk_start_time
-            metrics = {f'training/{k}': float(np.mean(v)) for k, v in infos.items()}
-            val_info = validation_metrics(agent, val_data, jax.random.fold_in(val_key, step), sampler_config)
-            metrics.update({f'validation/{k}': float(v) for k, v in val_info.items()})
-            metrics['time/steps_per_second'] = (step - chunk_start_step) / max(elapsed, 1e-9)
+            steps_per_second = (step - chunk_start_step) / max(time.time() - chunk_start_time, 1e-9)
             chunk_start_time, chunk_start_step = time.time(), step
-            train_logger.log(metrics, step)
-            wandb_logger.log(metrics, step)
-            progress.set_postfix(loss=f"{metrics['training/total_loss']:.3f}")
+            for k, run in enumerate(runs):
+                metrics = {f'training/{key}': float(np.mean(v[k])) for key, v in infos.items()}
+                val_info = validation_metrics(seed_agent(k), val_data, jax.random.fold_in(val_keys[k], step), sampler_config)
+                metrics.update({f'validation/{key}': float(v) for key, v in val_info.items()})
+                metrics['time/steps_per_second'] = steps_per_second
+                run.log_train(metrics, step)
+            progress.set_postfix(loss=f"{np.mean(infos['total_loss'][:, -1]):.3f}")
 
         if step % FLAGS.eval_interval == 0 or step == FLAGS.train_steps:
-            eval_seed = int(jax.random.randint(jax.random.fold_in(eval_seed_key, step), (), 0, 2**31 - 1))
-            results = evaluate(
-                policy_fn, eval_envs, task_ids=eval_tasks, episodes_per_task=FLAGS.eval_episodes, seed=eval_seed,
-                max_steps=FLAGS.eval_max_steps or None, num_video_episodes=FLAGS.video_episodes,
-            )
-            metrics = {k: float(v) for k, v in results.items() if k.startswith('evaluation/')}
-            recent_success = (recent_success + [metrics['evaluation/overall_success']])[-3:]
-            metrics['evaluation/overall_success_last3'] = float(np.mean(recent_success))
-            eval_logger.log(metrics, step)
-            wandb_logger.log(metrics, step)
-            tqdm.tqdm.write(f'step {step}: success {metrics["evaluation/overall_success"]:.3f} ' + ' '.join(
-                f'{k.split("/")[-1]}={v:.2f}' for k, v in metrics.items() if '/task' in k))
+            for k, run in enumerate(runs):
+                agent = seed_agent(k)
+                eval_seed = int(jax.random.randint(jax.random.fold_in(eval_seed_keys[k], step), (), 0, 2**31 - 1))
+                results = evaluate(
+                    lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0)),
+                    eval_envs, task_ids=eval_tasks, episodes_per_task=FLAGS.eval_episodes, seed=eval_seed,
+                    max_steps=FLAGS.eval_max_steps or None, num_video_episodes=FLAGS.video_episodes,
+                )
+                metrics = {key: float(v) for key, v in results.items() if key.startswith('evaluation/')}
+                if results.get('videos'):
+                    metrics['evaluation/video'] = videos_to_wandb(results['videos'])
+                run.log_eval(metrics, step)
+                tqdm.tqdm.write(f'seed {run.seed} step {step}: success {metrics["evaluation/overall_success"]:.3f} ' + ' '.join(
+                    f'{key.split("/")[-1]}={v:.2f}' for key, v in metrics.items() if '/task' in key))
 
         if step % FLAGS.save_interval == 0 or step == FLAGS.train_steps or preempted:
-            save_checkpoint(run_dir, agent, step)
+            for k, run in enumerate(runs):
+                save_checkpoint(run.dir, seed_agent(k), step)
         if preempted:
             progress.close()
-            logging.warning(f'SIGTERM received: checkpoint saved at step {step} in {run_dir}; rerun with --resume.')
-            wandb_logger.finish()
+            logging.warning(f'SIGTERM received: checkpoints saved at step {step}; rerun with --resume.')
+            for run in runs:
+                run.finish(done=False)
             sys.exit(PREEMPTED_EXIT_CODE)
     progress.close()
-    wandb_logger.finish()
-    open(os.path.join(run_dir, 'DONE'), 'w').close()
-    logging.info(f'Finished: {run_dir}')
+    for run in runs:
+        run.finish(done=True)
+        logging.info(f'Finished: {run.dir}')
 
 
 if __name__ == '__main__':

@@ -1,7 +1,9 @@
 """Agent registry: `agent_name` in a config -> agent class. A new agent is one file here plus one line below."""
 
 from agents.byol_gamma import BYOLGammaAgent
+from agents.fb import FBAgent
 from agents.gcbc import GCBCAgent
+from agents.hierarchical import HBYOLGammaAgent, HGCBCAgent, HGCBCPhiAgent
 from agents.tdsr import TDSRAgent
 from agents.tra import TRAAgent
 from utils.errors import ConfigError
@@ -11,6 +13,10 @@ AGENTS = {
     'byol_gamma': BYOLGammaAgent,
     'tra': TRAAgent,
     'tdsr': TDSRAgent,
+    'hgcbc': HGCBCAgent,
+    'hgcbc_phi': HGCBCPhiAgent,
+    'hbyol_gamma': HBYOLGammaAgent,
+    'fb': FBAgent,
 }
 
 

@@ -65,6 +65,10 @@ class BYOLGammaAgent(BCAgent):
         info.pop('step_losses')  # logged per step as step{j}_loss; metrics must be scalars
         return loss, info
 
+    def representations(self, observations, actions, goals):
+        prediction = self.forward(self.network(observations, name='encoder'), actions, None)
+        return prediction.mean(0), self.network(goals, name='encoder').mean(0)
+
     def update_targets(self, network):
         if self.config['tau'] == 1.0:
             return network

@@ -21,6 +21,12 @@ class GCBCAgent(BCAgent):
             return phi_policy_inputs(self.network, observations, goals, params)
         return jnp.concatenate([observations, goals], axis=-1)
 
+    def representations(self, observations, actions, goals):
+        if self.config['encoder'] != 'phi':
+            return super().representations(observations, actions, goals)
+        # GCBC-phi has no predictor: compare phi(s) with phi(g).
+        return self.network(observations, name='encoder').mean(0), self.network(goals, name='encoder').mean(0)
+
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
         obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]

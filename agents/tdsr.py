@@ -44,6 +44,10 @@ class TDSRAgent(BCAgent):
         network = ema_target_update(network, 'encoder', 'target_encoder', self.config['tau'])
         return ema_target_update(network, 'psi_encoder', 'target_psi_encoder', self.config['tau'])
 
+    def representations(self, observations, actions, goals):
+        psi = self.network(self.psi_inputs(observations, actions), name='psi_encoder')
+        return psi.mean(0), self.network(goals, name='encoder').mean(0)
+
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
         obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]

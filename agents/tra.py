@@ -40,6 +40,12 @@ class TRAAgent(BCAgent):
         info.update(contrastive_loss=jnp.mean(contrastive), norm_penalty=penalty)
         return jnp.mean(contrastive) + penalty, info
 
+    def representations(self, observations, actions, goals):
+        psi_inputs = observations
+        if self.config['action_conditioned']:
+            psi_inputs = jnp.concatenate([observations, actions], axis=-1)
+        return self.network(psi_inputs, name='psi_encoder').mean(0), self.network(goals, name='encoder').mean(0)
+
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
         obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]

@@ -36,6 +36,17 @@ PRESETS = {
     # TD-SR and TD-SR^a (main table).
     'tdsr': ('tdsr', dict(action_conditioned=False)),
     'tdsr_a': ('tdsr', {}),
+    # FB (appendix "Forward-Backward Algorithm"): the paper sweeps lr {1e-4, 1e-5, 1e-6}.
+    'fb': ('fb', {}),
+    'fb_lr1e-5': ('fb', dict(lr=1e-5)),
+    'fb_lr1e-6': ('fb', dict(lr=1e-6)),
+    # Hierarchical (appendix "Hierarchical Policies", tab:hhparams). HGCBC trains both levels together;
+    # HGCBC-phi and HBYOL-gamma are two-stage: the low level for stage1_steps, then the high level
+    # (high_lr 1e-4) on the frozen low level -- half of the default 1M steps each, or
+    # --agent.stage1_checkpoint=<flat run> for stage 2 alone.
+    'hgcbc': ('hierarchical', {}),
+    'hgcbc_phi': ('hierarchical', dict(agent_name='hgcbc_phi', high_lr=1e-4, stage1_steps=500_000)),
+    'hbyol_gamma_a': ('hierarchical', dict(agent_name='hbyol_gamma', high_lr=1e-4, stage1_steps=500_000)),
 }
 
 

@@ -1,4 +1,4 @@
-"""Generate an OGBench pointmaze dataset offline (train `<name>.npz` and val `<name>-val.npz`).
+"""Generate an OGBench dataset offline (train `<name>.npz` and val `<name>-val.npz`).
 
     python scripts/generate_dataset.py --env_name=pointmaze-medium-stitch-v0 --dataset_dir=~/.ogbench/data \
         [--num_episodes=N] [--num_val_episodes=M] [--seed=S]
@@ -13,7 +13,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from utils.datagen.pointmaze import GENERATABLE_DATASETS, write_dataset  # noqa: E402
+from utils.datagen import GENERATABLE_DATASETS, write_dataset  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('env_name', None, GENERATABLE_DATASETS, 'OGBench dataset name to generate.')

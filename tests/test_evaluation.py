@@ -57,6 +57,20 @@ def test_lockstep_equals_sequential(request, env_fixture, policy_name, task_ids)
             assert lockstep[key] == sequential[key], key
 
 
+def test_lockstep_equals_sequential_antmaze():
+    # The ant's goal observation (its joint angles) comes from random actions of env.action_space inside reset.
+    envs = make_eval_envs('antmaze-medium-v0', 2)
+    action_dim = envs[0].action_space.shape[0]
+
+    def elementwise(observations, goals):
+        return np.sin(3.0 * (goals[:, :action_dim] - observations[:, :action_dim]) + np.arange(action_dim))
+
+    kwargs = dict(task_ids=(1,), episodes_per_task=2, seed=0, max_steps=20)
+    lockstep = evaluate(elementwise, envs, lockstep=True, **kwargs)
+    sequential = evaluate(elementwise, envs, lockstep=False, **kwargs)
+    np.testing.assert_array_equal(lockstep['final_observations'][1], sequential['final_observations'][1])
+
+
 def test_metrics_are_means_of_episodes(medium_envs):
     result = evaluate(straight_to_goal, medium_envs, task_ids=(1, 2), episodes_per_task=EPISODES, max_steps=MAX_STEPS)
     for t in (1, 2):
@@ -168,8 +182,9 @@ def test_videos(medium_envs):
         warnings.simplefilter('always')
         result = evaluate(straight_to_goal, medium_envs, task_ids=(1, 2), episodes_per_task=EPISODES, max_steps=7,
                           num_video_episodes=1, video_frame_skip=3)
-    if caught:
-        pytest.skip(f'rendering unavailable here: {caught[0].message}')
+    render_failures = [w for w in caught if 'env.render() failed' in str(w.message)]
+    if render_failures:
+        pytest.skip(f'rendering unavailable here: {render_failures[0].message}')
     assert len(result['videos']) == 2  # one per task
     for video in result['videos']:
         assert video.dtype == np.uint8

@@ -40,6 +40,12 @@ class BCAgent(flax.struct.PyTreeNode):
         info['total_loss'] = loss
         return loss, info
 
+    def representations(self, observations, actions, goals):
+        """(prediction for s, representation of g), ensemble means, as the paper's analyses compare
+        them (SPEC section 5): psi(phi(s), a) or psi(s, a) against phi(g). Agents with a
+        representation override this."""
+        raise NotImplementedError(f'{type(self).__name__} has no learned representation to analyse.')
+
     def update_targets(self, network):
         """Hook for EMA target networks, applied after each gradient step (identity by default)."""
         return network

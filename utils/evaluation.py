@@ -9,17 +9,15 @@ Randomness. An OGBench maze episode draws from three generators:
     ant/humanoid joints where the goal observation is read, and `reset(seed=...)` does not seed them;
   * the global `np.random`: the init/goal xy noise of the maze reset and, in the teleport maze, the choice of exit at
     every teleport, which happens inside `step`.
-Episode j of task t gets a seed derived from (seed, t, j) that seeds all three right before its reset, and the
-global generator is re-seeded from (episode seed, step index) right before each of the episode's steps. The
-per-step reseeding (~2 us, against ~50 us for a pointmaze step) makes an episode's draws independent of how episodes
-are interleaved, so lockstep and sequential evaluation produce identical episodes in every maze, teleport included,
+Episode j of task t gets a seed derived from (seed, t, j) that seeds all three right before its reset; in the
+teleport maze the global generator is also re-seeded from (episode seed, step index) before each step. That makes
+an episode's draws independent of how episodes are interleaved, so lockstep and sequential evaluation produce identical episodes in every maze, teleport included,
 provided the policy gives a row the same action whatever the batch size. Jitted policies need not: XLA fuses (and
 may contract into FMAs, or turn a division into a reciprocal-multiply) differently per batch size, so a row's action
-can change in the last bit, after which the two trajectories drift apart; outcomes then agree
-statistically, not bitwise. The caller's global `np.random` state is restored on return.
+can change in the last bit, after which the two trajectories drift apart; outcomes then agree statistically, not
+bitwise. The caller's global `np.random` state is restored on return.
 """
 
-import collections
 import io
 import math
 import warnings
@@ -58,7 +56,7 @@ def evaluate(
             last observation) and their actions ignored, so a jitted policy compiles for one batch size only.
         envs: env copies from `make_eval_envs`; lockstep needs `episodes_per_task` of them, sequential one.
         lockstep: if False, run one episode at a time with batch-1 calls (same seeds, same episodes).
-        max_steps: episode length cap that replaces the env's own time limit (env truncation is then ignored).
+        max_steps: episode length cap that replaces the env's own time limit (`env.spec.max_episode_steps`).
         num_video_episodes: render the first this many episodes of each task, one frame every `video_frame_skip`
             steps plus the first and last frames. Headless MuJoCo rendering needs MUJOCO_GL=egl; if rendering fails
             the evaluation warns and goes on without videos.
@@ -128,8 +126,7 @@ class _Renderer:
         except Exception as e:  # MuJoCo raises a variety of GL errors depending on the backend.
             warnings.warn(
                 f'env.render() failed ({type(e).__name__}: {e}); evaluating without videos. Headless MuJoCo '
-                'rendering needs MUJOCO_GL=egl set before mujoco is imported.',
-                stacklevel=2,
+                'rendering needs MUJOCO_GL=egl set before mujoco is imported.'
             )
             self.ok = False
             return None
@@ -152,15 +149,21 @@ def _run_episodes(policy_fn, envs, task_id, seeds, max_steps, record, renderer, 
     lengths = np.zeros(n, dtype=np.int64)
     live = np.ones(n, dtype=bool)
     low, high = envs[0].action_space.low, envs[0].action_space.high
+    # Step the raw envs and count the time limit here: the gymnasium wrappers cost ~20% of a pointmaze step.
+    limit = max_steps or envs[0].spec.max_episode_steps
+    raw_envs = [env.unwrapped for env in envs]
+    # Only the teleport maze draws from the global np.random inside `step`; re-seeding costs ~15 us per step.
+    reseed_each_step = getattr(raw_envs[0], '_teleport_info', None) is not None
     while live.any():
         actions = np.clip(np.asarray(policy_fn(observations, goals)), low, high)
         for i in np.flatnonzero(live):
-            np.random.seed((seeds[i] + lengths[i]) % 2**32)
-            ob, reward, terminated, truncated, info = envs[i].step(actions[i])
+            if reseed_each_step:
+                np.random.seed((seeds[i] + lengths[i]) % 2**32)
+            ob, reward, terminated, _, info = raw_envs[i].step(actions[i])
             observations[i] = ob
             returns[i] += reward
             lengths[i] += 1
-            done = terminated or (truncated if max_steps is None else lengths[i] >= max_steps)
+            done = terminated or lengths[i] >= limit
             if frames[i] is not None and (done or lengths[i] % frame_skip == 0):
                 frames[i].append(renderer(envs[i]))
             if done:
@@ -200,67 +203,27 @@ def videos_to_wandb(videos, fps=15):
 
 
 def pointmaze_oracle_policy(env):
-    """Batched BFS oracle for point mazes (observations and goals are xy): a unit vector toward the centre of the
-    neighbouring cell one BFS step closer to the goal's cell, and toward the goal itself once in that cell.
+    """Batched BFS oracle for point mazes (observations and goals are xy): a unit vector toward the subgoal of
+    OGBench's `get_oracle_subgoal` (the scripted expert behind the pointmaze datasets; tabulated by
+    `utils.datagen.pointmaze.MazeOracle`), and toward the goal itself once in the goal's cell (the goal carries up to
+    a quarter cell of noise per axis and the success radius is a quarter cell).
 
-    The subgoal rule is OGBench's `MazeEnv.get_oracle_subgoal` (the scripted expert behind the pointmaze datasets),
-    tabulated for every (goal cell, cell) pair. It ends on the goal xy rather than its cell centre because the goal
-    carries up to a quarter cell of noise per axis and the success radius is a quarter cell. It is plain numpy on
-    purpose: numpy applies the same IEEE operations to a row whatever the batch size, so its actions (and the
-    evaluation's episodes) are bitwise independent of lockstep batching, which jitted XLA code does not promise.
+    It is plain numpy on purpose: numpy applies the same IEEE operations to a row whatever the batch size, so its
+    actions (and the evaluation's episodes) are bitwise independent of lockstep batching, which jitted XLA code does
+    not promise.
     """
-    maze = env.unwrapped
+    from utils.datagen.pointmaze import MazeOracle
+
     if env.observation_space.shape != (2,):
         raise ValueError(f'pointmaze_oracle_policy needs xy observations, got shape {env.observation_space.shape}.')
-    free = maze.maze_map == 0
-    height, width = free.shape
-    free_cells = list(zip(*np.nonzero(free)))
-    table = np.zeros((height, width, height, width, 2))
-    for goal_cell in free_cells:
-        distance = _bfs_distances(free, goal_cell)
-        for cell in free_cells:
-            best = cell
-            for di, dj in _MOVES:
-                neighbour = (cell[0] + di, cell[1] + dj)
-                if _inside(free, neighbour) and free[neighbour] and distance[neighbour] < distance[best]:
-                    best = neighbour
-            table[goal_cell + cell] = maze.ij_to_xy(best)
-
-    x0, y0 = maze.ij_to_xy((0, 0))
-    unit = maze.ij_to_xy((0, 1))[0] - x0
-
-    def to_cell(xy):
-        i = np.floor((xy[:, 1] - y0 + 0.5 * unit) / unit).astype(np.int64)
-        j = np.floor((xy[:, 0] - x0 + 0.5 * unit) / unit).astype(np.int64)
-        return np.clip(i, 0, height - 1), np.clip(j, 0, width - 1)
+    oracle = MazeOracle(env)
 
     def policy(observations, goals):
-        i, j = to_cell(observations)
-        gi, gj = to_cell(goals)
-        in_goal_cell = ((i == gi) & (j == gj))[:, None]
-        direction = np.where(in_goal_cell, goals, table[gi, gj, i, j]) - observations
+        agent_cells = np.array([oracle.cell(xy) for xy in observations])
+        goal_cells = np.array([oracle.cell(xy) for xy in goals])
+        subgoals = oracle.subgoal_xy[goal_cells[:, 0], goal_cells[:, 1], agent_cells[:, 0], agent_cells[:, 1]]
+        in_goal_cell = np.all(agent_cells == goal_cells, axis=1)[:, None]
+        direction = np.where(in_goal_cell, goals, subgoals) - observations
         return direction / np.maximum(np.linalg.norm(direction, axis=-1, keepdims=True), 1e-6)
 
     return policy
-
-
-# Neighbour order of OGBench's oracle; it breaks ties between equally close neighbours.
-_MOVES = ((-1, 0), (0, -1), (1, 0), (0, 1))
-
-
-def _inside(grid, cell):
-    return 0 <= cell[0] < grid.shape[0] and 0 <= cell[1] < grid.shape[1]
-
-
-def _bfs_distances(free, source):
-    distance = np.full(free.shape, np.inf)
-    distance[source] = 0
-    queue = collections.deque([source])
-    while queue:
-        cell = queue.popleft()
-        for di, dj in _MOVES:
-            neighbour = (cell[0] + di, cell[1] + dj)
-            if _inside(free, neighbour) and free[neighbour] and distance[neighbour] == np.inf:
-                distance[neighbour] = distance[cell] + 1
-                queue.append(neighbour)
-    return distance

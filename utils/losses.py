@@ -200,3 +200,49 @@ def td_sr_loss(psi, phi_next, target_psi_next, target_phi_next, gamma):
         'm_offdiag_mean': jnp.sum(jnp.where(off_diag, m, 0.0)) / num_off,
     }
     return td_loss + positive, info
+
+
+def forward_backward_loss(forward, backward_next, target_forward_next, target_backward_next, gamma):
+    """Forward-backward successor-measure TD loss (paper appendix "Forward-Backward Algorithm";
+    Touati & Ollivier 2021), per forward-ensemble member e, with M_e = F_e(s_t, a_t, z) B(s')^T:
+        L_e = E[(M_e(s_t, a_t, s') - gamma Mbar(s_{t+1}, pi(s_{t+1}, z), s'))^2] - 2 E[M_e(s_t, a_t, s_{t+1})],
+        Mbar = mean_e Fbar_e(s_{t+1}, pi(s_{t+1}, z), z)^T Bbar(s').
+    This is `td_sr_loss` with psi = F_e(., ., z) and phi = B; the target is the ensemble mean (Meta
+    Motivo's FB with no pessimism on the TD target, `fb_pessimism_penalty = 0`), shared by both members.
+    Meta Motivo writes the same loss halved (0.5 squared term - diagonal); the factor only rescales
+    the gradient, which Adam undoes. Needs B >= 2.
+
+    Args:
+        forward: F_e(s_t, a_t, z) [E, B, d] (online, receives gradients).
+        backward_next: B(s_{t+1}) [B, d] (online, receives gradients).
+        target_forward_next: Fbar_e(s_{t+1}, pi(s_{t+1}, z), z) [E, B, d]; stop-gradiented.
+        target_backward_next: Bbar(s_{t+1}) [B, d]; stop-gradiented.
+        gamma: discount.
+
+    Returns:
+        (mean_e L_e, td_sr_loss's info averaged over members).
+    """
+    mean_target_forward = jnp.mean(target_forward_next, axis=0)
+    loss, info = jax.vmap(td_sr_loss, in_axes=(0, None, None, None, None))(
+        forward, backward_next, mean_target_forward, target_backward_next, gamma
+    )
+    return jnp.mean(loss), {k: jnp.mean(v) for k, v in info.items()}
+
+
+def orthonormality_loss(backward):
+    """FB's orthonormality regulariser, ||E[B(s) B(s)^T] - I||_F^2 up to the constant d:
+        L = E_{s != s'}[(B(s)^T B(s'))^2] - 2 E_s[B(s)^T B(s)],
+    with s' the batch's other samples (i != j), as the TD loss pairs them. Needs B >= 2.
+
+    Args:
+        backward: B(s) [B, d].
+
+    Returns:
+        (loss, {'offdiag': first term, 'diag': -2 E|B|^2}).
+    """
+    cov = backward @ backward.T
+    batch = cov.shape[0]
+    off_diag = ~jnp.eye(batch, dtype=bool)
+    offdiag = jnp.sum(jnp.where(off_diag, jnp.square(cov), 0.0)) / (batch * (batch - 1))
+    diag = -2.0 * jnp.mean(jnp.diagonal(cov))
+    return offdiag + diag, {'offdiag': offdiag, 'diag': diag}

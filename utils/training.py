@@ -13,17 +13,38 @@ import jax.numpy as jnp
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 
 
-@functools.partial(jax.jit, static_argnames=('sampler_config', 'num_steps'), donate_argnames=('agent',))
-def train_steps(agent, data: DeviceDataset, data_key, start_step, sampler_config: SamplerConfig, num_steps: int):
-    """Run `num_steps` updates from global step `start_step`. Returns the new agent and the per-step
-    metrics stacked on axis 0 (so a NaN can be traced to the exact step)."""
-
+def _scan_updates(agent, data, data_key, start_step, sampler_config, num_steps):
     def one_step(agent, step):
         batch = sample_batch(jax.random.fold_in(data_key, step), data, sampler_config)
         return agent.update(batch)
 
-    steps = start_step + jnp.arange(num_steps)
-    return jax.lax.scan(one_step, agent, steps)
+    return jax.lax.scan(one_step, agent, start_step + jnp.arange(num_steps))
+
+
+@functools.partial(jax.jit, static_argnames=('sampler_config', 'num_steps'), donate_argnames=('agent',))
+def train_steps(agent, data: DeviceDataset, data_key, start_step, sampler_config: SamplerConfig, num_steps: int):
+    """Run `num_steps` updates from global step `start_step`. Returns the new agent and the per-step
+    metrics stacked on axis 0 (so a NaN can be traced to the exact step)."""
+    return _scan_updates(agent, data, data_key, start_step, sampler_config, num_steps)
+
+
+@functools.partial(jax.jit, static_argnames=('sampler_config', 'num_steps'), donate_argnames=('agents',))
+def train_steps_multi(agents, data: DeviceDataset, data_keys, start_step, sampler_config: SamplerConfig, num_steps: int):
+    """`train_steps` for N independent seeds at once: `agents` and `data_keys` carry a leading seed
+    axis (see `stack_trees`); the dataset is shared. Metrics come back as [N, num_steps]."""
+    run = lambda agent, key: _scan_updates(agent, data, key, start_step, sampler_config, num_steps)
+    return jax.vmap(run)(agents, data_keys)
+
+
+def stack_trees(trees):
+    """Stack pytrees of one structure (e.g. one agent per seed) along a new leading axis.
+
+    Static fields (optimizer, apply function) are taken from the first tree: each agent's `create`
+    builds equal but distinct objects, which would make the tree structures compare unequal.
+    """
+    treedef = jax.tree_util.tree_structure(trees[0])
+    leaves = [jax.tree_util.tree_leaves(tree) for tree in trees]
+    return jax.tree_util.tree_unflatten(treedef, [jnp.stack(group) for group in zip(*leaves)])
 
 
 @functools.partial(jax.jit, static_argnames=('sampler_config',))

@@ -4,9 +4,10 @@
 knows the dataset; a new generator (e.g. antmaze with a trained expert) registers here.
 """
 
-from utils.datagen import pointmaze
+from utils.datagen import antmaze, pointmaze
 
 _GENERATORS = {name: pointmaze for name in pointmaze.GENERATABLE_DATASETS}
+_GENERATORS.update({name: antmaze for name in antmaze.GENERATABLE_DATASETS})
 GENERATABLE_DATASETS = tuple(sorted(_GENERATORS))
 
 

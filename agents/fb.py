@@ -1,0 +1,266 @@
+"""FB: zero-shot forward-backward RL used for goal reaching (paper appendix "Forward-Backward Algorithm").
+
+Unlike the other agents this is not GCBC + alpha * L_aux: the policy pi(s, z) is trained by RL on the
+successor measure M^{pi_z}(s, a, s+) = F(s, a, z)^T B(s+) p(s+), and reaches goal g with z = B(g).
+Per gradient step, on one batch and one parameter tree:
+
+* z: for each sample, with probability `z_state_ratio` the backward embedding B(s) of a random
+  dataset state (the batch's `value_goals`, drawn uniformly from the dataset), otherwise a uniform
+  sample from the sphere of radius sqrt(d); z is stop-gradient.
+* critic: `utils.losses.forward_backward_loss` on (F, B) with EMA targets (Fbar, Bbar) and the target
+  action pi(s_{t+1}, z) plus clipped noise, plus `ortho_coef` times the orthonormality regulariser.
+* actor: -Q / sg(mean |Q|) + bc_coef * L_BC, Q = F(s, pi(s, z) + noise, z)^T z (TD3 + BC style).
+
+Choices, following Meta Motivo's FB (Tirinzoni et al. 2025) unless noted:
+* B(s) is an MLP projected onto the sphere of radius sqrt(d) (their `Norm` layer, also in Touati et
+  al.'s code), so B(g), B(dataset state) and the sphere samples all live on the same sphere.
+* F is an ensemble of 2 networks (their `num_parallel = 2`); each embeds (s, a) and (s, z) separately,
+  the two embeddings are concatenated and mapped to the latent. With hidden sizes (h_1, .., h_n) the
+  embeddings are MLPs (h_1, .., h_{n-2}, h_{n-1} / 2) and the trunk is MLP(h_n), so (64, 64, 64)
+  gives their layout (embeddings 64 -> 32 each, trunk 64) at this project's widths. The TD target
+  uses the ensemble mean; the actor is pessimistic, Q = mean_e Q_e - `actor_pessimism` * |Q_1 - Q_2|.
+  Hidden layers use this project's MLP (GELU + layer norm) rather than their tanh/ReLU mix.
+* The actor is this project's Gaussian actor head on concat(s, z); its action is tanh(mean), with
+  Gaussian noise (std `actor_noise`, clipped at `actor_noise_clip`) in the actor loss and the TD
+  target (TD3 smoothing; their TruncatedNormal with std 0.2, clip 0.3), clipped to [-1, 1] with a
+  straight-through gradient. Evaluation (temperature 0) uses tanh(mean).
+* BC term (the paper's addition, coefficient 1): log-likelihood of the dataset action under
+  N(tanh(mean), I), i.e. 0.5 * ||a - pi(s, z)||^2 + const, with the same z as the RL term.
+  Q is divided by sg(mean |Q|) as in TD3+BC (not in Meta Motivo, which has no BC term): M is of
+  order 1 / (1 - gamma), so without it "coefficient 1" would leave BC negligible. In TD3+BC's terms
+  this is alpha = 2 for the MSE (they use 2.5).
+* Orthonormality regulariser off by default (`ortho_coef = 0`), as in the paper; Meta Motivo uses 1.
+* EMA rate tau = 0.01 (their `fb_target_tau`), lr 1e-4 (the paper sweeps 1e-4, 1e-5, 1e-6).
+"""
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from utils.agent_base import BCAgent, copy_to_target, ema_target_update
+from utils.encoders import resolve_latent_dim
+from utils.errors import ConfigError
+from utils.losses import bc_loss, forward_backward_loss, orthonormality_loss
+from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize
+
+# Under the square root of the norm, so that projecting a zero vector gives 0 instead of NaN.
+SPHERE_EPS = 1e-12
+
+
+def project_to_sphere(x):
+    """x scaled to norm sqrt(d), d = x.shape[-1]."""
+    d = x.shape[-1]
+    return jnp.sqrt(d) * x / jnp.sqrt(jnp.sum(jnp.square(x), axis=-1, keepdims=True) + SPHERE_EPS)
+
+
+class ForwardMap(nn.Module):
+    """F(s, a, z): embeddings of (s, a) and (s, z), concatenated, then a trunk to the latent."""
+
+    hidden_dims: Sequence[int]
+    latent_dim: int
+    layer_norm: bool = True
+
+    @nn.compact
+    def __call__(self, observations, actions, latents):
+        *embedding_dims, trunk_dim = self.hidden_dims
+        embedding_dims = (*embedding_dims[:-1], embedding_dims[-1] // 2)
+        state_action = MLP(embedding_dims, activate_final=True, layer_norm=self.layer_norm)(
+            jnp.concatenate([observations, actions], axis=-1)
+        )
+        state_latent = MLP(embedding_dims, activate_final=True, layer_norm=self.layer_norm)(
+            jnp.concatenate([observations, latents], axis=-1)
+        )
+        x = MLP((trunk_dim,), activate_final=True, layer_norm=self.layer_norm)(
+            jnp.concatenate([state_action, state_latent], axis=-1)
+        )
+        return nn.Dense(self.latent_dim, kernel_init=default_init())(x)
+
+
+class BackwardMap(nn.Module):
+    """B(s): an encoder MLP whose output is projected onto the sphere of radius sqrt(d)."""
+
+    hidden_dims: Sequence[int]
+    latent_dim: int
+    layer_norm: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        return project_to_sphere(Encoder(self.hidden_dims, self.latent_dim, self.layer_norm)(x))
+
+
+def check_config(config):
+    """Clear errors for FB settings that would otherwise fail deep inside jit or silently give NaN."""
+    if len(config.encoder_hidden_dims) < 2:
+        raise ConfigError(
+            f'FB needs at least 2 hidden layers in encoder_hidden_dims (embeddings, then trunk), got '
+            f'{config.encoder_hidden_dims}.'
+        )
+    if config.num_forward < 1:
+        raise ConfigError(f'num_forward must be >= 1, got {config.num_forward}.')
+    if config.batch_size < 2:
+        raise ConfigError(f'FB pairs each sample with the others in its batch: batch_size must be >= 2, got {config.batch_size}.')
+    if not 0.0 <= config.z_state_ratio <= 1.0:
+        raise ConfigError(f'z_state_ratio is a probability in [0, 1], got {config.z_state_ratio}.')
+
+
+def pessimistic_mean(values, penalty):
+    """mean_e v_e - penalty * mean_{e != e'} |v_e - v_e'| over the ensemble axis 0 (Meta Motivo's
+    `get_targets_uncertainty`); for one member, the value itself."""
+    members = values.shape[0]
+    if members == 1:
+        return values[0]
+    spread = jnp.sum(jnp.abs(values[:, None] - values[None, :]), axis=(0, 1)) / (members * (members - 1))
+    return jnp.mean(values, axis=0) - penalty * spread
+
+
+class FBAgent(BCAgent):
+    def policy_inputs(self, observations, goals, params=None):
+        """Goal reaching: the actor on concat(s, z) with z = B(g)."""
+        return jnp.concatenate([observations, self.network(goals, name='backward', params=params)], axis=-1)
+
+    def policy_actions(self, observations, latents, params=None):
+        """(pi(s, z) = tanh(mean), log_stds)."""
+        means, log_stds = self.network(jnp.concatenate([observations, latents], axis=-1), name='actor', params=params)
+        return jnp.tanh(means), log_stds
+
+    def smoothed(self, actions, noise_key):
+        """actions + clipped Gaussian noise, clipped to [-1, 1] with a straight-through gradient so that
+        the actor still learns at the action bounds."""
+        noise = self.config['actor_noise'] * jax.random.normal(noise_key, actions.shape)
+        noisy = actions + jnp.clip(noise, -self.config['actor_noise_clip'], self.config['actor_noise_clip'])
+        return noisy + jax.lax.stop_gradient(jnp.clip(noisy, -1.0, 1.0) - noisy)
+
+    def sample_latents(self, key, states, params):
+        """z per sample: B(states) with probability `z_state_ratio`, else uniform on the sphere of
+        radius sqrt(d). Stop-gradient: z is an input of F and pi, not something B is trained through."""
+        sphere_key, choice_key = jax.random.split(key)
+        from_states = self.network(states, name='backward', params=params)
+        from_sphere = project_to_sphere(jax.random.normal(sphere_key, from_states.shape))
+        use_states = jax.random.uniform(choice_key, (from_states.shape[0], 1)) < self.config['z_state_ratio']
+        return jax.lax.stop_gradient(jnp.where(use_states, from_states, from_sphere))
+
+    def critic_loss(self, batch, params, latents, noise_key):
+        """FB TD loss (+ orthonormality); trains F and B only."""
+        next_actions, _ = self.policy_actions(batch['next_observations'], latents, jax.lax.stop_gradient(params))
+        next_actions = self.smoothed(next_actions, noise_key)
+        target_forward = self.network(batch['next_observations'], next_actions, latents, name='target_forward', params=params)
+        target_backward = self.network(batch['next_observations'], name='target_backward', params=params)
+        forward = self.network(batch['observations'], batch['actions'], latents, name='forward', params=params)
+        backward = self.network(batch['next_observations'], name='backward', params=params)
+        loss, info = forward_backward_loss(forward, backward, target_forward, target_backward, self.config['discount'])
+        ortho, ortho_info = orthonormality_loss(backward)
+        info = {f'critic/{k}': v for k, v in info.items()}
+        info.update({'critic/fb_loss': loss, 'critic/ortho_loss': ortho, 'critic/ortho_offdiag': ortho_info['offdiag']})
+        return loss + self.config['ortho_coef'] * ortho, info
+
+    def actor_loss(self, batch, params, latents, noise_key):
+        """-Q / sg(mean |Q|) + bc_coef * L_BC. F is read with stop-gradient parameters, so this loss
+        trains the actor only (z is already stop-gradient)."""
+        actions, log_stds = self.policy_actions(batch['observations'], latents, params)
+        smoothed = self.smoothed(actions, noise_key)
+        forward = self.network(batch['observations'], smoothed, latents, name='forward', params=jax.lax.stop_gradient(params))
+        q = pessimistic_mean(jnp.sum(forward * latents, axis=-1), self.config['actor_pessimism'])
+        q_scale = jax.lax.stop_gradient(jnp.mean(jnp.abs(q))) if self.config['normalize_q'] else 1.0
+        q_loss = -jnp.mean(q) / jnp.maximum(q_scale, 1e-6)
+        bc = bc_loss(actions, log_stds, batch['actions'])
+        info = {
+            'actor/q_loss': q_loss,
+            'actor/q': jnp.mean(q),
+            'actor/bc_loss': bc,
+            'actor/mse': jnp.mean((actions - batch['actions']) ** 2),
+        }
+        return q_loss + self.config['bc_coef'] * bc, info
+
+    def total_loss(self, batch, grad_params, rng=None):
+        """Critic + actor loss; each trains its own networks (F, B) and pi. Without `rng` (validation)
+        the agent's own key draws z and the noise."""
+        rng = self.rng if rng is None else rng
+        latent_key, target_noise_key, actor_noise_key = jax.random.split(rng, 3)
+        latents = self.sample_latents(latent_key, batch['value_goals'], grad_params)
+        critic, info = self.critic_loss(batch, grad_params, latents, target_noise_key)
+        actor, actor_info = self.actor_loss(batch, grad_params, latents, actor_noise_key)
+        info.update(actor_info)
+        info['critic/loss'] = critic
+        info['total_loss'] = critic + actor
+        return critic + actor, info
+
+    def update_targets(self, network):
+        network = ema_target_update(network, 'forward', 'target_forward', self.config['tau'])
+        return ema_target_update(network, 'backward', 'target_backward', self.config['tau'])
+
+    @jax.jit
+    def sample_actions(self, observations, goals, seed=None, temperature=1.0):
+        """pi(s, B(g)) = tanh(mean), plus N(0, (temperature * actor_noise)^2) noise, clipped to [-1, 1]."""
+        actions, _ = self.policy_actions(observations, self.network(goals, name='backward'))
+        seed = self.rng if seed is None else seed
+        noise = temperature * self.config['actor_noise'] * jax.random.normal(seed, actions.shape)
+        return jnp.clip(actions + noise, -1.0, 1.0)
+
+    def representations(self, observations, actions, goals):
+        """(mean_e F_e(s, a, B(g)), B(g)): their dot product is the successor measure M(s, a, g)."""
+        latents = self.network(goals, name='backward')
+        return self.network(observations, actions, latents, name='forward').mean(axis=0), latents
+
+    @classmethod
+    def create(cls, seed, ex_observations, ex_actions, config):
+        obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
+        check_config(config)
+        d = resolve_latent_dim(config.latent_dim, obs_dim)
+        forward = ensemblize(ForwardMap, config.num_forward)(config.encoder_hidden_dims, d, config.encoder_layer_norm)
+        backward = BackwardMap(config.encoder_hidden_dims, d, config.encoder_layer_norm)
+        ex_latents = jnp.zeros((ex_observations.shape[0], d))
+        modules = {
+            'forward': forward,
+            'target_forward': forward.clone(),
+            'backward': backward,
+            'target_backward': backward.clone(),
+            'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm),
+        }
+        example_args = {
+            'forward': (ex_observations, ex_actions, ex_latents),
+            'target_forward': (ex_observations, ex_actions, ex_latents),
+            'backward': (ex_observations,),
+            'target_backward': (ex_observations,),
+            'actor': (jnp.concatenate([ex_observations, ex_latents], axis=-1),),
+        }
+        agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
+        params = copy_to_target(agent.network.params, 'forward', 'target_forward')
+        params = copy_to_target(params, 'backward', 'target_backward')
+        return agent.replace(network=agent.network.replace(params=params))
+
+
+def get_config():
+    return ml_collections.ConfigDict(
+        dict(
+            agent_name='fb',  # Agent name (registry key).
+            lr=1e-4,  # Adam learning rate of F, B and the actor (paper sweeps 1e-4, 1e-5, 1e-6).
+            batch_size=1024,  # Batch size (B^2 TD pairs per forward member).
+            actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes (input concat(s, z)).
+            actor_layer_norm=False,  # Layer norm in the actor MLP.
+            encoder_hidden_dims=(64, 64, 64),  # F and B hidden sizes; F: (s,a) and (s,z) embeddings (all but last, last halved), trunk (last).
+            encoder_layer_norm=True,  # Layer norm in F's and B's hidden layers.
+            latent_dim=0,  # d, size of z, F and B; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
+            num_forward=2,  # Forward ensemble members (Meta Motivo: 2); B is a single network.
+            tau=0.01,  # EMA rate of Fbar, Bbar: target <- tau * online + (1 - tau) * target.
+            discount=0.99,  # gamma of the successor measure.
+            z_state_ratio=0.5,  # Fraction of training z that are B(dataset state); the rest are uniform on the sphere.
+            ortho_coef=0.0,  # Weight of the orthonormality regulariser on B (paper: off; Meta Motivo: 1).
+            bc_coef=1.0,  # Weight of the BC log-likelihood in the actor loss (paper: 1).
+            normalize_q=True,  # Divide the actor's -Q by sg(mean |Q|) (TD3+BC) so that bc_coef is scale-free.
+            actor_pessimism=0.5,  # Actor's Q = mean_e Q_e - this * mean pairwise |Q_e - Q_e'| (Meta Motivo: 0.5).
+            actor_noise=0.2,  # Std of the policy-smoothing noise in actor and TD target (also temperature 1 sampling).
+            actor_noise_clip=0.3,  # Clip of that noise.
+            actor_p_curgoal=0.0,  # Unused by FB (no goal-conditioned BC); kept for the sampler.
+            actor_p_trajgoal=1.0,  # Unused by FB.
+            actor_p_randomgoal=0.0,  # Unused by FB.
+            actor_geom_sample=False,  # Unused by FB.
+            value_p_curgoal=0.0,  # States seeding z = B(s) ("value goals"): current state.
+            value_p_trajgoal=0.0,  # States seeding z: same-trajectory future.
+            value_p_randomgoal=1.0,  # States seeding z: uniformly random dataset states (Meta Motivo: shuffled batch states).
+            value_geom_sample=False,  # States seeding z: geometric offsets for the trajectory part (unused at p_trajgoal=0).
+        )
+    )

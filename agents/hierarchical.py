@@ -1,0 +1,309 @@
+"""Hierarchical behavioral cloning: HGCBC, HGCBC-phi and HBYOL-gamma (paper appendix "Hierarchical
+Policies", table tab:hhparams; SPEC section 4).
+
+A high-level policy pi_h proposes a subgoal l, `subgoal_steps` (25) steps ahead on the way to the
+goal g, and a low-level policy pi_l reaches it. Both are fixed-std Gaussian BC policies trained on
+the hierarchical sampler's batches: pi_l on (s, a, low_goals), pi_h on (s, high_goals, high_targets).
+
+    HGCBC        pi_h(l | s, g)                         pi_l(a | s, l)             GCBC low level
+    HGCBC-phi    pi_h(phibar(l) | phi_h(s), phi_h(g))   pi_l(a | phi(s), phi(l))   GCBC-phi low level
+    HBYOL-gamma  pi_h(phibar(l) | phibar(s), phibar(g)) pi_l(a | phi(s), phi(l))   BYOL-gamma low level
+
+phibar is the low level's encoder (ensemble mean), which the high level reads but never trains;
+phi_h is HGCBC-phi's own input encoder, trained from scratch by the high-level loss (the paper found
+that better than reading phi there).
+
+The low level *is* a flat agent of this repository (`GCBCAgent`, `BYOLGammaAgent`) trained by its own
+`update` with `actor_goals = low_goals`, so its optimizer, auxiliary loss and target networks are
+exactly those of the flat agent. The high level is a separate train state (`network`, lr `high_lr`).
+With one optimizer per level, freezing a level is exact: it is simply not updated.
+
+Schedule. `stage1_steps = 0` trains both levels at every step (HGCBC, as OGBench's HGCBC does).
+`stage1_steps > 0` is the paper's two-stage setup: the low level's first `stage1_steps` updates train
+only the low level, every later update only the high level, with the low level frozen. The switch is
+a `lax.cond` on the low level's step counter, so it is one jitted program and a checkpoint resumes in
+the right stage. `stage1_checkpoint` instead loads a trained low level (saved by a flat run of the
+low-level agent or by a hierarchical run) and every update is stage 2.
+
+Acting re-plans at every step: one jitted call runs pi_h, then pi_l on its subgoal (the default of
+OGBench's HGCBC/HIQL). Re-planning every k steps would need state across steps, which the evaluator's
+stateless policy does not carry: it is not supported.
+"""
+
+import os
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from agents.byol_gamma import BYOLGammaAgent
+from agents.byol_gamma import get_config as byol_gamma_config
+from agents.gcbc import GCBCAgent
+from utils.checkpoints import load_checkpoint
+from utils.encoders import phi_policy_inputs, resolve_latent_dim
+from utils.errors import ConfigError
+from utils.flax_utils import TrainState, nonpytree_field
+from utils.losses import bc_loss
+from utils.networks import EnsembleEncoder, GaussianActor, ModuleDict, sample_gaussian
+
+
+class HierarchicalAgent(flax.struct.PyTreeNode):
+    """Shared by the three variants; a variant defines how the levels meet (the hooks below)."""
+
+    rng: Any
+    network: TrainState  # the high level; `network` like every agent, so main.py validates it alike
+    low: Any  # the low level: a flat agent (GCBCAgent or BYOLGammaAgent)
+    config: Any = nonpytree_field()
+
+    @classmethod
+    def create_low(cls, seed, ex_observations, ex_actions, config):
+        """The untrained low-level agent."""
+        raise NotImplementedError
+
+    @classmethod
+    def high_modules(cls, config, ex_observations, subgoal_dim):
+        """(modules, example_args) of the high level; it must hold a 'high_actor'."""
+        raise NotImplementedError
+
+    def high_inputs(self, observations, goals, params=None):
+        """The high-level actor's input for (s, g)."""
+        raise NotImplementedError
+
+    def subgoal_targets(self, subgoal_states):
+        """What pi_h predicts for these subgoal states (and what pi_l then conditions on)."""
+        raise NotImplementedError
+
+    def low_policy_inputs(self, observations, subgoals):
+        """The low-level actor's input for (s, a subgoal in pi_h's output space)."""
+        raise NotImplementedError
+
+    def low_batch(self, batch):
+        return dict(batch, actor_goals=batch['low_goals'])
+
+    def high_loss(self, batch, params):
+        """L_BC of pi_h: -log pi_h(target(high_targets) | s, high_goals). Only `params` (the high
+        level's) are differentiated, so the low level's encoder is a stop-gradient target here."""
+        inputs = self.high_inputs(batch['observations'], batch['high_goals'], params)
+        means, log_stds = self.network(inputs, name='high_actor', params=params)
+        targets = self.subgoal_targets(batch['high_targets'])
+        loss = bc_loss(means, log_stds, targets)
+        return loss, {'bc_loss': loss, 'mse': jnp.mean((means - targets) ** 2)}
+
+    def is_two_stage(self):
+        return self.config['stage1_steps'] > 0 and not self.config['stage1_checkpoint']
+
+    def in_stage2(self):
+        """The two-stage schedule's clock: the low level's step counter, which stops at stage1_steps
+        when the low level freezes (so a restored checkpoint resumes in its stage)."""
+        return self.low.network.step >= self.config['stage1_steps']
+
+    def trained_levels(self):
+        """(train_low, train_high) for the next update; traced booleans in the two-stage schedule."""
+        if self.is_two_stage():
+            return ~self.in_stage2(), self.in_stage2()
+        return not self.config['stage1_checkpoint'], True
+
+    def total_loss(self, batch, grad_params, rng=None):
+        """The objective of the levels the next update trains -- the low level's L_BC + alpha * L_aux at
+        its current parameters and/or the high level's L_BC at `grad_params` (high-level parameters) --
+        and the metrics of both levels."""
+        low_loss, info = self.low.total_loss(self.low_batch(batch), self.low.network.params)
+        high_loss, high_info = self.high_loss(batch, grad_params)
+        info.update({f'high_actor/{k}': v for k, v in high_info.items()})
+        info['total_loss'] = objective(low_loss, high_loss, *self.trained_levels())
+        return info['total_loss'], info
+
+    def train_levels(self, batch, train_low: bool, train_high: bool):
+        """One gradient step of the chosen levels; the other is only evaluated (grad_norm 0)."""
+        low_batch = self.low_batch(batch)
+        frozen_grad_norm = jnp.zeros((), jnp.float32)
+        if train_low:
+            low, info = self.low.update(low_batch)
+        else:
+            low, (_, info) = self.low, self.low.total_loss(low_batch, self.low.network.params)
+            info['grad_norm'] = frozen_grad_norm
+        if train_high:
+            network, high_info = self.network.apply_loss_fn(lambda params: self.high_loss(batch, params))
+        else:
+            network, (_, high_info) = self.network, self.high_loss(batch, self.network.params)
+            high_info['grad_norm'] = frozen_grad_norm
+        info.update({f'high_actor/{k}': v for k, v in high_info.items()})
+        info['total_loss'] = objective(info['total_loss'], high_info['bc_loss'], train_low, train_high)
+        return self.replace(low=low, network=network), info
+
+    @jax.jit
+    def update(self, batch):
+        if not self.is_two_stage():
+            return self.train_levels(batch, *self.trained_levels())
+        in_stage2 = self.in_stage2()
+        agent, info = jax.lax.cond(
+            in_stage2,
+            lambda agent: agent.train_levels(batch, train_low=False, train_high=True),
+            lambda agent: agent.train_levels(batch, train_low=True, train_high=False),
+            self,
+        )
+        info['stage'] = jnp.where(in_stage2, 2.0, 1.0)
+        return agent, info
+
+    def propose_subgoals(self, observations, goals, seed, temperature=1.0):
+        means, log_stds = self.network(self.high_inputs(observations, goals), name='high_actor')
+        return sample_gaussian(seed, means, log_stds, temperature)
+
+    @jax.jit
+    def sample_actions(self, observations, goals, seed=None, temperature=1.0):
+        """pi_h proposes a subgoal for (s, g), pi_l acts toward it; re-planned at every call."""
+        seed = self.rng if seed is None else seed
+        high_seed, low_seed = jax.random.split(seed)
+        subgoals = self.propose_subgoals(observations, goals, high_seed, temperature)
+        means, log_stds = self.low.network(self.low_policy_inputs(observations, subgoals), name='actor')
+        return jnp.clip(sample_gaussian(low_seed, means, log_stds, temperature), -1.0, 1.0)
+
+    @classmethod
+    def create(cls, seed, ex_observations, ex_actions, config):
+        if config.subgoal_steps <= 0:
+            raise ConfigError(f'Hierarchical agents need subgoal_steps > 0 (paper: 25), got {config.subgoal_steps}.')
+        if config.stage1_steps < 0:
+            raise ConfigError(f'stage1_steps must be >= 0 (0 = train both levels together), got {config.stage1_steps}.')
+        low = cls.create_low(seed, ex_observations, ex_actions, config)
+        frozen_config = flax.core.FrozenDict(config.to_dict())
+        # A placeholder high level lets the hooks (which read the low level) size the real one.
+        agent = cls(rng=None, network=None, low=low, config=frozen_config)
+        subgoal_dim = agent.subgoal_targets(ex_observations).shape[-1]
+        modules, example_args = cls.high_modules(config, ex_observations, subgoal_dim)
+        rng, init_rng = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1))
+        model = ModuleDict(modules)
+        network = TrainState.create(model, model.init(init_rng, example_args)['params'], optax.adam(config.high_lr))
+        agent = agent.replace(rng=rng, network=network)
+        if config.stage1_checkpoint:
+            agent = agent.replace(low=load_low_level(config.stage1_checkpoint, agent))
+        return agent
+
+
+def objective(low_loss, high_loss, train_low, train_high):
+    """The loss being minimised: the sum over the levels that are trained (a frozen level's loss is
+    still logged, under its own name, but is not part of it)."""
+    return jnp.where(train_low, low_loss, 0.0) + jnp.where(train_high, high_loss, 0.0)
+
+
+def load_low_level(path, agent):
+    """The low level saved at `path` by a flat run of the low-level agent or by a hierarchical run
+    of this variant, restored into `agent.low` (same config and data shapes)."""
+    path = os.path.expanduser(path)
+    if not os.path.exists(path):
+        raise ConfigError(f'stage1_checkpoint {path!r} does not exist.')
+    try:
+        return load_checkpoint(path, agent.low)[0]
+    except ValueError:
+        pass
+    try:
+        return load_checkpoint(path, agent)[0].low
+    except ValueError:
+        raise ConfigError(
+            f'stage1_checkpoint {path!r} holds neither a {type(agent.low).__name__} nor a {type(agent).__name__} '
+            f'with this config: use the checkpoint of a {type(agent.low).__name__} run (or of a run of this '
+            f'hierarchical agent) with the same network sizes and dataset.'
+        ) from None
+
+
+class HGCBCAgent(HierarchicalAgent):
+    """Subgoals are states: pi_h(l | s, g) on concat(s, g), a GCBC low level on concat(s, l)."""
+
+    @classmethod
+    def create_low(cls, seed, ex_observations, ex_actions, config):
+        return GCBCAgent.create(seed, ex_observations, ex_actions, with_fields(config, encoder='none'))
+
+    @classmethod
+    def high_modules(cls, config, ex_observations, subgoal_dim):
+        actor = GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm)
+        return {'high_actor': actor}, {'high_actor': (jnp.concatenate([ex_observations, ex_observations], axis=-1),)}
+
+    def high_inputs(self, observations, goals, params=None):
+        return jnp.concatenate([observations, goals], axis=-1)
+
+    def subgoal_targets(self, subgoal_states):
+        return subgoal_states
+
+    def low_policy_inputs(self, observations, subgoals):
+        return self.low.policy_inputs(observations, subgoals)
+
+
+class LatentSubgoalAgent(HierarchicalAgent):
+    """Subgoals are the low level's representations phibar(l): pi_l(a | phi(s), z_l) acts on them."""
+
+    def low_representation(self, x):
+        """phibar(x): the ensemble mean the low-level actor reads (as in utils.encoders)."""
+        return self.low.network(x, name='encoder').mean(axis=0)
+
+    def subgoal_targets(self, subgoal_states):
+        return jax.lax.stop_gradient(self.low_representation(subgoal_states))
+
+    def low_policy_inputs(self, observations, subgoals):
+        return jnp.concatenate([self.low_representation(observations), subgoals], axis=-1)
+
+
+class HGCBCPhiAgent(LatentSubgoalAgent):
+    """GCBC-phi low level; pi_h reads its own encoder phi_h(s), phi_h(g), trained from scratch."""
+
+    @classmethod
+    def create_low(cls, seed, ex_observations, ex_actions, config):
+        return GCBCAgent.create(seed, ex_observations, ex_actions, with_fields(config, encoder='phi'))
+
+    @classmethod
+    def high_modules(cls, config, ex_observations, subgoal_dim):
+        latent_dim = resolve_latent_dim(config.latent_dim, ex_observations.shape[-1])
+        modules = {
+            'high_encoder': EnsembleEncoder(config.encoder_hidden_dims, latent_dim, config.num_ensemble, config.encoder_layer_norm),
+            'high_actor': GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm),
+        }
+        return modules, {'high_encoder': (ex_observations,), 'high_actor': (jnp.zeros((1, 2 * latent_dim)),)}
+
+    def high_inputs(self, observations, goals, params=None):
+        return phi_policy_inputs(self.network, observations, goals, params, encoder_name='high_encoder')
+
+
+class HBYOLGammaAgent(LatentSubgoalAgent):
+    """BYOL-gamma low level; pi_h reads the frozen low-level representation phibar(s), phibar(g)."""
+
+    @classmethod
+    def create_low(cls, seed, ex_observations, ex_actions, config):
+        return BYOLGammaAgent.create(seed, ex_observations, ex_actions, config)
+
+    @classmethod
+    def high_modules(cls, config, ex_observations, subgoal_dim):
+        actor = GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm)
+        return {'high_actor': actor}, {'high_actor': (jnp.zeros((1, 2 * subgoal_dim)),)}
+
+    def high_inputs(self, observations, goals, params=None):
+        return jax.lax.stop_gradient(phi_policy_inputs(self.low.network, observations, goals))
+
+
+def with_fields(config, **fields):
+    """A copy of `config` with `fields` set (the low level's config may need fields this one lacks)."""
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.update(fields)
+    return config
+
+
+def get_config():
+    # The low level's fields (lr, actor_hidden_dims, encoder_*, latent_dim, value goals, and
+    # BYOL-gamma's alpha, loss_type, ... which HGCBC and HGCBC-phi ignore) are agents/byol_gamma.py's.
+    # Its actor_* goal mixture is unused: the low level's actor goals are the sampler's low_goals.
+    config = byol_gamma_config()
+    config.update(
+        dict(
+            agent_name='hgcbc',  # Variant (registry key): 'hgcbc', 'hgcbc_phi' or 'hbyol_gamma'.
+            high_hidden_dims=(512, 512, 512, 512),  # High-level actor MLP hidden sizes (tab:hhparams).
+            high_lr=3e-4,  # High-level Adam learning rate (3e-4 HGCBC; 1e-4 HGCBC-phi, HBYOL-gamma).
+            subgoal_steps=25,  # Subgoals are s_{min(t + subgoal_steps, high goal, T)}.
+            stage1_steps=0,  # 0: train both levels together; > 0: low level only for this many steps, then high only.
+            stage1_checkpoint='',  # Path of a trained low level to load and freeze (stage 2 only); '' = none.
+            high_p_curgoal=0.0,  # High-level goals: probability of the current state.
+            high_p_trajgoal=1.0,  # High-level goals: probability of a future state of the same trajectory.
+            high_p_randomgoal=0.0,  # High-level goals: probability of a random dataset state.
+            high_geom_sample=False,  # High-level goals: uniform over the trajectory's future (OGBench HGCBC).
+        )
+    )
+    return config

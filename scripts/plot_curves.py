@@ -1,0 +1,107 @@
+"""Learning curves: one PNG per dataset, one line per method (mean over seeds, shaded ± std) vs gradient steps.
+
+    python scripts/plot_curves.py --runs=runs/state --out=plots/curves.png      # plots/curves_<dataset>.png
+    python scripts/plot_curves.py --runs=runs/state --out='plots/{env}.png' --all_settings
+
+Each method is drawn at its best setting (the one scripts/results.py reports: highest mean of the
+last 3 evaluations); --all_settings draws every setting (alpha, ...) instead.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use('Agg')  # Files only: no display on clusters.
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from utils import results as R  # noqa: E402
+from utils.errors import ConfigError  # noqa: E402
+from utils.sweep import parse_seeds  # noqa: E402
+
+LINE_STYLES = ('-', '--', ':', '-.')
+
+
+def output_path(template: str, env: str) -> str:
+    if '{env}' in template:
+        return template.format(env=env)
+    stem, extension = os.path.splitext(template)
+    return f'{stem}_{env}{extension or ".png"}'
+
+
+def plot_environment(env, method_cells, path, metric, scale):
+    """method_cells: [(method, [Cell, ...])] in legend order; writes one PNG."""
+    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
+    for index, (method, cells) in enumerate(method_cells):
+        color = colors[index % len(colors)]
+        for style_index, cell in enumerate(cells):
+            steps, mean, std, counts = R.mean_curve(cell.runs, scale)
+            # The LaTeX names are valid matplotlib mathtext (gamma^a, psi_b, ...).
+            label = R.METHOD_NAMES[method][1] if method in R.METHOD_NAMES else method
+            setting = R.setting_label(cell.setting)
+            label += f' ({setting}, n={cell.n})' if setting else f' (n={cell.n})'
+            style = LINE_STYLES[style_index % len(LINE_STYLES)]
+            axes.plot(steps, mean, style, color=color, label=label, marker='o' if len(steps) < 3 else None)
+            axes.fill_between(steps, mean - std, mean + std, color=color, alpha=0.15, linewidth=0)
+    axes.set_title(env)
+    axes.set_xlabel('gradient steps')
+    axes.set_ylabel(f'{metric.split("/")[-1].replace("_", " ")}' + (' (%)' if scale == 100 else ''))
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f'{x / 1e6:g}M' if x >= 1e6 else f'{x / 1e3:g}k' if x else '0'))
+    if scale == 100:
+        axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize='small', loc='best')
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser.add_argument('--runs', required=True, help='Comma-separated folders searched for run directories.')
+    parser.add_argument('--out', required=True, help='PNG path: {env} is replaced by the dataset, else _<dataset> is appended.')
+    parser.add_argument('--metric', default=R.METRIC)
+    parser.add_argument('--scale', type=float, default=100.0)
+    parser.add_argument('--last_n', type=int, default=3, help='Evaluations averaged to pick the best setting.')
+    parser.add_argument('--methods', default='', help='Comma-separated presets to draw, in legend order (default: all).')
+    parser.add_argument('--seeds', default='', help='Only these seeds, e.g. 0-3.')
+    parser.add_argument('--all_settings', action='store_true', help='Draw every setting, not only the best.')
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        seeds = parse_seeds(args.seeds) if args.seeds else None
+        runs = R.load_runs([r.strip() for r in args.runs.split(',') if r.strip()], args.metric, seeds,
+                           warn=lambda m: print(f'Warning: {m}', file=sys.stderr))
+        if not runs:
+            raise ValueError(f'No run directories (folders with eval.csv) under {args.runs}.')
+    except (ValueError, FileNotFoundError, ConfigError) as e:
+        sys.exit(f'Error: {e}')
+    cells = R.group_cells(runs, args.last_n, args.scale)
+    best = R.best_cells(cells)
+    wanted = [m.strip() for m in args.methods.split(',') if m.strip()]
+    for env in R.ordered({env for env, _ in cells}, R.ENV_ORDER):
+        methods = wanted or R.ordered({m for e, m in cells if e == env}, list(R.METHOD_NAMES))
+        method_cells = []
+        for method in methods:
+            if args.all_settings:
+                chosen = [c for c in cells.get((env, method), []) if c.n]
+            else:
+                chosen = [best[(env, method)]] if (env, method) in best else []
+            if chosen:
+                method_cells.append((method, chosen))
+        if not method_cells:
+            print(f'Warning: nothing to draw for {env}.', file=sys.stderr)
+            continue
+        path = output_path(args.out, env)
+        plot_environment(env, method_cells, path, args.metric, args.scale)
+        print(path)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Results table in the paper's layout from run directories.
+
+    python scripts/results.py --runs=runs/state [--format=markdown|latex] [--metric=evaluation/overall_success]
+    python scripts/results.py --runs=runs/state,runs/ablations --seeds=0-3 --methods=byol_gamma_a,byol_gamma_no_a
+
+Each seed scores the mean of its last 3 evaluations x 100; cells are mean ± std over seeds at the best
+setting (alpha, ...) per dataset and method; non-RL methods within 95% of the row's best non-RL mean
+are bold. Cells with fewer seeds than the most in the table show (n=k); cells with unfinished runs
+(no DONE) show a dagger, and those runs are listed below the table.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from utils import results as R  # noqa: E402
+from utils.errors import ConfigError  # noqa: E402
+from utils.sweep import parse_seeds  # noqa: E402
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser.add_argument('--runs', required=True, help='Comma-separated folders searched for run directories (e.g. runs/state).')
+    parser.add_argument('--format', choices=['markdown', 'latex'], default='markdown')
+    parser.add_argument('--metric', default=R.METRIC, help='eval.csv column to report.')
+    parser.add_argument('--scale', type=float, default=100.0, help='Multiplier of the metric (100: success in percent).')
+    parser.add_argument('--last_n', type=int, default=3, help='Evaluations averaged per seed (the last ones).')
+    parser.add_argument('--methods', default='', help='Comma-separated presets: the columns and their order (default: all found).')
+    parser.add_argument('--seeds', default='', help='Only these seeds, e.g. 0-3 (default: all).')
+    parser.add_argument('--rl_methods', default=','.join(sorted(R.RL_METHODS)), help='Methods left out of the bolding comparison.')
+    parser.add_argument('--decimals', type=int, default=0)
+    parser.add_argument('--details', action='store_true', help='Also list every setting of every method, not only the best.')
+    args = parser.parse_args(argv)
+    if args.last_n < 1:
+        parser.error(f'--last_n must be at least 1, got {args.last_n}.')
+    return args
+
+
+def split_list(text):
+    return [item.strip() for item in text.split(',') if item.strip()]
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    latex = args.format == 'latex'
+    comment = '% ' if latex else ''
+    try:
+        seeds = parse_seeds(args.seeds) if args.seeds else None
+        runs = R.load_runs(split_list(args.runs), args.metric, seeds, warn=lambda m: print(f'Warning: {m}', file=sys.stderr))
+        if not runs:
+            raise ValueError(f'No run directories (folders with eval.csv) under {args.runs}'
+                             + (f' for seeds {args.seeds}.' if seeds else '.'))
+        cells = R.group_cells(runs, args.last_n, args.scale)
+        table = R.build_table(R.best_cells(cells), split_list(args.methods) or None, frozenset(split_list(args.rl_methods)))
+    except (ValueError, FileNotFoundError, ConfigError) as e:
+        sys.exit(f'Error: {e}')
+
+    print(R.format_latex(table, args.decimals) if latex else R.format_markdown(table, args.decimals))
+    print()
+    rl = ', '.join(sorted(table.rl_methods)) or 'none'
+    print(f'{comment}{args.metric} x {args.scale:g}, mean of the last {args.last_n} evaluations per seed; mean ± std over '
+          f'{table.seed_count} seeds (fewer where marked n=k); best setting per dataset and method. Bold: within '
+          f'{R.BOLD_FRACTION:.0%} of the best non-RL method in the row (RL: {rl}). †: includes unfinished runs.')
+    print()
+    print(f'{comment}Chosen settings:')
+    print(R.format_settings(table, latex))
+    if args.details:
+        print(f'\n{comment}All settings (mean ± std, seeds):')
+        for (env, method), candidates in sorted(cells.items()):
+            for cell in candidates:
+                print(f'{comment}  {env} {method} [{R.setting_label(cell.setting) or "-"}]: '
+                      f'{cell.mean:.{args.decimals}f} ± {cell.std:.{args.decimals}f} (n={cell.n}, unfinished {len(cell.unfinished)})')
+    unfinished = R.unfinished_report(cells, args.last_n)
+    if unfinished:
+        print(f'\n{comment}Unfinished runs ({len(unfinished)}):')
+        for line in unfinished:
+            print(f'{comment}  {line}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Launch a grid of main.py runs: methods x environments x hyperparameters x seeds.
+
+    python scripts/sweep.py --name=state --envs=antmaze-medium-stitch-v0,antmaze-large-stitch-v0 \
+        --method=byol_gamma_a:alpha=1,6,40,100 --method=gcbc --seeds=0-9 \
+        [--backend=local --workers=2 | --backend=slurm --partition=gpu --time_min=1440] [--dry_run] \
+        [--main_flags='--train_steps=500000'] [-- --agent.batch_size=256 --wandb_mode=offline]
+
+Runs land in <save_dir>/<name>/<preset>_<env>[_a<alpha>]..._sd<seed>, each with a <run>.log beside it.
+Finished runs (DONE) are skipped and the rest are passed --resume, so the same command both starts
+and continues a sweep. Flags after `--` go to every main.py command. See docs/experiments.md.
+"""
+
+import argparse
+import os
+import shlex
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from utils import sweep  # noqa: E402
+from utils.errors import ConfigError  # noqa: E402
+
+
+def parse_args(argv):
+    # Everything after the first `--` is main.py's; later bare `--` (from wrapper scripts passing
+    # "$@" through) only separate groups of those flags.
+    own, main_flags = (argv[:argv.index('--')], [a for a in argv[argv.index('--') + 1:] if a != '--']) if '--' in argv else (argv, [])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser.add_argument('--name', required=True, help='Sweep name: the run group (directory under --save_dir).')
+    parser.add_argument('--envs', required=True, help='Comma-separated OGBench dataset names.')
+    parser.add_argument('--method', action='append', required=True,
+                        help='PRESET[:KEY=V1,V2,...]...; repeat for several methods. Several values = a grid axis.')
+    parser.add_argument('--seeds', default='0', help='Seeds: 0-9, 0,1,2 or 0-3,7.')
+    parser.add_argument('--save_dir', default='runs', help='Root of run directories (main.py --save_dir).')
+    parser.add_argument('--backend', choices=['local', 'slurm', 'submitit_local'], default='local',
+                        help='local: a process pool here; slurm: submitit job array; submitit_local: submitit on this machine.')
+    parser.add_argument('--workers', type=int, default=1, help='local: parallel main.py processes.')
+    parser.add_argument('--seeds_per_job', type=int, default=1, help='Consecutive seeds trained in one process (main.py --num_seeds).')
+    parser.add_argument('--dry_run', action='store_true', help='Print the commands of unfinished runs; launch nothing.')
+    parser.add_argument('--main_flags', default='',
+                        help='main.py flags for every run, as one string (wrapper scripts); flags after `--` come later and win.')
+    parser.add_argument('--main', default=sweep.DEFAULT_MAIN, help='Training script (tests substitute a stub).')
+    slurm = parser.add_argument_group('slurm (and submitit_local)')
+    defaults = sweep.SlurmOptions()
+    slurm.add_argument('--partition', default=defaults.partition)
+    slurm.add_argument('--account', default=defaults.account)
+    slurm.add_argument('--qos', default=defaults.qos)
+    slurm.add_argument('--time_min', type=int, default=defaults.time_min, help='Time limit per job; jobs past it are requeued and resume.')
+    slurm.add_argument('--gpus', type=int, default=defaults.gpus, help='GPUs per job.')
+    slurm.add_argument('--cpus', type=int, default=defaults.cpus, help='CPUs per job.')
+    slurm.add_argument('--mem_gb', type=float, default=defaults.mem_gb, help='Memory per job.')
+    slurm.add_argument('--array_parallelism', type=int, default=defaults.array_parallelism, help='Array tasks running at once.')
+    slurm.add_argument('--max_timeouts', type=int, default=defaults.max_timeouts, help='Requeues after time-limit kills.')
+    slurm.add_argument('--slurm_setup', action='append', default=[], help='Shell line run before each job; repeatable.')
+    slurm.add_argument('--wait', action='store_true', help='slurm: wait for the jobs and report failures (always on for submitit_local).')
+    args = parser.parse_args(own)
+    return args, shlex.split(args.main_flags) + main_flags
+
+
+def main(argv=None):
+    args, main_flags = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        methods = [sweep.parse_method(spec) for spec in args.method]
+        envs = [env.strip() for env in args.envs.split(',') if env.strip()]
+        runs = sweep.build_runs(args.name, methods, envs, sweep.parse_seeds(args.seeds), args.save_dir)
+        jobs = sweep.build_jobs(runs, main_flags, args.seeds_per_job, main_path=os.path.abspath(args.main))
+        problems = sweep.check_grid(methods, envs, main_flags)
+    except ConfigError as e:
+        sys.exit(f'Error: {e}')
+    if problems and not args.dry_run:
+        sys.exit('Error: this sweep would fail at start:\n  ' + '\n  '.join(problems))
+    for problem in problems:
+        print(f'Warning: {problem}', file=sys.stderr)
+
+    print(f'# sweep {args.name}: {sweep.describe(runs, jobs)}', flush=True)
+    if args.dry_run:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--dry_run | head` ends quietly.
+        for job in jobs:
+            print(job.shell_command())
+        return 0
+    if not jobs:
+        return 0
+    if args.backend == 'local':
+        report, status = sweep.summarize_local(sweep.launch_local(jobs, args.workers))
+        print(report)
+        return status
+    return submit(args, jobs)
+
+
+def submit(args, jobs):
+    options = sweep.SlurmOptions(
+        partition=args.partition, account=args.account, qos=args.qos, time_min=args.time_min, gpus=args.gpus,
+        cpus=args.cpus, mem_gb=args.mem_gb, array_parallelism=args.array_parallelism, max_timeouts=args.max_timeouts,
+        setup=tuple(args.slurm_setup),
+    )
+    folder = os.path.join(jobs[0].runs[0].save_dir, args.name, 'submitit')
+    cluster = 'slurm' if args.backend == 'slurm' else 'local'
+    submitted = sweep.launch_submitit(jobs, folder, args.name, options, cluster=cluster)
+    print(f'Submitted {len(submitted)} jobs (first id {submitted[0].job_id}); submitit logs in {folder}, '
+          f'main.py logs next to each run directory.', flush=True)
+    if not (args.wait or cluster == 'local'):
+        return 0
+    failures = 0
+    for job, handle in zip(jobs, submitted):
+        try:
+            handle.result()
+            print(f'{job.name}: ok', flush=True)
+        except Exception as e:  # submitit re-raises the job's error; report it and check the rest.
+            failures += 1
+            print(f'FAILED {job.name}: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__} '
+                  f'(log {job.log_path}, submitit log {handle.paths.stderr})', flush=True)
+    print(f'{len(jobs) - failures} jobs finished, {failures} failed.')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

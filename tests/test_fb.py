@@ -1,0 +1,249 @@
+"""FB agent: its losses against NumPy, z sampling, gradient routing, EMA targets, training and evaluation."""
+
+import importlib
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents.fb import get_config, pessimistic_mean
+from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_dataset
+from utils import losses
+from utils.errors import ConfigError
+from utils.evaluation import evaluate, make_eval_envs
+from utils.sampler import SamplerConfig, sample_batch
+from utils.training import train_steps
+
+
+def tree_abs_sum(tree):
+    return sum(float(jnp.sum(jnp.abs(leaf))) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+@pytest.fixture(scope='module')
+def data():
+    return toy_dataset()
+
+
+@pytest.fixture(scope='module')
+def agent():
+    return make_agent(small(get_config()))
+
+
+@pytest.fixture(scope='module')
+def batch(agent, data):
+    return sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(agent.config))
+
+
+# ---- pure losses ------------------------------------------------------------------------------
+
+
+def np_fb_loss(forward, backward, target_forward, target_backward, gamma):
+    """Loop reference: members e, pairs i != j for the squared term, i == j for the positive term."""
+    members, batch, _ = forward.shape
+    total = 0.0
+    for e in range(members):
+        squared, positive = 0.0, 0.0
+        for i in range(batch):
+            for j in range(batch):
+                target = gamma * np.mean([target_forward[k, i] @ target_backward[j] for k in range(members)])
+                if i == j:
+                    positive += forward[e, i] @ backward[j]
+                else:
+                    squared += (forward[e, i] @ backward[j] - target) ** 2
+        total += squared / (batch * (batch - 1)) - 2.0 * positive / batch
+    return total / members
+
+
+def test_fb_loss_matches_numpy_and_stops_target_gradients():
+    rng = np.random.default_rng(0)
+    members, batch, d, gamma = 2, 6, 3, 0.9
+    args = [rng.normal(size=s).astype(np.float64) for s in [(members, batch, d), (batch, d), (members, batch, d), (batch, d)]]
+    loss, info = losses.forward_backward_loss(*[jnp.asarray(a, jnp.float32) for a in args], gamma)
+    np.testing.assert_allclose(float(loss), np_fb_loss(*args, gamma), rtol=1e-5)
+    assert set(info) >= {'td_loss', 'positive', 'm_diag_mean', 'm_offdiag_mean'}
+
+    grads = jax.grad(lambda *x: losses.forward_backward_loss(*x, gamma)[0], argnums=(0, 1, 2, 3))(
+        *[jnp.asarray(a, jnp.float32) for a in args]
+    )
+    assert float(jnp.max(jnp.abs(grads[2]))) == 0.0 and float(jnp.max(jnp.abs(grads[3]))) == 0.0
+    # Analytic gradient of the forward: dL/dF_e,i = (1/E) [2/(B(B-1)) sum_{j != i} (M_eij - T_ij) B_j - (2/B) B_i].
+    forward, backward, target_forward, target_backward = args
+    targets = gamma * target_forward.mean(0) @ target_backward.T
+    expected = np.zeros_like(forward)
+    for e in range(members):
+        residual = (forward[e] @ backward.T - targets) * (1 - np.eye(batch))
+        expected[e] = (2 * residual @ backward / (batch * (batch - 1)) - 2 * backward / batch) / members
+    np.testing.assert_allclose(np.asarray(grads[0]), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_orthonormality_loss_matches_numpy():
+    rng = np.random.default_rng(1)
+    backward = rng.normal(size=(7, 4))
+    cov = backward @ backward.T
+    offdiag = np.mean([cov[i, j] ** 2 for i in range(7) for j in range(7) if i != j])
+    expected = offdiag - 2.0 * np.mean(np.diag(cov))
+    loss, info = losses.orthonormality_loss(jnp.asarray(backward, jnp.float32))
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+    np.testing.assert_allclose(float(info['offdiag']), offdiag, rtol=1e-5)
+
+
+def test_orthonormality_loss_is_minus_d_for_isotropic_embeddings():
+    """E[B B^T] = I makes ||E[B B^T] - I||^2 = 0, i.e. the loss (which omits the constant d) = -d."""
+    d = 4
+    backward = jax.random.normal(jax.random.PRNGKey(0), (4000, d))
+    assert abs(float(losses.orthonormality_loss(backward)[0]) + d) < 0.2
+
+
+def test_pessimistic_mean_matches_numpy():
+    values = np.array([[1.0, -2.0], [3.0, 0.0], [2.0, 1.0]])
+    spread = np.mean([abs(values[a] - values[b]) for a in range(3) for b in range(3) if a != b], axis=0)
+    np.testing.assert_allclose(np.asarray(pessimistic_mean(jnp.asarray(values), 0.5)), values.mean(0) - 0.5 * spread)
+    np.testing.assert_array_equal(np.asarray(pessimistic_mean(jnp.asarray(values[:1]), 0.5)), values[0])
+
+
+# ---- z sampling -------------------------------------------------------------------------------
+
+
+def test_latents_mix_dataset_embeddings_and_sphere_samples(agent):
+    d = agent.config['latent_dim']
+    states = jax.random.normal(jax.random.PRNGKey(1), (4000, OBS_DIM))
+    latents = np.asarray(agent.sample_latents(jax.random.PRNGKey(2), states, agent.network.params))
+    embeddings = np.asarray(agent.network(states, name='backward'))
+    # B is projected to the same sphere as the sphere samples, so every z has norm sqrt(d).
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=-1), np.sqrt(d), rtol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(latents, axis=-1), np.sqrt(d), rtol=1e-5)
+    from_states = np.all(np.isclose(latents, embeddings, atol=1e-6), axis=-1)
+    assert abs(from_states.mean() - 0.5) < 0.04
+    # Uniform on the sphere of radius sqrt(d): zero mean and E[z z^T] = I.
+    sphere = latents[~from_states]
+    assert np.max(np.abs(sphere.mean(0))) < 0.15
+    np.testing.assert_allclose(sphere.T @ sphere / len(sphere), np.eye(d), atol=0.2)
+
+
+@pytest.mark.parametrize('ratio', [0.0, 1.0])
+def test_latent_ratio_extremes(ratio, agent, data):
+    agent = agent.replace(config=flax.core.FrozenDict({**agent.config, 'z_state_ratio': ratio}))
+    states = data.observations[:200]
+    latents = agent.sample_latents(jax.random.PRNGKey(0), states, agent.network.params)
+    matches = np.all(np.isclose(latents, agent.network(states, name='backward'), atol=1e-6), axis=-1)
+    assert matches.mean() == ratio
+
+
+def test_latents_are_stop_gradient(agent):
+    states = jax.random.normal(jax.random.PRNGKey(1), (16, OBS_DIM))
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(agent.sample_latents(jax.random.PRNGKey(0), states, p))))(agent.network.params)
+    assert tree_abs_sum(grads) == 0.0
+
+
+# ---- gradient routing and targets -------------------------------------------------------------
+
+
+def test_actor_loss_trains_only_the_actor_and_critic_loss_only_f_and_b(agent, batch):
+    params = agent.network.params
+    latents = agent.sample_latents(jax.random.PRNGKey(0), batch['value_goals'], params)
+    actor_grads = jax.jit(jax.grad(lambda p: agent.actor_loss(batch, p, latents, jax.random.PRNGKey(1))[0]))(params)
+    critic_grads = jax.jit(jax.grad(lambda p: agent.critic_loss(batch, p, latents, jax.random.PRNGKey(1))[0]))(params)
+    for name in ('forward', 'backward', 'target_forward', 'target_backward'):
+        assert tree_abs_sum(actor_grads[f'modules_{name}']) == 0.0, name
+    assert tree_abs_sum(actor_grads['modules_actor']) > 0.0
+    for name in ('actor', 'target_forward', 'target_backward'):
+        assert tree_abs_sum(critic_grads[f'modules_{name}']) == 0.0, name
+    assert tree_abs_sum(critic_grads['modules_forward']) > 0.0
+    assert tree_abs_sum(critic_grads['modules_backward']) > 0.0
+    _, info = jax.jit(lambda p: agent.actor_loss(batch, p, latents, jax.random.PRNGKey(1)))(params)
+    assert abs(float(info['actor/q_loss'])) <= 1.0 + 1e-6  # -mean(Q) / mean|Q|
+
+
+def test_ema_targets_follow_tau(agent, batch):
+    tau = agent.config['tau']
+    params = agent.network.params
+    for online in ('forward', 'backward'):
+        jax.tree_util.tree_map(np.testing.assert_array_equal, params[f'modules_{online}'], params[f'modules_target_{online}'])
+    old = {name: jax.tree_util.tree_map(np.asarray, params[f'modules_target_{name}']) for name in ('forward', 'backward')}
+    new_params = agent.update(batch)[0].network.params
+    for online in ('forward', 'backward'):
+        expected = jax.tree_util.tree_map(lambda o, t: tau * np.asarray(o) + (1 - tau) * t, new_params[f'modules_{online}'], old[online])
+        jax.tree_util.tree_map(
+            lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new_params[f'modules_target_{online}'], expected
+        )
+
+
+def test_validation_contract_total_loss_without_rng(agent, batch):
+    loss, info = jax.jit(lambda p: agent.total_loss(batch, p))(agent.network.params)
+    np.testing.assert_allclose(float(info['total_loss']), float(loss))
+    np.testing.assert_allclose(float(loss), float(info['critic/loss']) + float(info['actor/q_loss']) + float(info['actor/bc_loss']), rtol=1e-5)
+
+
+# ---- training and acting ----------------------------------------------------------------------
+
+
+def test_training_reduces_critic_loss_and_ranks_next_states_first(data):
+    config = small(get_config())
+    agent = make_agent(config)
+    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 300)
+    infos = jax.tree_util.tree_map(np.asarray, infos)
+    for key, values in infos.items():
+        assert np.all(np.isfinite(values)), key
+    first, last = infos['critic/loss'][:30].mean(), infos['critic/loss'][-30:].mean()
+    assert last < 0.5 * first, (first, last)
+    # The successor measure is larger at the actual next state than at other states.
+    assert infos['critic/m_diag_mean'][-30:].mean() > infos['critic/m_offdiag_mean'][-30:].mean()
+
+
+def test_sample_actions_uses_z_equal_to_b_of_goal(agent):
+    observations = jax.random.normal(jax.random.PRNGKey(0), (5, OBS_DIM))
+    goals = jax.random.normal(jax.random.PRNGKey(1), (5, OBS_DIM))
+    actions = np.asarray(agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(2), temperature=0.0))
+    latents = agent.network(goals, name='backward')
+    means, _ = agent.network(jnp.concatenate([observations, latents], axis=-1), name='actor')
+    np.testing.assert_allclose(actions, np.tanh(np.asarray(means)), rtol=1e-5, atol=1e-6)
+    noisy = np.asarray(agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(2), temperature=1.0))
+    assert noisy.shape == (5, ACTION_DIM) and np.all(np.abs(noisy) <= 1.0) and not np.allclose(noisy, actions)
+
+
+def test_short_pointmaze_evaluation_runs():
+    config = small(get_config())
+    envs = make_eval_envs('pointmaze-medium-v0', 2)
+    ex_obs = np.zeros((1, envs[0].observation_space.shape[0]), np.float32)
+    ex_act = np.zeros((1, envs[0].action_space.shape[0]), np.float32)
+    from agents import get_agent_class
+
+    agent = get_agent_class('fb').create(0, ex_obs, ex_act, config)
+    results = evaluate(
+        lambda o, g: np.asarray(agent.sample_actions(o, g, temperature=0.0)), envs, task_ids=(1,), episodes_per_task=2, max_steps=20
+    )
+    assert 0.0 <= results['evaluation/overall_success'] <= 1.0
+    assert results['per_episode'][1].shape == (2,)
+    assert results['evaluation/overall_length'] == 20
+
+
+# ---- config -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('key,value,match', [
+    ('batch_size', 1, 'batch_size'),
+    ('encoder_hidden_dims', (64,), 'encoder_hidden_dims'),
+    ('z_state_ratio', 1.5, 'z_state_ratio'),
+    ('num_forward', 0, 'num_forward'),
+])
+def test_bad_config_gives_clear_error(key, value, match):
+    config = small(get_config())
+    config[key] = value
+    with pytest.raises(ConfigError, match=match):
+        make_agent(config)
+
+
+def test_presets_sweep_the_paper_learning_rates():
+    from configs.presets import get_config as preset_config
+
+    assert [preset_config(p).lr for p in ('fb', 'fb_lr1e-5', 'fb_lr1e-6')] == [1e-4, 1e-5, 1e-6]
+
+
+def test_every_config_field_is_commented():
+    module = importlib.import_module('agents.fb')
+    body = open(module.__file__).read().split('def get_config')[1]
+    for key in module.get_config():
+        line = next(l for l in body.splitlines() if l.strip().startswith(f'{key}='))
+        assert '#' in line, key

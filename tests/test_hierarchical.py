@@ -1,0 +1,266 @@
+"""HGCBC, HGCBC-phi and HBYOL-gamma: the hierarchical batch reaches the right losses, the two-stage
+schedule switches exactly at stage1_steps and freezes the other level bit for bit, stage-1
+checkpoints load into stage 2, every variant learns, and acting chains pi_h into pi_l."""
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents import get_agent_class
+from agents.byol_gamma import BYOLGammaAgent
+from agents.gcbc import GCBCAgent
+from agents.hierarchical import with_fields
+from configs.presets import get_config as preset_config
+from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_dataset
+from utils.checkpoints import load_checkpoint, save_checkpoint
+from utils.errors import ConfigError
+from utils.sampler import SamplerConfig, sample_batch
+from utils.training import train_steps
+
+VARIANTS = ['hgcbc', 'hgcbc_phi', 'hbyol_gamma_a']
+STAGE1_STEPS = 150  # the staged variants switch half-way through the 300 training steps
+
+
+def tiny(preset, **fields):
+    config = small(preset_config(preset))
+    config.high_hidden_dims = (64, 64)
+    if config.stage1_steps > 0:
+        config.stage1_steps = STAGE1_STEPS
+    config.update(fields)
+    return config
+
+
+def host_copy(tree):
+    """A numpy copy that survives train_steps donating the agent's buffers."""
+    return jax.tree_util.tree_map(np.array, tree)
+
+
+def assert_trees_equal(a, b):
+    leaves_a, leaves_b = jax.tree_util.tree_leaves(host_copy(a)), jax.tree_util.tree_leaves(host_copy(b))
+    assert len(leaves_a) == len(leaves_b)
+    for x, y in zip(leaves_a, leaves_b):
+        np.testing.assert_array_equal(x, y)
+
+
+def trees_differ(a, b):
+    return any(not np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(host_copy(a)), jax.tree_util.tree_leaves(host_copy(b))))
+
+
+@pytest.fixture(scope='module')
+def data():
+    return toy_dataset()
+
+
+@pytest.fixture(scope='module')
+def trained(data, tmp_path_factory):
+    """Per variant: 300 steps in two calls of 150, with snapshots at 0, 150 and 300, the metrics, and a
+    checkpoint at step 150."""
+    runs = {}
+    for preset in VARIANTS:
+        config = tiny(preset)
+        sampler_config = SamplerConfig.from_config(config)
+        agent = make_agent(config)
+        snapshots, infos = [host_copy(agent)], []
+        for start in (0, STAGE1_STEPS):
+            agent, info = train_steps(agent, data, jax.random.PRNGKey(0), start, sampler_config, STAGE1_STEPS)
+            snapshots.append(host_copy(agent))
+            infos.append(host_copy(info))
+            if start == 0:
+                checkpoint = save_checkpoint(str(tmp_path_factory.mktemp(preset)), agent, STAGE1_STEPS)
+        infos = {k: np.concatenate([i[k] for i in infos]) for k in infos[0]}
+        runs[preset] = dict(config=config, agent=agent, snapshots=snapshots, infos=infos, checkpoint=checkpoint)
+    return runs
+
+
+def perturbed(batch, key):
+    return dict(batch, **{key: batch[key] + 1.0})
+
+
+@pytest.mark.parametrize('preset', VARIANTS)
+def test_hierarchical_batch_reaches_the_right_losses(preset, data):
+    config = tiny(preset)
+    agent = make_agent(config)
+    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    metrics = jax.jit(lambda batch: agent.total_loss(batch, agent.network.params)[1])
+    base = metrics(batch)
+    # pi_l learns from low_goals only, pi_h from (high_goals, high_targets) only.
+    touches = {'low_goals': 'actor/bc_loss', 'high_goals': 'high_actor/bc_loss', 'high_targets': 'high_actor/bc_loss'}
+    for key, loss in touches.items():
+        changed = metrics(perturbed(batch, key))
+        for other in ('actor/bc_loss', 'high_actor/bc_loss'):
+            assert (changed[other] != base[other]) == (other == loss), f'{key} -> {other}'
+    unused = metrics(perturbed(batch, 'actor_goals'))
+    assert float(unused['total_loss']) == float(base['total_loss'])
+
+    # pi_h's target: the subgoal state (HGCBC) or the low level's ensemble-mean phi of it, and its inputs.
+    if preset == 'hgcbc':
+        targets, inputs = batch['high_targets'], jnp.concatenate([batch['observations'], batch['high_goals']], -1)
+    else:
+        targets = agent.low.network(batch['high_targets'], name='encoder').mean(0)
+        encoder_owner, name = (agent.network, 'high_encoder') if preset == 'hgcbc_phi' else (agent.low.network, 'encoder')
+        inputs = jnp.concatenate([encoder_owner(batch[k], name=name).mean(0) for k in ('observations', 'high_goals')], -1)
+    means, _ = agent.network(inputs, name='high_actor')
+    np.testing.assert_allclose(base['high_actor/mse'], jnp.mean((means - targets) ** 2), rtol=1e-5)
+
+
+@pytest.mark.parametrize('preset', VARIANTS)
+def test_every_variant_trains_with_finite_decreasing_loss(preset, trained):
+    run = trained[preset]
+    infos = run['infos']
+    for key, values in infos.items():
+        assert np.all(np.isfinite(values)), key
+
+    def decreases(key, window):
+        first, last = infos[key][window][:30].mean(), infos[key][window][-30:].mean()
+        assert last < first, f'{preset}: {key} did not decrease ({first:.4f} -> {last:.4f})'
+
+    everything, stage1, stage2 = slice(None), slice(0, STAGE1_STEPS), slice(STAGE1_STEPS, None)
+    staged = run['config'].stage1_steps > 0
+    for window in (stage1, stage2) if staged else (everything,):
+        decreases('total_loss', window)
+    decreases('actor/bc_loss', stage1 if staged else everything)
+    decreases('high_actor/bc_loss', stage2 if staged else everything)
+    if preset == 'hbyol_gamma_a':
+        decreases('representation/loss', stage1)
+
+
+@pytest.mark.parametrize('preset', ['hgcbc_phi', 'hbyol_gamma_a'])
+def test_two_stages_switch_exactly_and_freeze_the_other_level(preset, trained):
+    run = trained[preset]
+    initial, after_stage1, final = run['snapshots']
+    np.testing.assert_array_equal(run['infos']['stage'], [1.0] * STAGE1_STEPS + [2.0] * STAGE1_STEPS)
+    assert int(after_stage1.low.network.step) == int(final.low.network.step) == STAGE1_STEPS
+    assert int(after_stage1.network.step) == 0 and int(final.network.step) == STAGE1_STEPS
+
+    # Stage 1 trains only the low level: the high level (params and Adam state) is untouched.
+    assert trees_differ(initial.low.network.params, after_stage1.low.network.params)
+    assert_trees_equal(initial.network, after_stage1.network)
+    # Stage 2 trains only the high level: encoder, actor, predictors and their optimizer state stay bit-identical.
+    assert_trees_equal(after_stage1.low, final.low)
+    for module in final.network.params:
+        assert trees_differ(after_stage1.network.params[module], final.network.params[module]), module
+    infos = run['infos']
+    assert np.all(infos['grad_norm'][STAGE1_STEPS:] == 0.0) and np.all(infos['high_actor/grad_norm'][:STAGE1_STEPS] == 0.0)
+    # total_loss is the objective of the level being trained; the frozen level's loss is only logged.
+    low_objective = infos['actor/bc_loss'] + run['config'].alpha * infos.get('representation/loss', 0.0)
+    np.testing.assert_allclose(infos['total_loss'][:STAGE1_STEPS], low_objective[:STAGE1_STEPS], rtol=1e-6)
+    np.testing.assert_array_equal(infos['total_loss'][STAGE1_STEPS:], infos['high_actor/bc_loss'][STAGE1_STEPS:])
+
+
+def test_joint_hgcbc_trains_both_levels_every_step(trained):
+    run = trained['hgcbc']
+    initial, _, final = run['snapshots']
+    assert 'stage' not in run['infos']
+    assert int(final.low.network.step) == int(final.network.step) == 2 * STAGE1_STEPS
+    assert trees_differ(initial.low.network.params, final.low.network.params)
+    assert trees_differ(initial.network.params, final.network.params)
+
+
+def test_resuming_mid_run_replays_the_uninterrupted_run(trained, data):
+    run = trained['hbyol_gamma_a']
+    config = run['config']
+    # The final agent as template: same static parts, so the compiled train_steps is reused.
+    agent, step, _ = load_checkpoint(run['checkpoint'], run['agent'])
+    assert step == STAGE1_STEPS
+    agent, _ = train_steps(agent, data, jax.random.PRNGKey(0), step, SamplerConfig.from_config(config), STAGE1_STEPS)
+    assert_trees_equal(agent, run['snapshots'][-1])
+
+
+def test_stage1_checkpoint_of_a_flat_byol_gamma_run_starts_in_stage2(data, tmp_path):
+    config = tiny('hbyol_gamma_a')
+    flat = BYOLGammaAgent.create(7, np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32), config)
+    save_checkpoint(str(tmp_path), flat, 1234)
+    agent = make_agent(tiny('hbyol_gamma_a', stage1_checkpoint=str(tmp_path)))
+    assert_trees_equal(agent.low, flat)
+
+    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    high_before = host_copy(agent.network.params)
+    for _ in range(3):
+        agent, info = agent.update(batch)
+        assert float(info['grad_norm']) == 0.0 and float(info['high_actor/grad_norm']) > 0.0
+    assert_trees_equal(agent.low, flat)
+    assert trees_differ(high_before, agent.network.params)
+
+
+def test_stage1_checkpoint_of_a_hierarchical_run_loads_its_low_level(trained):
+    run = trained['hbyol_gamma_a']
+    agent = make_agent(tiny('hbyol_gamma_a', stage1_checkpoint=run['checkpoint']))
+    assert_trees_equal(agent.low, run['snapshots'][1].low)
+
+
+def test_bad_stage1_checkpoints_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match='does not exist'):
+        make_agent(tiny('hbyol_gamma_a', stage1_checkpoint=str(tmp_path / 'missing')))
+    config = tiny('hbyol_gamma_a')
+    gcbc = GCBCAgent.create(0, np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32), with_fields(config, encoder='none'))
+    save_checkpoint(str(tmp_path), gcbc, 10)
+    with pytest.raises(ConfigError, match='holds neither a BYOLGammaAgent'):
+        make_agent(tiny('hbyol_gamma_a', stage1_checkpoint=str(tmp_path)))
+
+
+@pytest.mark.parametrize('field,value', [('subgoal_steps', 0), ('stage1_steps', -1)])
+def test_bad_schedule_is_a_clear_error(field, value):
+    with pytest.raises(ConfigError, match=field):
+        make_agent(tiny('hgcbc', **{field: value}))
+
+
+@pytest.mark.parametrize('preset', VARIANTS)
+def test_acting_runs_the_low_level_on_the_proposed_subgoal(preset, trained):
+    agent = trained[preset]['agent']
+    rng = np.random.default_rng(0)
+    observations, goals = rng.normal(size=(2, 5, OBS_DIM)).astype(np.float32)
+    subgoals = agent.propose_subgoals(observations, goals, jax.random.PRNGKey(0), temperature=0.0)
+    if preset == 'hgcbc':
+        low_inputs = jnp.concatenate([observations, subgoals], -1)
+    else:
+        low_inputs = jnp.concatenate([agent.low.network(observations, name='encoder').mean(0), subgoals], -1)
+    expected = jnp.clip(agent.low.network(low_inputs, name='actor')[0], -1.0, 1.0)
+    actions = agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(1), temperature=0.0)
+    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-6)
+    noisy = agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(1), temperature=1.0)
+    assert noisy.shape == (5, ACTION_DIM) and np.all(np.abs(noisy) <= 1.0)
+
+
+@pytest.fixture(scope='module')
+def pointmaze_envs():
+    from utils.evaluation import make_eval_envs
+
+    return make_eval_envs('pointmaze-medium-stitch-v0', 2)
+
+
+@pytest.mark.parametrize('preset', VARIANTS)
+def test_each_variant_runs_a_pointmaze_evaluation(preset, pointmaze_envs):
+    from utils.evaluation import evaluate
+
+    observation_dim = pointmaze_envs[0].observation_space.shape[0]
+    action_dim = pointmaze_envs[0].action_space.shape[0]
+    config = tiny(preset)
+    agent = get_agent_class(config.agent_name).create(0, np.zeros((1, observation_dim), np.float32), np.zeros((1, action_dim), np.float32), config)
+    results = evaluate(
+        lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0)),
+        pointmaze_envs, task_ids=(1,), episodes_per_task=2, seed=0, max_steps=15,
+    )
+    assert 0.0 <= results['evaluation/overall_success'] <= 1.0
+    assert results['evaluation/overall_length'] == 15.0
+
+
+def test_every_hierarchical_config_field_is_commented():
+    from agents import byol_gamma, hierarchical
+
+    sources = [open(module.__file__).read() for module in (hierarchical, byol_gamma)]
+    bodies = [source[source.index('def get_config'):].splitlines() for source in sources]
+    for key in hierarchical.get_config():
+        line = next(l for body in bodies for l in body if l.strip().startswith(f'{key}='))
+        assert '#' in line, f'field {key} has no comment'
+
+
+def test_presets_pick_the_variants():
+    expected = {'hgcbc': ('hgcbc', 3e-4, 0), 'hgcbc_phi': ('hgcbc_phi', 1e-4, 500_000), 'hbyol_gamma_a': ('hbyol_gamma', 1e-4, 500_000)}
+    for preset, (agent_name, high_lr, stage1_steps) in expected.items():
+        config = preset_config(preset)
+        assert (config.agent_name, config.high_lr, config.stage1_steps) == (agent_name, high_lr, stage1_steps)
+        assert config.high_hidden_dims == (512,) * 4 and config.actor_hidden_dims == (512,) * 3 and config.subgoal_steps == 25
+        assert importlib.import_module('agents.hierarchical').get_config().lr == 3e-4

@@ -1,0 +1,210 @@
+"""Results tables and learning curves from synthetic run directories (no training)."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from scripts import plot_curves
+from scripts import results as results_cli
+from utils import results as R
+
+MAZE = 'antmaze-medium-stitch-v0'
+HUMANOID = 'humanoidmaze-medium-stitch-v0'
+
+
+def write_run(root, env, preset, seed, successes, alpha=None, done=True, steps=None, seed_column=None,
+              extra_config=None, run_name=None):
+    """A run directory as main.py leaves it: flags.json, config.json, eval.csv (+ DONE)."""
+    name = run_name or f'{preset}_{env}' + (f'_a{alpha:g}' if alpha is not None else '') + f'_sd{seed}'
+    run_dir = os.path.join(root, name)
+    os.makedirs(run_dir)
+    steps = steps or [100 * (i + 1) for i in range(len(successes))]
+    with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
+        json.dump(dict(env_name=env, seed=seed, train_steps=1000, run_name=name,
+                       eval_interval=100, num_seeds=1), f)
+    config = dict(agent_name=preset.split('_')[0], preset=preset, lr=3e-4, actor_hidden_dims=[32, 32],
+                  sampler=dict(batch_size=32, gamma=0.99))
+    config.update(extra_config or {})
+    if alpha is not None:
+        config['alpha'] = float(alpha)
+    with open(os.path.join(run_dir, 'config.json'), 'w') as f:
+        json.dump(config, f)
+    with open(os.path.join(run_dir, 'eval.csv'), 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow((['seed'] if seed_column else []) + ['step', 'evaluation/task1_success', R.METRIC])
+        for i, (step, value) in enumerate(zip(steps, successes)):
+            writer.writerow(([seed_column[i]] if seed_column else []) + [step, value, value])
+    if done:
+        open(os.path.join(run_dir, 'DONE'), 'w').close()
+    return run_dir
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    """Two datasets; BYOL-gamma^a at alphas 1 and 6 (3 seeds), TRA at one alpha, GCBC, and FB (RL)."""
+    root = str(tmp_path / 'sweep')
+    for seed in range(3):
+        # Last-3 means: maze a1 -> 40 + seed, a6 -> 60 + 2 seed (best on maze); humanoid a1 best.
+        write_run(root, MAZE, 'byol_gamma_a', seed, [0.0, 0.38 + seed / 100, 0.40 + seed / 100, 0.42 + seed / 100], alpha=1)
+        write_run(root, MAZE, 'byol_gamma_a', seed, [0.9, 0.9] + [0.60 + 2 * seed / 100] * 3, alpha=6)
+        write_run(root, HUMANOID, 'byol_gamma_a', seed, [0.30, 0.30, 0.30], alpha=1)
+        write_run(root, HUMANOID, 'byol_gamma_a', seed, [0.20, 0.20, 0.20], alpha=6)
+        write_run(root, MAZE, 'tra', seed, [0.59, 0.59, 0.59], alpha=10)  # 59 >= 0.95 * 62 = 58.9: bold.
+        write_run(root, MAZE, 'fb', seed, [0.9, 0.9, 0.9])  # RL: higher, but neither best nor bold.
+        write_run(root, HUMANOID, 'fb', seed, [0.1, 0.1, 0.1])
+    for seed in range(2):  # GCBC: two seeds only, one of them unfinished.
+        write_run(root, MAZE, 'gcbc', seed, [0.5, 0.5, 0.5 + seed / 100], done=seed == 0)
+        write_run(root, HUMANOID, 'gcbc', seed, [0.28, 0.28, 0.28])  # 28 < 0.95 * 30 = 28.5
+    return root
+
+
+def table_for(root, **kwargs):
+    cells = R.group_cells(R.load_runs([root]))
+    return cells, R.build_table(R.best_cells(cells), **kwargs)
+
+
+def markdown_rows(text):
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith('| ') and not line.startswith('| dataset'):
+            cells = [c.strip() for c in line.strip('|').split('|')]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_table_numbers_and_best_alpha(sweep_dir):
+    cells, table = table_for(sweep_dir)
+    assert table.methods == ['byol_gamma_a', 'tra', 'gcbc', 'fb']  # paper column order
+    assert table.envs == ['antmaze-medium-stitch', 'humanoidmaze-medium-stitch']
+    maze = table.cells[('antmaze-medium-stitch', 'byol_gamma_a')]
+    assert maze.setting == (('alpha', 6.0),)  # best alpha on the maze ...
+    assert maze.mean == pytest.approx(62.0) and maze.std == pytest.approx(np.std([60, 62, 64]))
+    assert table.cells[('humanoidmaze-medium-stitch', 'byol_gamma_a')].setting == (('alpha', 1.0),)  # ... and here
+    # Both alphas are kept in the groups: the choice is by mean over seeds of the last-3 means.
+    alpha1 = [c for c in cells[('antmaze-medium-stitch', 'byol_gamma_a')] if c.setting == (('alpha', 1.0),)][0]
+    assert alpha1.mean == pytest.approx(41.0) and alpha1.n == 3
+    rows = markdown_rows(R.format_markdown(table))
+    assert rows['antmaze-medium-stitch'][0] == '**62** ± 2'
+    assert rows['humanoidmaze-medium-stitch'][0] == '**30** ± 0'
+    assert rows['antmaze-medium-stitch'][2] == '50 ± 0 (n=2) †'  # 2 of 3 seeds, one unfinished
+    settings = markdown_rows(R.format_settings(table))
+    assert settings['antmaze-medium-stitch'][0] == 'α=6' and settings['humanoidmaze-medium-stitch'][0] == 'α=1'
+
+
+def test_bolding_rule(sweep_dir):
+    marks = R.row_marks({'a': 60.0, 'b': 57.0, 'c': 56.99, 'fb': 90.0})
+    assert marks == {'a': 'best', 'b': 'bold', 'c': '', 'fb': ''}  # FB is RL: neither best nor bold
+    assert R.row_marks({'a': 60.0, 'fb': 90.0}, rl_methods=frozenset()) == {'a': '', 'fb': 'best'}
+    _, table = table_for(sweep_dir)
+    rows = markdown_rows(R.format_markdown(table))
+    assert rows['antmaze-medium-stitch'] == ['**62** ± 2', '**59** ± 0', '50 ± 0 (n=2) †', '90 ± 0']
+    assert rows['humanoidmaze-medium-stitch'] == ['**30** ± 0', '·', '28 ± 0 (n=2)', '10 ± 0']
+    # Averages need every dataset of the method: TRA ran on one only.
+    assert rows['average'] == ['**46**', '·', '39', '50']
+
+
+def test_latex_table(sweep_dir):
+    _, table = table_for(sweep_dir)
+    latex = R.format_latex(table)
+    lines = {line.split(' & ')[0]: line.split(' & ')[1:] for line in latex.splitlines() if line.startswith(r'\texttt')}
+    maze = lines[r'\texttt{antmaze-medium-stitch}']
+    assert maze[0] == r'\textcolor{brown}{$\mathbf{62} \pm 2$}'
+    assert maze[1] == r'$\mathbf{59} \pm 0$'
+    assert maze[2] == r'$50 \pm 0^{n=2,\dagger}$'
+    assert maze[3] == r'\textcolor{gray}{$90 \pm 0$} \\'
+    assert r'\textbf{BYOL-$\gamma^a$}' in latex and latex.rstrip().endswith(r'\end{tabular}')
+
+
+def test_columns_and_seeds_selection(sweep_dir):
+    cells = R.group_cells(R.load_runs([sweep_dir], seeds=[0, 1]))
+    table = R.build_table(R.best_cells(cells), methods=['gcbc', 'byol_gamma_a'])
+    assert table.methods == ['gcbc', 'byol_gamma_a'] and table.seed_count == 2
+    assert table.cells[('antmaze-medium-stitch', 'byol_gamma_a')].mean == pytest.approx(61.0)
+    with pytest.raises(ValueError, match='No results for method'):
+        R.build_table(R.best_cells(cells), methods=['hgcbc'])
+
+
+def test_seed_column_and_nested_seed_dirs(tmp_path):
+    """Several seeds in one eval.csv (a `seed` column), and per-seed folders below one flags.json."""
+    root = str(tmp_path)
+    write_run(root, MAZE, 'gcbc', 0, [0.1, 0.2, 0.3, 0.5], steps=[1, 1, 2, 2], seed_column=[0, 1, 0, 1], run_name='multi')
+    parent = write_run(root, HUMANOID, 'gcbc', 0, [], run_name='parent')
+    os.remove(os.path.join(parent, 'eval.csv'))
+    for seed, value in ((3, 0.4), (4, 0.6)):
+        child = os.path.join(parent, f'parent_sd{seed}')
+        os.makedirs(child)
+        with open(os.path.join(child, 'flags.json'), 'w') as f:
+            json.dump(dict(env_name=HUMANOID, seed=seed, train_steps=1000, eval_interval=100), f)
+        with open(os.path.join(child, 'eval.csv'), 'w') as f:
+            f.write(f'step,{R.METRIC}\n100,{value}\n')
+    runs = R.load_runs([root])
+    assert [(r.env, r.seed) for r in runs] == [('antmaze-medium-stitch', 0), ('antmaze-medium-stitch', 1),
+                                               ('humanoidmaze-medium-stitch', 3), ('humanoidmaze-medium-stitch', 4)]
+    best = R.best_cells(R.group_cells(runs))
+    assert best[('antmaze-medium-stitch', 'gcbc')].scores.tolist() == pytest.approx([20.0, 35.0])
+    assert best[('humanoidmaze-medium-stitch', 'gcbc')].mean == pytest.approx(50.0)  # config.json and DONE from the parent
+    assert not best[('humanoidmaze-medium-stitch', 'gcbc')].unfinished
+
+
+def test_settings_beyond_alpha_are_separate_candidates(tmp_path):
+    """Runs of one method differing in another key (visual gamma sweep, FB lr) are not averaged together."""
+    root = str(tmp_path)
+    for seed in range(2):
+        write_run(root, MAZE, 'fb', seed, [0.2], extra_config=dict(lr=1e-4), run_name=f'fb_lr4_{seed}')
+        write_run(root, MAZE, 'fb', seed, [0.4], extra_config=dict(lr=1e-5), run_name=f'fb_lr5_{seed}')
+    cells = R.group_cells(R.load_runs([root]))
+    assert [(c.setting, c.n) for c in cells[('antmaze-medium-stitch', 'fb')]] == [((('lr', 1e-4),), 2), ((('lr', 1e-5),), 2)]
+    best = R.best_cells(cells)[('antmaze-medium-stitch', 'fb')]
+    assert best.mean == pytest.approx(40.0) and R.setting_label(best.setting) == 'lr=1e-05'
+
+
+def test_bad_input_errors(sweep_dir, tmp_path, capsys):
+    with pytest.raises(ValueError, match="no column 'evaluation/nope'.*evaluation/task1_success"):
+        R.load_runs([sweep_dir], metric='evaluation/nope')
+    with pytest.raises(FileNotFoundError, match='not a directory'):
+        R.load_runs([str(tmp_path / 'missing')])
+    duplicate = str(tmp_path / 'dup')
+    write_run(duplicate, MAZE, 'gcbc', 0, [0.5])
+    with pytest.raises(ValueError, match='appears twice'):
+        R.load_runs([duplicate, duplicate])
+    with pytest.raises(SystemExit, match='No run directories.*for seeds 99'):
+        results_cli.main([f'--runs={sweep_dir}', '--seeds=99'])
+
+
+def test_results_cli(sweep_dir, capsys):
+    assert results_cli.main([f'--runs={sweep_dir}', '--details']) == 0
+    out = capsys.readouterr().out
+    assert '| antmaze-medium-stitch | **62** ± 2 | **59** ± 0 | 50 ± 0 (n=2) † | 90 ± 0 |' in out
+    assert 'Unfinished runs (1):' in out and 'gcbc_antmaze-medium-stitch-v0_sd1 (seed 1): running or stopped, last evaluation at step 300 of 1000' in out
+    assert 'antmaze-medium-stitch byol_gamma_a [α=1]: 41 ± 1 (n=3, unfinished 0)' in out
+    assert results_cli.main([f'--runs={sweep_dir}', '--format=latex']) == 0
+    out = capsys.readouterr().out
+    assert out.startswith('% Needs') and r'\begin{tabular}{lllll}' in out
+    assert all(line.startswith(('%', '\\')) or not line.strip() for line in out.splitlines())  # pastes into LaTeX
+
+
+def test_plot_curves(sweep_dir, tmp_path, capsys):
+    import matplotlib.image
+
+    template = str(tmp_path / 'plots' / 'curves.png')
+    assert plot_curves.main([f'--runs={sweep_dir}', f'--out={template}']) == 0
+    paths = capsys.readouterr().out.split()
+    assert paths == [str(tmp_path / 'plots' / f'curves_{env}.png') for env in ('antmaze-medium-stitch', 'humanoidmaze-medium-stitch')]
+    for path in paths:
+        image = matplotlib.image.imread(path)
+        assert os.path.getsize(path) > 10_000 and image.shape[0] > 300
+        assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 50  # lines, fills and text, not a blank canvas
+    assert plot_curves.main([f'--runs={sweep_dir}', f'--out={tmp_path}/{{env}}-all.png', '--all_settings']) == 0
+    assert os.path.exists(tmp_path / 'antmaze-medium-stitch-all.png')
+
+
+def test_mean_curve_with_unequal_seeds(tmp_path):
+    root = str(tmp_path)
+    write_run(root, MAZE, 'gcbc', 0, [0.2, 0.4])
+    write_run(root, MAZE, 'gcbc', 1, [0.4], done=False)
+    steps, mean, std, counts = R.mean_curve(R.load_runs([root]))
+    assert steps.tolist() == [100, 200] and counts.tolist() == [2, 1]
+    assert mean.tolist() == pytest.approx([30.0, 40.0]) and std.tolist() == pytest.approx([10.0, 0.0])

@@ -1,0 +1,439 @@
+"""Sweeps: a grid of main.py runs (methods x environments x hyperparameters x seeds), launched locally
+or on Slurm, skipping finished runs and resuming interrupted ones.
+
+A method is a preset plus agent overrides, written `PRESET[:KEY=V1,V2,...]...`, e.g.
+`byol_gamma_a:alpha=1,6,40,100:tau=0.99`. A key with several values is a grid axis; `alpha` and every
+axis appear in the run name, fixed single-valued keys do not:
+
+    <sweep>/<preset>_<env>[_a<alpha>][_<key><value>...]_sd<seed>
+
+Every command passes --resume, so relaunching the same sweep continues killed or preempted runs from
+their checkpoints and skips finished ones (those with a DONE file). With `seeds_per_job > 1`
+consecutive pending seeds of one setting share a process (main.py --num_seeds), which writes the same
+per-seed directories.
+"""
+
+import dataclasses
+import datetime
+import itertools
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from utils.errors import ConfigError
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MAIN = os.path.join(REPO_ROOT, 'main.py')
+PRESETS_FILE = 'configs/presets.py'  # Relative to REPO_ROOT, where every command runs.
+PREEMPTED_EXIT_CODE = 143  # main.py's exit status after a SIGTERM (checkpoint saved).
+# main.py flags the launcher sets itself; passing them as extra flags would break naming or resuming.
+LAUNCHER_FLAGS = ('env_name', 'agent', 'seed', 'num_seeds', 'save_dir', 'run_group', 'run_name', 'resume')
+NAME_ABBREVIATIONS = {'alpha': 'a'}
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """A preset and its agent overrides: key -> candidate values (several values = a grid axis)."""
+
+    preset: str
+    overrides: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
+
+    def named_keys(self) -> List[str]:
+        return [key for key, values in self.overrides if key == 'alpha' or len(values) > 1]
+
+    def settings(self) -> List[Dict[str, str]]:
+        """Every combination of override values, in spec order."""
+        keys = [key for key, _ in self.overrides]
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(values for _, values in self.overrides))]
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One (method setting, environment, seed): one main.py run directory."""
+
+    sweep: str
+    preset: str
+    env: str
+    seed: int
+    overrides: Tuple[Tuple[str, str], ...]  # Agent overrides of this run, in spec order.
+    base_name: str  # The run name without the seed suffix.
+    save_dir: str
+
+    @property
+    def name(self) -> str:
+        return f'{self.base_name}_sd{self.seed}'
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(self.save_dir, self.sweep, self.name)
+
+    def is_finished(self) -> bool:
+        return os.path.exists(os.path.join(self.run_dir, 'DONE'))
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One main.py process: one run, or several consecutive seeds of one setting (--num_seeds)."""
+
+    runs: Tuple[Run, ...]
+    command: Tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        first, last = self.runs[0], self.runs[-1]
+        return first.name if len(self.runs) == 1 else f'{first.base_name}_sd{first.seed}-{last.seed}'
+
+    @property
+    def log_path(self) -> str:
+        first = self.runs[0]
+        return os.path.join(first.save_dir, first.sweep, self.name + '.log')
+
+    def shell_command(self) -> str:
+        return shlex.join(self.command)
+
+
+def split_top_level(text: str, separator: str) -> List[str]:
+    """Split on `separator` outside parentheses, so tuple values like (256,256) stay whole."""
+    parts, depth, current = [], 0, ''
+    for char in text:
+        depth += {'(': 1, ')': -1}.get(char, 0)
+        if char == separator and depth == 0:
+            parts.append(current)
+            current = ''
+        else:
+            current += char
+    parts.append(current)
+    return parts
+
+
+def parse_method(spec: str) -> Method:
+    """`byol_gamma_a:alpha=1,6:tau=0.99` -> Method('byol_gamma_a', (('alpha', ('1', '6')), ('tau', ('0.99',))))."""
+    preset, *fields = split_top_level(spec.strip(), ':')
+    if not re.fullmatch(r'[A-Za-z0-9_]+', preset):
+        raise ConfigError(f'Method spec {spec!r} must start with a preset name, e.g. byol_gamma_a:alpha=1,6,40,100.')
+    overrides, seen = [], set()
+    for field in fields:
+        key, equals, values_text = field.partition('=')
+        values = tuple(v.strip() for v in split_top_level(values_text, ','))
+        if not equals or not re.fullmatch(r'[A-Za-z0-9_]+', key) or not all(values):
+            raise ConfigError(
+                f'Bad override {field!r} in method spec {spec!r}: write KEY=VALUE or KEY=V1,V2,... '
+                f'(e.g. {preset}:alpha=1,6,40,100:tau=0.99).'
+            )
+        if key in seen:
+            raise ConfigError(f'Key {key!r} appears twice in method spec {spec!r}.')
+        seen.add(key)
+        overrides.append((key, values))
+    return Method(preset, tuple(overrides))
+
+
+def parse_seeds(text: str) -> List[int]:
+    """`0-9` or `0,1,2` or `0-3,7` -> sorted unique seeds."""
+    seeds = set()
+    for part in text.split(','):
+        match = re.fullmatch(r'\s*(\d+)\s*(?:-\s*(\d+)\s*)?', part)
+        if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
+            raise ConfigError(f'Bad --seeds {text!r}: use a range like 0-9, a list like 0,1,2, or both (0-3,7).')
+        first = int(match.group(1))
+        seeds.update(range(first, int(match.group(2) or first) + 1))
+    return sorted(seeds)
+
+
+def name_value(value: str) -> str:
+    """A value as it appears in run names: numbers in shortest form (6.0 -> 6), other text made path-safe."""
+    try:
+        return format(float(value), 'g')
+    except ValueError:
+        return re.sub(r'[^A-Za-z0-9.+-]+', '-', value).strip('-')
+
+
+def base_run_name(preset: str, env: str, setting: Dict[str, str], named_keys: Sequence[str]) -> str:
+    parts = [preset, env] + [NAME_ABBREVIATIONS.get(key, key) + name_value(setting[key]) for key in named_keys]
+    return '_'.join(parts)
+
+
+def flag_name(flag: str) -> str:
+    """`--agent.alpha=6` -> `agent.alpha`; `--noresume` -> `resume`."""
+    name = flag.lstrip('-').split('=', 1)[0]
+    return name[2:] if name.startswith('no') and '=' not in flag and name[2:] in LAUNCHER_FLAGS else name
+
+
+def check_main_flags(main_flags: Sequence[str]):
+    for flag in main_flags:
+        if not flag.startswith('--'):
+            raise ConfigError(f'Extra main.py flags must look like --name=value, got {flag!r}.')
+        if flag_name(flag) in LAUNCHER_FLAGS:
+            raise ConfigError(
+                f'{flag!r}: the sweep sets --{flag_name(flag)} itself (from the grid and the sweep name); '
+                f'use --envs / --method / --seeds / --name / --save_dir instead.'
+            )
+
+
+def build_runs(sweep: str, methods: Sequence[Method], envs: Sequence[str], seeds: Sequence[int], save_dir: str) -> List[Run]:
+    """The whole grid, in a stable order (method, setting, environment, seed); names must be unique."""
+    if not re.fullmatch(r'[A-Za-z0-9_.-]+', sweep):
+        raise ConfigError(f'Sweep name {sweep!r} must be letters, digits, "_", "-" or "." (it is a directory name).')
+    if not methods or not envs or not seeds:
+        raise ConfigError('A sweep needs at least one method, one environment and one seed.')
+    save_dir = os.path.abspath(os.path.expanduser(save_dir))
+    runs, names = [], set()
+    for method in methods:
+        for setting in method.settings():
+            for env in envs:
+                base = base_run_name(method.preset, env, setting, method.named_keys())
+                for seed in seeds:
+                    run = Run(sweep, method.preset, env, seed, tuple(setting.items()), base, save_dir)
+                    if run.name in names:
+                        raise ConfigError(f'Run {run.name} appears twice in the grid: remove the duplicate method or value.')
+                    names.add(run.name)
+                    runs.append(run)
+    return runs
+
+
+def job_command(runs: Sequence[Run], main_flags: Sequence[str], python: str, main_path: str) -> Tuple[str, ...]:
+    first = runs[0]
+    command = [python, main_path, f'--env_name={first.env}', f'--agent={PRESETS_FILE}:{first.preset}']
+    command += [f'--agent.{key}={value}' for key, value in first.overrides]
+    command.append(f'--seed={first.seed}')
+    if len(runs) > 1:
+        # main.py names seed directories <run_name>_sd<seed>: exactly our per-seed run names.
+        command += [f'--num_seeds={len(runs)}', f'--run_name={first.base_name}']
+    else:
+        command.append(f'--run_name={first.name}')
+    command += [f'--save_dir={first.save_dir}', f'--run_group={first.sweep}', '--resume', *main_flags]
+    return tuple(command)
+
+
+def build_jobs(runs: Sequence[Run], main_flags: Sequence[str] = (), seeds_per_job: int = 1,
+               python: str = sys.executable, main_path: str = DEFAULT_MAIN) -> List[Job]:
+    """Jobs for the unfinished runs; with seeds_per_job > 1, consecutive seeds of one setting share a job."""
+    if seeds_per_job < 1:
+        raise ConfigError(f'seeds_per_job must be at least 1, got {seeds_per_job}.')
+    check_main_flags(main_flags)
+    jobs, chunk = [], []
+    for run in (r for r in runs if not r.is_finished()):
+        if chunk and (len(chunk) == seeds_per_job or run.base_name != chunk[-1].base_name or run.env != chunk[-1].env
+                      or run.seed != chunk[-1].seed + 1):
+            jobs.append(Job(tuple(chunk), job_command(chunk, main_flags, python, main_path)))
+            chunk = []
+        chunk.append(run)
+    if chunk:
+        jobs.append(Job(tuple(chunk), job_command(chunk, main_flags, python, main_path)))
+    return jobs
+
+
+def check_grid(methods: Sequence[Method], envs: Sequence[str], main_flags: Sequence[str]) -> List[str]:
+    """Problems that would make runs fail at start: unknown presets, config keys or environments."""
+    from configs.presets import PRESETS, get_config
+    from utils.datasets import env_id_for
+
+    problems = []
+    for env in envs:
+        try:
+            env_id_for(env)
+        except ConfigError as e:
+            problems.append(str(e).split('. An --env_name')[0] + '.')
+    common_keys = [flag_name(f)[len('agent.'):] for f in main_flags if flag_name(f).startswith('agent.')]
+    for method in methods:
+        if method.preset not in PRESETS:
+            problems.append(f'Unknown preset {method.preset!r} (configs/presets.py has: {", ".join(PRESETS)}).')
+            continue
+        config = get_config(method.preset)
+        for key in [key for key, _ in method.overrides] + common_keys:
+            if key not in config:
+                problems.append(f'Preset {method.preset!r} has no config key {key!r} (its keys: {", ".join(sorted(config))}).')
+    return problems
+
+
+def describe(runs: Sequence[Run], jobs: Sequence[Job]) -> str:
+    pending = sum(len(job.runs) for job in jobs)
+    return f'{len(runs)} runs: {len(runs) - pending} finished (skipped), {pending} to run in {len(jobs)} jobs.'
+
+
+# ----------------------------------------------------------------------------------------------
+# Local backend: a pool of worker threads, each running one main.py process at a time.
+
+
+@dataclasses.dataclass
+class JobOutcome:
+    job: Job
+    status: str  # 'ok', 'failed', 'stopped' (interrupted; resumable) or 'not started'.
+    returncode: Optional[int] = None
+
+
+def child_environment(workers: int) -> Dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED='1')
+    if workers > 1:
+        # Several JAX processes may share one GPU: each would otherwise grab 75% of its memory up front.
+        env.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
+    return env
+
+
+def log_tail(path: str, lines: int = 5) -> str:
+    try:
+        with open(path, errors='replace') as f:
+            return ''.join(f.readlines()[-lines:])
+    except OSError:
+        return ''
+
+
+def launch_local(jobs: Sequence[Job], workers: int, out=sys.stdout) -> List[JobOutcome]:
+    """Run jobs with `workers` parallel processes; a failure is reported and the others go on.
+
+    Each job's stdout and stderr are appended to its `<run>.log`. On SIGINT or SIGTERM the running
+    jobs get SIGTERM (main.py then saves a checkpoint and exits 143) and no new job starts; rerunning
+    the sweep resumes them.
+    """
+    if workers < 1:
+        raise ConfigError(f'--workers must be at least 1, got {workers}.')
+    stopping, lock, live = threading.Event(), threading.Lock(), set()
+    done_count = [0]
+    env = child_environment(workers)
+
+    def run_job(job: Job) -> JobOutcome:
+        if stopping.is_set():
+            return JobOutcome(job, 'not started')
+        os.makedirs(os.path.dirname(job.log_path), exist_ok=True)
+        with open(job.log_path, 'a') as log:
+            log.write(f'\n=== {datetime.datetime.now().isoformat(timespec="seconds")} {job.shell_command()}\n')
+            log.flush()
+            # A new session: a Ctrl-C in the terminal reaches only the launcher, which turns it into
+            # the SIGTERM that makes main.py checkpoint.
+            process = subprocess.Popen(job.command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                       env=env, start_new_session=True)
+            with lock:
+                live.add(process)
+            if stopping.is_set():
+                process.terminate()
+            returncode = process.wait()
+        # A job we stopped may die before main.py installs its SIGTERM handler (exit -15): still resumable.
+        interrupted = returncode == PREEMPTED_EXIT_CODE or (stopping.is_set() and returncode != 0)
+        outcome = JobOutcome(job, 'ok' if returncode == 0 else 'stopped' if interrupted else 'failed', returncode)
+        with lock:
+            live.discard(process)
+            done_count[0] += 1
+            detail = f' (exit {returncode}), log: {job.log_path}' if returncode else ''
+            print(f'[{done_count[0]}/{len(jobs)}] {job.name}: {outcome.status}{detail}', file=out, flush=True)
+        return outcome
+
+    def stop(signum, _frame):
+        stopping.set()
+        with lock:
+            for process in live:
+                process.terminate()
+        print(f'{signal.Signals(signum).name}: stopping; running jobs save a checkpoint. '
+              f'Rerun the same command to resume.', file=out, flush=True)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(run_job, jobs))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def summarize_local(outcomes: Sequence[JobOutcome]) -> Tuple[str, int]:
+    """A report of failures (with their log tails) and the exit status for the CLI."""
+    failed = [o for o in outcomes if o.status == 'failed']
+    stopped = [o for o in outcomes if o.status in ('stopped', 'not started')]
+    lines = [f'{len(outcomes) - len(failed) - len(stopped)} jobs finished, {len(failed)} failed, '
+             f'{len(stopped)} stopped or not started.']
+    for outcome in failed:
+        lines.append(f'FAILED {outcome.job.name} (exit {outcome.returncode}); log {outcome.job.log_path}:')
+        lines.append('    ' + log_tail(outcome.job.log_path).rstrip().replace('\n', '\n    '))
+    if stopped:
+        lines.append('Stopped runs resume from their checkpoints when the same sweep command runs again.')
+    return '\n'.join(lines), (1 if failed else 130 if stopped else 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Slurm backend: submitit job arrays (cluster='local' runs the same path on this machine, for tests).
+
+
+def _ignore_sigusr2():
+    # Slurm signals every process of a job step. Its timeout warning (SIGUSR2, which submitit
+    # handles in the parent) would kill main.py outright; the parent turns it into a SIGTERM instead.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+class MainCommand:
+    """Runs one main.py command inside a submitit job. Checkpointable: on timeout or preemption
+    submitit calls `checkpoint`, which has main.py save (SIGTERM) and requeues the same command,
+    and --resume continues it."""
+
+    # How long `checkpoint` waits for main.py to save; Slurm's default warning comes 90 s before the kill.
+    save_timeout_s = 60
+
+    def __init__(self):
+        self._process = None
+
+    def __call__(self, command: Sequence[str], log_path: str) -> str:
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        with open(log_path, 'a') as log:
+            log.write(f'\n=== {datetime.datetime.now().isoformat(timespec="seconds")} {shlex.join(command)}\n')
+            log.flush()
+            self._process = subprocess.Popen(list(command), cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                             env=child_environment(1), preexec_fn=_ignore_sigusr2)
+            # Poll rather than wait(): wait() would hold the lock that `checkpoint` (a signal handler
+            # running in this thread) needs to see the process exit.
+            while self._process.poll() is None:
+                time.sleep(1)
+        returncode = self._process.returncode
+        if returncode == PREEMPTED_EXIT_CODE:
+            raise RuntimeError(f'main.py was stopped by SIGTERM (checkpoint saved); relaunch the sweep to resume. Log: {log_path}')
+        if returncode != 0:
+            raise RuntimeError(f'main.py exited with status {returncode}. Log: {log_path}\n{log_tail(log_path)}')
+        return log_path
+
+    def checkpoint(self, command: Sequence[str], log_path: str):
+        import submitit
+
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            deadline = time.time() + self.save_timeout_s
+            while self._process.poll() is None and time.time() < deadline:
+                time.sleep(0.5)
+        return submitit.helpers.DelayedSubmission(MainCommand(), command, log_path)
+
+    def __getstate__(self):
+        return {}  # A running process cannot be pickled; a requeued job starts its own.
+
+    def __setstate__(self, state):
+        self._process = None
+
+
+@dataclasses.dataclass
+class SlurmOptions:
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_min: int = 24 * 60
+    gpus: int = 1
+    cpus: int = 8
+    mem_gb: float = 32
+    array_parallelism: int = 64
+    max_timeouts: int = 20  # Requeues after a time-limit kill before submitit gives up.
+    setup: Tuple[str, ...] = ()  # Shell lines run before the job (e.g. `module load cuda`).
+
+
+def launch_submitit(jobs: Sequence[Job], folder: str, name: str, options: SlurmOptions, cluster: str = 'slurm'):
+    """Submit jobs as one submitit job array (cluster='slurm', or 'local' for a test); returns submitit jobs."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=options.max_timeouts)
+    parameters = dict(name=name, timeout_min=options.time_min, gpus_per_node=options.gpus, cpus_per_task=options.cpus,
+                      mem_gb=options.mem_gb, tasks_per_node=1)
+    if cluster == 'slurm':
+        slurm = dict(partition=options.partition, account=options.account, qos=options.qos,
+                     array_parallelism=options.array_parallelism, setup=list(options.setup))
+        parameters.update({f'slurm_{key}': value for key, value in slurm.items() if value})
+    executor.update_parameters(**parameters)
+    return executor.map_array(MainCommand(), [job.command for job in jobs], [job.log_path for job in jobs])
