@@ -124,7 +124,11 @@ class FBAgent(BCAgent):
 
     def policy_actions(self, observations, latents, params=None):
         """(pi(s, z) = tanh(mean), log_stds)."""
-        means, log_stds = self.network(jnp.concatenate([observations, latents], axis=-1), name='actor', params=params)
+        return self.actor_head(jnp.concatenate([observations, latents], axis=-1), params)
+
+    def actor_head(self, inputs, params=None):
+        """The actor on concat(s, z): (tanh(mean), log_stds)."""
+        means, log_stds = self.network(inputs, name='actor', params=params)
         return jnp.tanh(means), log_stds
 
     def smoothed(self, actions, noise_key):
@@ -195,7 +199,7 @@ class FBAgent(BCAgent):
     @jax.jit
     def sample_actions(self, observations, goals, seed=None, temperature=1.0):
         """pi(s, B(g)) = tanh(mean), plus N(0, (temperature * actor_noise)^2) noise, clipped to [-1, 1]."""
-        actions, _ = self.policy_actions(observations, self.network(goals, name='backward'))
+        actions, _ = self.actor_head(self.policy_inputs(observations, goals))
         seed = self.rng if seed is None else seed
         noise = temperature * self.config['actor_noise'] * jax.random.normal(seed, actions.shape)
         return jnp.clip(actions + noise, -1.0, 1.0)

@@ -26,8 +26,11 @@ the right stage. `stage1_checkpoint` instead loads a trained low level (saved by
 low-level agent or by a hierarchical run) and every update is stage 2.
 
 Acting re-plans at every step: one jitted call runs pi_h, then pi_l on its subgoal (the default of
-OGBench's HGCBC/HIQL). Re-planning every k steps would need state across steps, which the evaluator's
-stateless policy does not carry: it is not supported.
+OGBench's HGCBC/HIQL). Re-planning every k steps (a `replan_every`) would need state across steps,
+which the evaluator's stateless policy does not carry: it is not supported.
+
+Under `train_steps_multi` (vmapped seeds) the stage predicate is batched, so `lax.cond` becomes a
+select that runs both stages' updates: same results, at about the cost of training both levels.
 """
 
 import os
@@ -254,8 +257,9 @@ class HGCBCPhiAgent(LatentSubgoalAgent):
     @classmethod
     def high_modules(cls, config, ex_observations, subgoal_dim):
         latent_dim = resolve_latent_dim(config.latent_dim, ex_observations.shape[-1])
+        encoder = EnsembleEncoder(config.encoder_hidden_dims, latent_dim, config.num_ensemble, config.encoder_layer_norm)
         modules = {
-            'high_encoder': EnsembleEncoder(config.encoder_hidden_dims, latent_dim, config.num_ensemble, config.encoder_layer_norm),
+            'high_encoder': encoder,
             'high_actor': GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm),
         }
         return modules, {'high_encoder': (ex_observations,), 'high_actor': (jnp.zeros((1, 2 * latent_dim)),)}
@@ -297,7 +301,7 @@ def get_config():
             agent_name='hgcbc',  # Variant (registry key): 'hgcbc', 'hgcbc_phi' or 'hbyol_gamma'.
             high_hidden_dims=(512, 512, 512, 512),  # High-level actor MLP hidden sizes (tab:hhparams).
             high_lr=3e-4,  # High-level Adam learning rate (3e-4 HGCBC; 1e-4 HGCBC-phi, HBYOL-gamma).
-            subgoal_steps=25,  # Subgoals are s_{min(t + subgoal_steps, high goal, T)}.
+            subgoal_steps=25,  # k: pi_l's goal is s_{min(t+k, T)}, pi_h's target s_{min(t+k, high goal)}.
             stage1_steps=0,  # 0: train both levels together; > 0: low level only for this many steps, then high only.
             stage1_checkpoint='',  # Path of a trained low level to load and freeze (stage 2 only); '' = none.
             high_p_curgoal=0.0,  # High-level goals: probability of the current state.

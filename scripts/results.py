@@ -74,7 +74,7 @@ def main(argv=None):
                       f'{cell.mean:.{args.decimals}f} ± {cell.std:.{args.decimals}f} (n={cell.n}, unfinished {len(cell.unfinished)})')
     unfinished = R.unfinished_report(cells, args.last_n)
     if unfinished:
-        print(f'\n{comment}Unfinished runs ({len(unfinished)}):')
+        print(f'\n{comment}Unfinished runs, or runs with fewer than {args.last_n} evaluations ({len(unfinished)}):')
         for line in unfinished:
             print(f'{comment}  {line}')
     return 0

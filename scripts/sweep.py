@@ -12,8 +12,8 @@ and continues a sweep. Flags after `--` go to every main.py command. See docs/ex
 
 import argparse
 import os
+import re
 import shlex
-import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -55,6 +55,8 @@ def parse_args(argv):
     slurm.add_argument('--slurm_setup', action='append', default=[], help='Shell line run before each job; repeatable.')
     slurm.add_argument('--wait', action='store_true', help='slurm: wait for the jobs and report failures (always on for submitit_local).')
     args = parser.parse_args(own)
+    if args.workers < 1:
+        parser.error(f'--workers must be at least 1, got {args.workers}.')
     return args, shlex.split(args.main_flags) + main_flags
 
 
@@ -75,9 +77,12 @@ def main(argv=None):
 
     print(f'# sweep {args.name}: {sweep.describe(runs, jobs)}', flush=True)
     if args.dry_run:
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--dry_run | head` ends quietly.
-        for job in jobs:
-            print(job.shell_command())
+        try:
+            for job in jobs:
+                print(job.shell_command())
+            sys.stdout.flush()
+        except BrokenPipeError:  # `--dry_run | head`: the reader has seen enough.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     if not jobs:
         return 0
@@ -106,10 +111,12 @@ def submit(args, jobs):
         try:
             handle.result()
             print(f'{job.name}: ok', flush=True)
-        except Exception as e:  # submitit re-raises the job's error; report it and check the rest.
+        except Exception as e:  # submitit re-raises the job's error with its traceback; report and go on.
             failures += 1
-            print(f'FAILED {job.name}: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__} '
-                  f'(log {job.log_path}, submitit log {handle.paths.stderr})', flush=True)
+            reason = re.search(r'main\.py (exited with status -?\d+|was stopped by SIGTERM)', str(e))
+            print(f'FAILED {job.name}: {reason.group(0) if reason else type(e).__name__}; log {job.log_path} '
+                  f'(submitit log {handle.paths.stderr}):', flush=True)
+            print(sweep.log_tail(job.log_path), flush=True)
     print(f'{len(jobs) - failures} jobs finished, {failures} failed.')
     return 1 if failures else 0
 

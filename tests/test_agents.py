@@ -35,6 +35,8 @@ def small(config, batch_size=64):
     config.encoder_hidden_dims = (32, 32)
     if 'predictor_hidden_dims' in config:
         config.predictor_hidden_dims = (32, 32)
+    if 'high_hidden_dims' in config:
+        config.high_hidden_dims = (64, 64)
     config.latent_dim = 8
     return config
 

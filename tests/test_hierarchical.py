@@ -2,8 +2,6 @@
 schedule switches exactly at stage1_steps and freezes the other level bit for bit, stage-1
 checkpoints load into stage 2, every variant learns, and acting chains pi_h into pi_l."""
 
-import importlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +16,7 @@ from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_datase
 from utils.checkpoints import load_checkpoint, save_checkpoint
 from utils.errors import ConfigError
 from utils.sampler import SamplerConfig, sample_batch
-from utils.training import train_steps
+from utils.training import stack_trees, train_steps, train_steps_multi
 
 VARIANTS = ['hgcbc', 'hgcbc_phi', 'hbyol_gamma_a']
 STAGE1_STEPS = 150  # the staged variants switch half-way through the 300 training steps
@@ -46,7 +44,8 @@ def assert_trees_equal(a, b):
 
 
 def trees_differ(a, b):
-    return any(not np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(host_copy(a)), jax.tree_util.tree_leaves(host_copy(b))))
+    leaves_a, leaves_b = jax.tree_util.tree_leaves(host_copy(a)), jax.tree_util.tree_leaves(host_copy(b))
+    return any(not np.array_equal(x, y) for x, y in zip(leaves_a, leaves_b))
 
 
 @pytest.fixture(scope='module')
@@ -79,11 +78,14 @@ def perturbed(batch, key):
     return dict(batch, **{key: batch[key] + 1.0})
 
 
+def first_batch(data, config):
+    return jax.jit(sample_batch, static_argnums=2)(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+
+
 @pytest.mark.parametrize('preset', VARIANTS)
-def test_hierarchical_batch_reaches_the_right_losses(preset, data):
-    config = tiny(preset)
-    agent = make_agent(config)
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+def test_hierarchical_batch_reaches_the_right_losses(preset, trained, data):
+    agent = trained[preset]['snapshots'][0]
+    batch = first_batch(data, trained[preset]['config'])
     metrics = jax.jit(lambda batch: agent.total_loss(batch, agent.network.params)[1])
     base = metrics(batch)
     # pi_l learns from low_goals only, pi_h from (high_goals, high_targets) only.
@@ -95,15 +97,19 @@ def test_hierarchical_batch_reaches_the_right_losses(preset, data):
     unused = metrics(perturbed(batch, 'actor_goals'))
     assert float(unused['total_loss']) == float(base['total_loss'])
 
-    # pi_h's target: the subgoal state (HGCBC) or the low level's ensemble-mean phi of it, and its inputs.
-    if preset == 'hgcbc':
-        targets, inputs = batch['high_targets'], jnp.concatenate([batch['observations'], batch['high_goals']], -1)
-    else:
-        targets = agent.low.network(batch['high_targets'], name='encoder').mean(0)
-        encoder_owner, name = (agent.network, 'high_encoder') if preset == 'hgcbc_phi' else (agent.low.network, 'encoder')
-        inputs = jnp.concatenate([encoder_owner(batch[k], name=name).mean(0) for k in ('observations', 'high_goals')], -1)
-    means, _ = agent.network(inputs, name='high_actor')
-    np.testing.assert_allclose(base['high_actor/mse'], jnp.mean((means - targets) ** 2), rtol=1e-5)
+    @jax.jit
+    def expected_mse(batch):
+        """pi_h's target is the subgoal state (HGCBC) or the low level's ensemble-mean phi of it."""
+        if preset == 'hgcbc':
+            targets, inputs = batch['high_targets'], jnp.concatenate([batch['observations'], batch['high_goals']], -1)
+        else:
+            targets = agent.low.network(batch['high_targets'], name='encoder').mean(0)
+            owner, name = (agent.network, 'high_encoder') if preset == 'hgcbc_phi' else (agent.low.network, 'encoder')
+            inputs = jnp.concatenate([owner(batch[k], name=name).mean(0) for k in ('observations', 'high_goals')], -1)
+        means, _ = agent.network(inputs, name='high_actor')
+        return jnp.mean((means - targets) ** 2)
+
+    np.testing.assert_allclose(base['high_actor/mse'], expected_mse(batch), rtol=1e-5)
 
 
 @pytest.mark.parametrize('preset', VARIANTS)
@@ -169,6 +175,23 @@ def test_resuming_mid_run_replays_the_uninterrupted_run(trained, data):
     assert_trees_equal(agent, run['snapshots'][-1])
 
 
+def test_vmapped_seeds_switch_stage_like_single_runs(trained, data):
+    # Under vmap the stage predicate is batched, so lax.cond runs both branches and selects per seed.
+    run = trained['hbyol_gamma_a']
+    config = run['config']
+    sampler_config = SamplerConfig.from_config(config)
+    agents = stack_trees([make_agent(config, seed) for seed in (0, 1)])
+    keys = np.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
+    stages = []
+    for start in (0, STAGE1_STEPS):
+        agents, info = train_steps_multi(agents, data, keys, start, sampler_config, STAGE1_STEPS)
+        stages.append(np.asarray(info['stage']))
+    np.testing.assert_array_equal(np.concatenate(stages, axis=1), np.stack([run['infos']['stage']] * 2))
+    seed0 = jax.tree_util.tree_map(lambda x: x[0], agents)
+    for vmapped, single in zip(jax.tree_util.tree_leaves(seed0), jax.tree_util.tree_leaves(run['agent'])):
+        np.testing.assert_allclose(np.asarray(vmapped), np.asarray(single), rtol=2e-3, atol=2e-5)
+
+
 def test_stage1_checkpoint_of_a_flat_byol_gamma_run_starts_in_stage2(data, tmp_path):
     config = tiny('hbyol_gamma_a')
     flat = BYOLGammaAgent.create(7, np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32), config)
@@ -176,7 +199,7 @@ def test_stage1_checkpoint_of_a_flat_byol_gamma_run_starts_in_stage2(data, tmp_p
     agent = make_agent(tiny('hbyol_gamma_a', stage1_checkpoint=str(tmp_path)))
     assert_trees_equal(agent.low, flat)
 
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    batch = first_batch(data, config)
     high_before = host_copy(agent.network.params)
     for _ in range(3):
         agent, info = agent.update(batch)
@@ -195,7 +218,8 @@ def test_bad_stage1_checkpoints_are_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match='does not exist'):
         make_agent(tiny('hbyol_gamma_a', stage1_checkpoint=str(tmp_path / 'missing')))
     config = tiny('hbyol_gamma_a')
-    gcbc = GCBCAgent.create(0, np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32), with_fields(config, encoder='none'))
+    ex_observations, ex_actions = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
+    gcbc = GCBCAgent.create(0, ex_observations, ex_actions, with_fields(config, encoder='none'))
     save_checkpoint(str(tmp_path), gcbc, 10)
     with pytest.raises(ConfigError, match='holds neither a BYOLGammaAgent'):
         make_agent(tiny('hbyol_gamma_a', stage1_checkpoint=str(tmp_path)))
@@ -207,41 +231,49 @@ def test_bad_schedule_is_a_clear_error(field, value):
         make_agent(tiny('hgcbc', **{field: value}))
 
 
+@pytest.fixture(scope='module')
+def pointmaze():
+    """Two pointmaze-medium envs and an untrained agent of each variant with pointmaze's shapes."""
+    from utils.evaluation import make_eval_envs
+
+    envs = make_eval_envs('pointmaze-medium-stitch-v0', 2)
+    ex_observations = np.zeros((1, envs[0].observation_space.shape[0]), np.float32)
+    ex_actions = np.zeros((1, envs[0].action_space.shape[0]), np.float32)
+    agents = {}
+    for preset in VARIANTS:
+        config = tiny(preset)
+        agents[preset] = get_agent_class(config.agent_name).create(0, ex_observations, ex_actions, config)
+    return envs, agents
+
+
 @pytest.mark.parametrize('preset', VARIANTS)
-def test_acting_runs_the_low_level_on_the_proposed_subgoal(preset, trained):
-    agent = trained[preset]['agent']
-    rng = np.random.default_rng(0)
-    observations, goals = rng.normal(size=(2, 5, OBS_DIM)).astype(np.float32)
+def test_acting_runs_the_low_level_on_the_proposed_subgoal(preset, pointmaze):
+    envs, agents = pointmaze
+    agent = agents[preset]
+    # Two rows, called as the evaluation calls it, so both tests share one compiled sample_actions.
+    observation_dim = envs[0].observation_space.shape[0]
+    observations, goals = np.random.default_rng(0).uniform(0, 20, size=(2, 2, observation_dim)).astype(np.float32)
     subgoals = agent.propose_subgoals(observations, goals, jax.random.PRNGKey(0), temperature=0.0)
     if preset == 'hgcbc':
         low_inputs = jnp.concatenate([observations, subgoals], -1)
     else:
         low_inputs = jnp.concatenate([agent.low.network(observations, name='encoder').mean(0), subgoals], -1)
     expected = jnp.clip(agent.low.network(low_inputs, name='actor')[0], -1.0, 1.0)
-    actions = agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(1), temperature=0.0)
-    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-6)
-    noisy = agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(1), temperature=1.0)
-    assert noisy.shape == (5, ACTION_DIM) and np.all(np.abs(noisy) <= 1.0)
-
-
-@pytest.fixture(scope='module')
-def pointmaze_envs():
-    from utils.evaluation import make_eval_envs
-
-    return make_eval_envs('pointmaze-medium-stitch-v0', 2)
+    np.testing.assert_allclose(agent.sample_actions(observations, goals, temperature=0.0), expected, rtol=1e-5, atol=1e-6)
+    noisy = agent.sample_actions(observations, goals, temperature=1.0)
+    assert noisy.shape == expected.shape and np.all(np.abs(noisy) <= 1.0)
+    assert not np.allclose(noisy, expected)
 
 
 @pytest.mark.parametrize('preset', VARIANTS)
-def test_each_variant_runs_a_pointmaze_evaluation(preset, pointmaze_envs):
+def test_each_variant_runs_a_pointmaze_evaluation(preset, pointmaze):
     from utils.evaluation import evaluate
 
-    observation_dim = pointmaze_envs[0].observation_space.shape[0]
-    action_dim = pointmaze_envs[0].action_space.shape[0]
-    config = tiny(preset)
-    agent = get_agent_class(config.agent_name).create(0, np.zeros((1, observation_dim), np.float32), np.zeros((1, action_dim), np.float32), config)
+    envs, agents = pointmaze
+    agent = agents[preset]
     results = evaluate(
         lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0)),
-        pointmaze_envs, task_ids=(1,), episodes_per_task=2, seed=0, max_steps=15,
+        envs, task_ids=(1,), episodes_per_task=2, seed=0, max_steps=15,
     )
     assert 0.0 <= results['evaluation/overall_success'] <= 1.0
     assert results['evaluation/overall_length'] == 15.0
@@ -258,9 +290,14 @@ def test_every_hierarchical_config_field_is_commented():
 
 
 def test_presets_pick_the_variants():
-    expected = {'hgcbc': ('hgcbc', 3e-4, 0), 'hgcbc_phi': ('hgcbc_phi', 1e-4, 500_000), 'hbyol_gamma_a': ('hbyol_gamma', 1e-4, 500_000)}
+    expected = {
+        'hgcbc': ('hgcbc', 3e-4, 0),
+        'hgcbc_phi': ('hgcbc_phi', 1e-4, 500_000),
+        'hbyol_gamma_a': ('hbyol_gamma', 1e-4, 500_000),
+    }
     for preset, (agent_name, high_lr, stage1_steps) in expected.items():
         config = preset_config(preset)
         assert (config.agent_name, config.high_lr, config.stage1_steps) == (agent_name, high_lr, stage1_steps)
-        assert config.high_hidden_dims == (512,) * 4 and config.actor_hidden_dims == (512,) * 3 and config.subgoal_steps == 25
-        assert importlib.import_module('agents.hierarchical').get_config().lr == 3e-4
+        # tab:hhparams: high-level MLP 512 x 4, low-level 512 x 3, subgoals 25 steps ahead, low-level lr 3e-4.
+        assert config.high_hidden_dims == (512,) * 4 and config.actor_hidden_dims == (512,) * 3
+        assert config.subgoal_steps == 25 and config.lr == 3e-4

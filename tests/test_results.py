@@ -156,7 +156,7 @@ def test_settings_beyond_alpha_are_separate_candidates(tmp_path):
         write_run(root, MAZE, 'fb', seed, [0.2], extra_config=dict(lr=1e-4), run_name=f'fb_lr4_{seed}')
         write_run(root, MAZE, 'fb', seed, [0.4], extra_config=dict(lr=1e-5), run_name=f'fb_lr5_{seed}')
     cells = R.group_cells(R.load_runs([root]))
-    assert [(c.setting, c.n) for c in cells[('antmaze-medium-stitch', 'fb')]] == [((('lr', 1e-4),), 2), ((('lr', 1e-5),), 2)]
+    assert [(c.setting, c.n) for c in cells[('antmaze-medium-stitch', 'fb')]] == [((('lr', 1e-5),), 2), ((('lr', 1e-4),), 2)]
     best = R.best_cells(cells)[('antmaze-medium-stitch', 'fb')]
     assert best.mean == pytest.approx(40.0) and R.setting_label(best.setting) == 'lr=1e-05'
 
@@ -178,7 +178,7 @@ def test_results_cli(sweep_dir, capsys):
     assert results_cli.main([f'--runs={sweep_dir}', '--details']) == 0
     out = capsys.readouterr().out
     assert '| antmaze-medium-stitch | **62** ± 2 | **59** ± 0 | 50 ± 0 (n=2) † | 90 ± 0 |' in out
-    assert 'Unfinished runs (1):' in out and 'gcbc_antmaze-medium-stitch-v0_sd1 (seed 1): running or stopped, last evaluation at step 300 of 1000' in out
+    assert 'Unfinished runs, or runs with fewer than 3 evaluations (1):' in out and 'gcbc_antmaze-medium-stitch-v0_sd1 (seed 1): running or stopped, last evaluation at step 300 of 1000' in out
     assert 'antmaze-medium-stitch byol_gamma_a [α=1]: 41 ± 1 (n=3, unfinished 0)' in out
     assert results_cli.main([f'--runs={sweep_dir}', '--format=latex']) == 0
     out = capsys.readouterr().out
@@ -208,3 +208,16 @@ def test_mean_curve_with_unequal_seeds(tmp_path):
     steps, mean, std, counts = R.mean_curve(R.load_runs([root]))
     assert steps.tolist() == [100, 200] and counts.tolist() == [2, 1]
     assert mean.tolist() == pytest.approx([30.0, 40.0]) and std.tolist() == pytest.approx([10.0, 0.0])
+
+
+def test_settings_sort_numerically_and_bad_rows_are_reported(tmp_path):
+    root = str(tmp_path)
+    for alpha in (100, 6, 40):
+        write_run(root, MAZE, 'byol_gamma_a', 0, [0.5], alpha=alpha)
+    cells = R.group_cells(R.load_runs([root]))[('antmaze-medium-stitch', 'byol_gamma_a')]
+    assert [dict(c.setting)['alpha'] for c in cells] == [6.0, 40.0, 100.0]
+    assert R.best_cells({('e', 'm'): cells})[('e', 'm')].setting == (('alpha', 6.0),)  # a tie goes to the first
+    with open(os.path.join(root, f'byol_gamma_a_{MAZE}_a6_sd0', 'eval.csv'), 'a') as f:
+        f.write('400,0.5,\n')  # a half-written row
+    with pytest.raises(ValueError, match=r'a6_sd0/eval.csv: unreadable row'):
+        R.load_runs([root])

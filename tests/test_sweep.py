@@ -100,19 +100,28 @@ def test_commands_skip_finished_runs_and_group_seeds(tmp_path):
     for flag in ('--seed=3', '--run_name=x', '--noresume', '--agent=agents/gcbc.py'):
         with pytest.raises(ConfigError, match='the sweep sets'):
             sweep.build_jobs(runs, [flag])
+    with pytest.raises(ConfigError, match='also in the spec of method byol_gamma_a'):
+        sweep.build_jobs(runs, ['--agent.alpha=3'])
 
 
-def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, env=env)
+def run_cli(capsys, *args):
+    """scripts/sweep.py in this process: (exit status, stdout, stderr)."""
+    try:
+        status = sweep_cli.main(list(args))
+    except SystemExit as e:  # argument errors exit with their message
+        status = 1 if isinstance(e.code, str) else e.code
+        print(e.code if isinstance(e.code, str) else '', file=sys.stderr)
+    out, err = capsys.readouterr()
+    return status, out, err
 
 
-def test_dry_run_prints_commands(tmp_path):
-    result = run_cli('--name=dry', f'--envs={ENV}', '--method=byol_gamma_a:alpha=1,6', '--method=gcbc', '--seeds=0-2',
-                     f'--save_dir={tmp_path}', '--dry_run', "--main_flags=--train_steps=10 --eval_episodes=2",
-                     '--', '--eval_episodes=3', '--', '--wandb_mode=disabled')
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+def test_dry_run_prints_commands(tmp_path, capsys):
+    status, out, err = run_cli(
+        capsys, '--name=dry', f'--envs={ENV}', '--method=byol_gamma_a:alpha=1,6', '--method=gcbc', '--seeds=0-2',
+        f'--save_dir={tmp_path}', '--dry_run', "--main_flags=--train_steps=10 --eval_episodes=2",
+        '--', '--eval_episodes=3', '--', '--wandb_mode=disabled')
+    assert status == 0, err
+    lines = out.splitlines()
     assert lines[0] == '# sweep dry: 9 runs: 0 finished (skipped), 9 to run in 9 jobs.'
     assert len(lines) == 10 and all('--resume' in line for line in lines[1:])
     # Wrapper flags first, then those after `--` (which win in main.py), bare `--` dropped.
@@ -121,31 +130,33 @@ def test_dry_run_prints_commands(tmp_path):
     assert not os.path.exists(tmp_path / 'dry')  # nothing launched
 
 
-def test_bad_grid_is_refused_but_dry_run_warns(tmp_path):
+def test_bad_grid_is_refused_but_dry_run_warns(tmp_path, capsys):
     args = ['--name=bad', f'--envs={ENV}', '--method=no_such_preset', '--method=gcbc:alpha=1', f'--save_dir={tmp_path}']
-    result = run_cli(*args)
-    assert result.returncode == 1
-    assert "Unknown preset 'no_such_preset'" in result.stderr and "Preset 'gcbc' has no config key 'alpha'" in result.stderr
-    result = run_cli(*args, '--dry_run')
-    assert result.returncode == 0 and 'Warning: Unknown preset' in result.stderr
-    result = run_cli('--name=bad', '--envs=antmaze-tiny-stitch-v0', '--method=gcbc', f'--save_dir={tmp_path}')
-    assert result.returncode == 1 and "Unknown environment 'antmaze-tiny-stitch-v0'" in result.stderr
+    status, _, err = run_cli(capsys, *args)
+    assert status == 1
+    assert "Unknown preset 'no_such_preset'" in err and "Preset 'gcbc' has no config key 'alpha'" in err
+    status, _, err = run_cli(capsys, *args, '--dry_run')
+    assert status == 0 and 'Warning: Unknown preset' in err
+    status, _, err = run_cli(capsys, '--name=bad', '--envs=antmaze-tiny-stitch-v0', '--method=gcbc', f'--save_dir={tmp_path}')
+    assert status == 1 and "Unknown environment 'antmaze-tiny-stitch-v0'" in err
+    status, _, err = run_cli(capsys, '--name=bad', f'--envs={ENV}', '--method=gcbc', '--', '--seed=4')
+    assert status == 1 and 'the sweep sets --seed itself' in err
 
 
-def test_local_pool_reports_failures_and_resumes(tmp_path, stub_main):
+def test_local_pool_reports_failures_and_resumes(tmp_path, stub_main, capsys):
     args = ['--name=pool', f'--envs={ENV}', '--method=gcbc', '--seeds=0,1,13', f'--save_dir={tmp_path}',
             '--workers=2', f'--main={stub_main}']
-    result = run_cli(*args)
-    assert result.returncode == 1, result.stdout + result.stderr
+    status, out, err = run_cli(capsys, *args)
+    assert status == 1, out + err
     log = tmp_path / 'pool' / f'gcbc_{ENV}_sd13.log'
-    assert f'FAILED gcbc_{ENV}_sd13 (exit 1); log {log}' in result.stdout
-    assert 'stub failure for seed 13' in result.stdout  # the log's tail is shown
-    assert '1 jobs finished' not in result.stdout and '2 jobs finished, 1 failed' in result.stdout
+    assert f'FAILED gcbc_{ENV}_sd13 (exit 1); log {log}' in out
+    assert 'stub failure for seed 13' in out  # the log's tail is shown
+    assert '2 jobs finished, 1 failed' in out
     assert 'stub failure for seed 13' in log.read_text() and '--resume' in log.read_text()
     for seed in (0, 1):
         assert (tmp_path / 'pool' / f'gcbc_{ENV}_sd{seed}' / 'DONE').exists()
-    again = run_cli(*args)  # finished runs are skipped; only the failed one runs again
-    assert again.stdout.startswith('# sweep pool: 3 runs: 2 finished (skipped), 1 to run in 1 jobs.')
+    _, again, _ = run_cli(capsys, *args)  # finished runs are skipped; only the failed one runs again
+    assert again.startswith('# sweep pool: 3 runs: 2 finished (skipped), 1 to run in 1 jobs.')
     assert log.read_text().count('=== ') == 2  # the log keeps both attempts
 
 
@@ -195,21 +206,51 @@ def test_submitit_checkpoint_stops_main_and_requeues_same_command(tmp_path, stub
     assert isinstance(delayed.function, sweep.MainCommand) and delayed.args == (command, log_path)
 
 
-def test_submitit_local_runs_a_tiny_grid(tmp_path):
-    """Two real main.py runs through submitit's local executor, then the results table reads them."""
+def test_submitit_reports_a_failed_job(tmp_path, stub_main, capsys):
+    status, out, _ = run_cli(capsys, '--name=fail', f'--envs={ENV}', '--method=gcbc', '--seeds=0,13', f'--save_dir={tmp_path}',
+                             '--backend=submitit_local', '--gpus=0', f'--main={stub_main}')
+    assert status == 1
+    assert f'gcbc_{ENV}_sd0: ok' in out and f'FAILED gcbc_{ENV}_sd13: main.py exited with status 1; log ' in out
+    assert 'stub failure for seed 13' in out and '1 jobs finished, 1 failed.' in out
+
+
+def test_submitit_local_runs_a_tiny_grid(tmp_path, capsys):
+    """Two real main.py runs (two seeds in one --num_seeds process: half the CPU time of two jobs)
+    through submitit's local executor, then the results table reads them."""
     from scripts import results as results_cli
     from utils.datagen.pointmaze import write_dataset
 
     write_dataset(ENV, str(tmp_path / 'data'), seed=0, num_train_episodes=200, num_val_episodes=20, progress=False)
-    args = ['--name=tiny', f'--envs={ENV}', '--method=byol_gamma_a:alpha=1,6', '--seeds=0', f'--save_dir={tmp_path / "runs"}',
+    # GCBC, one evaluation of one short episode: the cheapest real runs.
+    args = ['--name=tiny', f'--envs={ENV}', '--method=gcbc', '--seeds=0-1', '--seeds_per_job=2', f'--save_dir={tmp_path / "runs"}',
             '--backend=submitit_local', '--gpus=0', '--cpus=1', '--time_min=10', '--',
             f'--dataset_dir={tmp_path / "data"}', '--nodownload', '--wandb_mode=disabled', '--train_steps=30',
-            '--steps_per_call=15', '--log_interval=15', '--eval_interval=15', '--save_interval=30', '--eval_episodes=2',
-            '--eval_max_steps=5', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32']
+            '--steps_per_call=30', '--log_interval=30', '--eval_interval=30', '--save_interval=30', '--eval_episodes=2',
+            '--eval_tasks=1', '--eval_max_steps=5', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32']
     assert sweep_cli.main(args) == 0
-    for alpha in (1, 6):
-        run_dir = tmp_path / 'runs' / 'tiny' / f'byol_gamma_a_{ENV}_a{alpha}_sd0'
+    for seed in (0, 1):
+        run_dir = tmp_path / 'runs' / 'tiny' / f'gcbc_{ENV}_sd{seed}'
         assert (run_dir / 'DONE').exists() and (run_dir / 'eval.csv').exists()
-        assert f'Finished: {run_dir}' in (tmp_path / 'runs' / 'tiny' / f'{run_dir.name}.log').read_text()
+        assert f'Finished: {run_dir}' in (tmp_path / 'runs' / 'tiny' / f'gcbc_{ENV}_sd0-1.log').read_text()
     assert sweep_cli.main(args) == 0  # everything finished: nothing is submitted again
+    capsys.readouterr()
     assert results_cli.main([f'--runs={tmp_path / "runs" / "tiny"}']) == 0
+    table = capsys.readouterr().out
+    assert '| pointmaze-medium-stitch | ' in table and 'over 2 seeds' in table
+    assert table.count('finished, last evaluation at step 30 of 30, 1 evaluation(s) (fewer than 3)') == 2
+
+
+def test_paper_grid_scripts(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable)
+    state = subprocess.run(['bash', 'scripts/sweep_state.sh', '--dry_run', f'--save_dir={tmp_path}'], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert state.returncode == 0 and not state.stderr, state.stderr
+    commands = state.stdout.splitlines()[1:]
+    assert len(commands) == 5 * (4 + 1 + 4 + 4 + 1) * 10
+    assert sum('--agent=configs/presets.py:tdsr_a --agent.alpha=0.005 ' in c for c in commands) == 50
+    # The visual grid needs an image encoder; without one the script refuses to launch (and says why).
+    if subprocess.run(['grep', '-qi', 'impala', 'agents/byol_gamma.py', 'utils/encoders.py'], cwd=ROOT).returncode:
+        visual = subprocess.run(['bash', 'scripts/sweep_visual.sh', f'--save_dir={tmp_path}'], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60, env=env)
+        assert visual.returncode == 1 and 'visual observations are not supported yet' in visual.stderr
+    assert not os.path.exists(tmp_path / 'state') and not os.path.exists(tmp_path / 'visual')

@@ -55,6 +55,9 @@ def evaluate(
             In lockstep mode B is always `episodes_per_task`: rows of finished episodes are kept (frozen at their
             last observation) and their actions ignored, so a jitted policy compiles for one batch size only.
         envs: env copies from `make_eval_envs`; lockstep needs `episodes_per_task` of them, sequential one.
+        task_ids: OGBench task ids (1..5), each of which may instead be a task given as a dict the env's reset
+            accepts as `options['task_info']` (mazes: `dict(init_ij=..., goal_ij=...)`); the k-th entry of `task_ids`
+            given that way is reported as task `info{k}` (`evaluation/taskinfo{k}_success`, `per_episode['info{k}']`).
         lockstep: if False, run one episode at a time with batch-1 calls (same seeds, same episodes).
         max_steps: episode length cap that replaces the env's own time limit (`env.spec.max_episode_steps`).
         num_video_episodes: render the first this many episodes of each task, one frame every `video_frame_skip`
@@ -78,15 +81,18 @@ def evaluate(
     try:
         results = {}
         frames = []
-        for task_id in tqdm(task_ids, desc='evaluation', disable=not progress):
-            seeds = [_episode_seed(seed, task_id, j) for j in range(episodes_per_task)]
+        for position, task in enumerate(tqdm(task_ids, desc='evaluation', disable=not progress)):
+            task_id = f'info{position}' if isinstance(task, dict) else task
+            # 2**32 + position: seed entropy that no integer task id (all below 2**32) can collide with.
+            seed_key = 2**32 + position if isinstance(task, dict) else task
+            seeds = [_episode_seed(seed, seed_key, j) for j in range(episodes_per_task)]
             record = [j < num_video_episodes for j in range(episodes_per_task)]
             if lockstep:
                 batches = [(envs[:episodes_per_task], seeds, record)]
             else:
                 batches = [([envs[0]], [s], [r]) for s, r in zip(seeds, record)]
             runs = [
-                _run_episodes(policy_fn, batch_envs, task_id, batch_seeds, max_steps, batch_record, renderer,
+                _run_episodes(policy_fn, batch_envs, task, batch_seeds, max_steps, batch_record, renderer,
                               video_frame_skip)
                 for batch_envs, batch_seeds, batch_record in batches
             ]
@@ -132,13 +138,15 @@ class _Renderer:
             return None
 
 
-def _run_episodes(policy_fn, envs, task_id, seeds, max_steps, record, renderer, frame_skip):
-    """One episode per env, all started together and stepped with one batched policy call per step."""
+def _run_episodes(policy_fn, envs, task, seeds, max_steps, record, renderer, frame_skip):
+    """One episode per env, all started together and stepped with one batched policy call per step. `task` is an
+    OGBench task id or a `task_info` dict."""
+    options = dict(task_info=task) if isinstance(task, dict) else dict(task_id=task)
     first_steps = []
     for env, episode_seed in zip(envs, seeds):
         np.random.seed(episode_seed)
         env.action_space.seed(episode_seed)
-        first_steps.append(env.reset(seed=episode_seed, options=dict(task_id=task_id, render_goal=False)))
+        first_steps.append(env.reset(seed=episode_seed, options=dict(options, render_goal=False)))
     observations = np.stack([ob for ob, _ in first_steps])
     goals = np.stack([info['goal'] for _, info in first_steps])
     frames = [[renderer(env)] if rec else None for env, rec in zip(envs, record)]

@@ -208,9 +208,9 @@ def forward_backward_loss(forward, backward_next, target_forward_next, target_ba
         L_e = E[(M_e(s_t, a_t, s') - gamma Mbar(s_{t+1}, pi(s_{t+1}, z), s'))^2] - 2 E[M_e(s_t, a_t, s_{t+1})],
         Mbar = mean_e Fbar_e(s_{t+1}, pi(s_{t+1}, z), z)^T Bbar(s').
     This is `td_sr_loss` with psi = F_e(., ., z) and phi = B; the target is the ensemble mean (Meta
-    Motivo's FB with no pessimism on the TD target, `fb_pessimism_penalty = 0`), shared by both members.
-    Meta Motivo writes the same loss halved (0.5 squared term - diagonal); the factor only rescales
-    the gradient, which Adam undoes. Needs B >= 2.
+    Motivo's FB with no pessimism on the TD target, `fb_pessimism_penalty = 0`), shared by all members.
+    Meta Motivo sums 0.5 * squared term - diagonal over members, i.e. E / 2 times this loss: the
+    same loss for their E = 2. Needs B >= 2.
 
     Args:
         forward: F_e(s_t, a_t, z) [E, B, d] (online, receives gradients).

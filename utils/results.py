@@ -184,13 +184,14 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
             for seed, seed_rows in sorted(by_seed.items()):
                 if seeds is not None and seed not in seeds:
                     continue
-                seed_rows.sort(key=lambda r: int(r['step']))
-                run = SeedRun(
-                    directory, env, method, seed, setting,
-                    np.array([int(r['step']) for r in seed_rows], dtype=np.int64),
-                    np.array([float(r[metric]) for r in seed_rows], dtype=np.float64),
-                    done, flags.get('train_steps'),
-                )
+                try:
+                    seed_rows.sort(key=lambda r: int(r['step']))
+                    steps = np.array([int(r['step']) for r in seed_rows], dtype=np.int64)
+                    values = np.array([float(r[metric]) for r in seed_rows], dtype=np.float64)
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ValueError(f'{directory}/eval.csv: unreadable row ({type(e).__name__}: {e}); '
+                                     f'expected integer `step` and numeric {metric!r} columns.') from e
+                run = SeedRun(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'))
                 key = (env, method, tuple(sorted(setting.items())), seed)
                 if key in seen:
                     raise ValueError(
@@ -209,6 +210,11 @@ def seed_score(run: SeedRun, last_n: int = 3, scale: float = 100.0) -> Optional[
     return float(np.mean(run.values[-last_n:])) * scale
 
 
+def setting_sort_key(setting):
+    """Numbers in numeric order (alpha 6 before 10), anything else by its text."""
+    return tuple((k, (0, v, '') if isinstance(v, (int, float)) else (1, 0, repr(v))) for k, v in setting)
+
+
 def group_cells(runs: Sequence[SeedRun], last_n: int = 3, scale: float = 100.0) -> Dict[Tuple[str, str], List[Cell]]:
     """(env, method) -> one Cell per setting. A setting is alpha (when the config has one) plus every
     config entry or protocol flag that differs between that method's runs on that dataset."""
@@ -223,7 +229,7 @@ def group_cells(runs: Sequence[SeedRun], last_n: int = 3, scale: float = 100.0) 
         for run in method_runs:
             by_setting[tuple((k, run.config.get(k)) for k in varying if k in run.config)].append(run)
         cells[key] = []
-        for setting, setting_runs in sorted(by_setting.items(), key=lambda item: repr(item[0])):
+        for setting, setting_runs in sorted(by_setting.items(), key=lambda item: setting_sort_key(item[0])):
             scores = [seed_score(run, last_n, scale) for run in setting_runs]
             cells[key].append(Cell(key[0], key[1], setting, setting_runs,
                                    np.array([s for s in scores if s is not None], dtype=np.float64)))

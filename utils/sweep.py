@@ -217,6 +217,14 @@ def build_jobs(runs: Sequence[Run], main_flags: Sequence[str] = (), seeds_per_jo
     if seeds_per_job < 1:
         raise ConfigError(f'seeds_per_job must be at least 1, got {seeds_per_job}.')
     check_main_flags(main_flags)
+    common_keys = {flag_name(f)[len('agent.'):] for f in main_flags if flag_name(f).startswith('agent.')}
+    for run in runs:
+        clash = common_keys & {key for key, _ in run.overrides}
+        if clash:
+            raise ConfigError(
+                f'--agent.{sorted(clash)[0]} is given for every run and also in the spec of method {run.preset}; '
+                f'the run names would not match what runs. Set it in one place.'
+            )
     jobs, chunk = [], []
     for run in (r for r in runs if not r.is_finished()):
         if chunk and (len(chunk) == seeds_per_job or run.base_name != chunk[-1].base_name or run.env != chunk[-1].env
@@ -276,15 +284,17 @@ def child_environment(workers: int) -> Dict[str, str]:
     return env
 
 
-def log_tail(path: str, lines: int = 5) -> str:
+def log_tail(path: str, lines: int = 5, indent: str = '    ') -> str:
+    """The last lines of a log, indented for a report."""
     try:
         with open(path, errors='replace') as f:
-            return ''.join(f.readlines()[-lines:])
+            tail = [line.rstrip() for line in f.readlines() if line.strip()][-lines:]
     except OSError:
-        return ''
+        return f'{indent}(no log at {path})'
+    return '\n'.join(indent + line for line in tail)
 
 
-def launch_local(jobs: Sequence[Job], workers: int, out=sys.stdout) -> List[JobOutcome]:
+def launch_local(jobs: Sequence[Job], workers: int, out=None) -> List[JobOutcome]:
     """Run jobs with `workers` parallel processes; a failure is reported and the others go on.
 
     Each job's stdout and stderr are appended to its `<run>.log`. On SIGINT or SIGTERM the running
@@ -293,6 +303,7 @@ def launch_local(jobs: Sequence[Job], workers: int, out=sys.stdout) -> List[JobO
     """
     if workers < 1:
         raise ConfigError(f'--workers must be at least 1, got {workers}.')
+    out = out or sys.stdout
     stopping, lock, live = threading.Event(), threading.Lock(), set()
     done_count = [0]
     env = child_environment(workers)
@@ -348,7 +359,7 @@ def summarize_local(outcomes: Sequence[JobOutcome]) -> Tuple[str, int]:
              f'{len(stopped)} stopped or not started.']
     for outcome in failed:
         lines.append(f'FAILED {outcome.job.name} (exit {outcome.returncode}); log {outcome.job.log_path}:')
-        lines.append('    ' + log_tail(outcome.job.log_path).rstrip().replace('\n', '\n    '))
+        lines.append(log_tail(outcome.job.log_path))
     if stopped:
         lines.append('Stopped runs resume from their checkpoints when the same sweep command runs again.')
     return '\n'.join(lines), (1 if failed else 130 if stopped else 0)
