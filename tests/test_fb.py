@@ -8,12 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agents import get_agent_class
 from agents.fb import get_config, pessimistic_mean
 from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_dataset
 from utils import losses
 from utils.errors import ConfigError
 from utils.evaluation import evaluate, make_eval_envs
-from utils.sampler import SamplerConfig, sample_batch
+from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import train_steps
 
 
@@ -192,6 +193,43 @@ def test_training_reduces_critic_loss_and_ranks_next_states_first(data):
     assert infos['critic/m_diag_mean'][-30:].mean() > infos['critic/m_offdiag_mean'][-30:].mean()
 
 
+def chain_dataset(num_states, num_episodes=200, length=40, seed=0):
+    """Random walks on a chain of one-hot states; action a in [-1, 1] moves right if a > 0, else left."""
+    rng = np.random.default_rng(seed)
+    observations, actions = [], []
+    for _ in range(num_episodes):
+        state = rng.integers(num_states)
+        for _ in range(length):
+            action = rng.uniform(-1, 1)
+            observations.append(np.eye(num_states)[state])
+            actions.append([action])
+            state = min(num_states - 1, state + 1) if action > 0 else max(0, state - 1)
+    terminals = np.tile(np.arange(length) == length - 1, num_episodes)
+    return DeviceDataset.from_numpy(np.array(observations, np.float32), np.array(actions, np.float32), terminals)
+
+
+def test_goal_reaching_on_a_chain_improves_with_training():
+    """The whole algorithm -- successor measure, actor, z = B(g) -- learns to head towards the goal."""
+    num_states = 10
+    config = small(get_config())
+    config.discount = 0.9
+    data = chain_dataset(num_states)
+    states = jnp.eye(num_states)
+
+    def fraction_heading_to_goal(agent):
+        correct = []
+        for goal in range(num_states):
+            actions = np.asarray(agent.sample_actions(states, jnp.repeat(states[goal:goal + 1], num_states, 0), temperature=0.0))
+            correct += [(actions[s, 0] > 0) == (goal > s) for s in range(num_states) if s != goal]
+        return np.mean(correct)
+
+    agent = get_agent_class('fb').create(0, np.asarray(states[:1]), np.zeros((1, 1), np.float32), config)
+    before = fraction_heading_to_goal(agent)
+    agent, _ = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 2000)
+    after = fraction_heading_to_goal(agent)
+    assert after > 0.75 and after > before + 0.2, (before, after)
+
+
 def test_sample_actions_uses_z_equal_to_b_of_goal(agent):
     observations = jax.random.normal(jax.random.PRNGKey(0), (5, OBS_DIM))
     goals = jax.random.normal(jax.random.PRNGKey(1), (5, OBS_DIM))
@@ -208,8 +246,6 @@ def test_short_pointmaze_evaluation_runs():
     envs = make_eval_envs('pointmaze-medium-v0', 2)
     ex_obs = np.zeros((1, envs[0].observation_space.shape[0]), np.float32)
     ex_act = np.zeros((1, envs[0].action_space.shape[0]), np.float32)
-    from agents import get_agent_class
-
     agent = get_agent_class('fb').create(0, ex_obs, ex_act, config)
     results = evaluate(
         lambda o, g: np.asarray(agent.sample_actions(o, g, temperature=0.0)), envs, task_ids=(1,), episodes_per_task=2, max_steps=20

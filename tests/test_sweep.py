@@ -180,29 +180,36 @@ def test_interrupt_stops_runs_with_sigterm(tmp_path, stub_main):
     assert '0 jobs finished, 0 failed, 3 stopped or not started.' in out and 'resume' in out
 
 
-def test_submitit_checkpoint_stops_main_and_requeues_same_command(tmp_path, stub_main):
+def test_submitit_checkpoint_stops_main_and_requeues_same_command(tmp_path, stub_main, monkeypatch):
     command = (sys.executable, stub_main, '--save_dir=' + str(tmp_path), '--run_group=g', '--run_name=r', '--seed=0')
     log_path = str(tmp_path / 'g' / 'r.log')
     runner, errors = sweep.MainCommand(), []
-    os.environ['STUB_WAIT'] = '1'
+
+    def call():  # the submitit job's main thread; checkpoint() is its signal handler
+        try:
+            runner(command, log_path)
+        except RuntimeError as e:
+            errors.append(e)
+
+    monkeypatch.setenv('STUB_WAIT', '1')
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
     try:
-        thread = threading.Thread(target=lambda: errors.append(pytest.raises(RuntimeError, runner, command, log_path)))
-        thread.start()
-        started = tmp_path / 'g' / 'r' / 'STARTED'
-        deadline = time.time() + 30
+        started, deadline = tmp_path / 'g' / 'r' / 'STARTED', time.time() + 60
         while not started.exists():
-            assert time.time() < deadline
+            assert time.time() < deadline, 'the stub did not start'
             time.sleep(0.05)
+        runner._process.send_signal(signal.SIGUSR2)  # Slurm's timeout warning must not kill main.py ...
+        time.sleep(0.5)
+        assert runner._process.poll() is None
+        assert pickle.loads(pickle.dumps(runner))._process is None  # a running job can still be pickled
+        delayed = runner.checkpoint(command, log_path)  # ... the checkpoint's SIGTERM makes it save and exit
+        thread.join(30)
     finally:
-        del os.environ['STUB_WAIT']
-    runner._process.send_signal(signal.SIGUSR2)  # Slurm's timeout warning must not kill main.py ...
-    time.sleep(0.5)
-    assert runner._process.poll() is None
-    assert pickle.loads(pickle.dumps(runner))._process is None  # a running job can still be pickled
-    delayed = runner.checkpoint(command, log_path)  # ... the checkpoint's SIGTERM makes it save and exit
-    thread.join(30)
+        if runner._process is not None and runner._process.poll() is None:
+            runner._process.kill()
     assert (tmp_path / 'g' / 'r' / 'TERMINATED').exists() and runner._process.returncode == 143
-    assert 'stopped by SIGTERM' in str(errors[0].value)
+    assert len(errors) == 1 and 'stopped by SIGTERM' in str(errors[0])
     assert isinstance(delayed.function, sweep.MainCommand) and delayed.args == (command, log_path)
 
 

@@ -1,9 +1,11 @@
 """CSV logs that survive kills and resumes, and a wandb run that never crashes training."""
 
 import csv
+import hashlib
 import io
 import logging
 import os
+import re
 from typing import Dict, Optional
 
 from utils.checkpoints import atomic_write_bytes
@@ -56,6 +58,12 @@ class CsvLogger:
             os.fsync(f.fileno())
 
 
+def _wandb_run_id(group: str, name: str) -> str:
+    """Stable across resumes, distinct across groups (the same setting in two sweeps stays two runs)."""
+    digest = hashlib.sha1(f'{group}/{name}'.encode()).hexdigest()[:10]
+    return f'{re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:50]}-{digest}'
+
+
 def _has_wandb_credentials() -> bool:
     if os.environ.get('WANDB_API_KEY'):
         return True
@@ -81,7 +89,7 @@ class WandbLogger:
 
             self.run = wandb.init(
                 project=project, group=group, name=name, config=config, dir=run_dir, mode=mode,
-                id=name.replace('/', '_')[-128:], resume='allow' if resume else None,
+                id=_wandb_run_id(group, name), resume='allow' if resume else None,
                 settings=wandb.Settings(init_timeout=60, silent=True),
             )
         except Exception as e:

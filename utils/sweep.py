@@ -415,10 +415,7 @@ class MainCommand:
         return submitit.helpers.DelayedSubmission(MainCommand(), command, log_path)
 
     def __getstate__(self):
-        return {}  # A running process cannot be pickled; a requeued job starts its own.
-
-    def __setstate__(self, state):
-        self._process = None
+        return dict(self.__dict__, _process=None)  # A running process cannot be pickled; a requeued job starts its own.
 
 
 @dataclasses.dataclass
