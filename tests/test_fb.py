@@ -154,6 +154,9 @@ def test_actor_loss_trains_only_the_actor_and_critic_loss_only_f_and_b(agent, ba
     assert tree_abs_sum(critic_grads['modules_forward']) > 0.0
     assert tree_abs_sum(critic_grads['modules_backward']) > 0.0
     _, info = jax.jit(lambda p: agent.actor_loss(batch, p, latents, jax.random.PRNGKey(1)))(params)
+    np.testing.assert_allclose(float(info['actor/q_loss']), -float(info['actor/q']), rtol=1e-6)
+    normalized = agent.replace(config=flax.core.FrozenDict({**agent.config, 'normalize_q': True}))
+    _, info = jax.jit(lambda p: normalized.actor_loss(batch, p, latents, jax.random.PRNGKey(1)))(params)
     assert abs(float(info['actor/q_loss'])) <= 1.0 + 1e-6  # -mean(Q) / mean|Q|
 
 
