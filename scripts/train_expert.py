@@ -56,6 +56,7 @@ flags.DEFINE_bool('export_only', False, 'Skip training: evaluate the checkpoint 
 ENV_NAME = 'online-ant-xy-v0'
 DIRECTION_RESAMPLE_INTERVAL = 100
 REPLAY_NAME = 'replay.npz'
+EVAL_LOG_NAME = 'eval.jsonl'
 
 
 def make_direction_env():
@@ -137,12 +138,23 @@ def evaluate_direction_tracking(policy, num_episodes, seed):
 
 
 def log_line(run_dir, record):
-    with open(os.path.join(run_dir, 'eval.jsonl'), 'a') as f:
+    with open(os.path.join(run_dir, EVAL_LOG_NAME), 'a') as f:
         f.write(json.dumps(record) + '\n')
 
 
-def train(agent, replay, start_step, run_dir, previous_wall_s):
-    """Runs to --train_steps; returns the agent and the total training wall-clock time so far."""
+def training_curve(run_dir):
+    """The direction-tracking evaluations logged during training, for the exported record."""
+    path = os.path.join(run_dir, EVAL_LOG_NAME)
+    if not os.path.exists(path):
+        return []
+    keys = ('step', 'wall_s', 'velocity_along_direction', 'velocity_across_direction', 'fall_rate')
+    with open(path) as f:
+        return [{key: json.loads(line)[key] for key in keys} for line in f]
+
+
+def train(agent, replay, start_step, run_dir, previous_wall_s, commands):
+    """Runs to --train_steps; returns the agent and the total training wall-clock time so far.
+    `commands` (every command line that trained this run) goes into each checkpoint."""
     env = make_direction_env()
     env.action_space.seed(FLAGS.seed + start_step)
     np.random.seed(FLAGS.seed + start_step)
@@ -181,13 +193,14 @@ def train(agent, replay, start_step, run_dir, previous_wall_s):
 
         if time.time() - last_checkpoint > FLAGS.checkpoint_seconds or step == FLAGS.train_steps:
             replay.save(os.path.join(run_dir, REPLAY_NAME))
-            save_checkpoint(run_dir, agent, step, extra=dict(train_wall_s=previous_wall_s + time.time() - started))
+            extra = dict(train_wall_s=previous_wall_s + time.time() - started, commands=commands)
+            save_checkpoint(run_dir, agent, step, extra=extra)
             last_checkpoint = time.time()
     env.close()
     return agent, previous_wall_s + time.time() - started
 
 
-def evaluate_and_export(agent, step, train_wall_s):
+def evaluate_and_export(agent, step, train_wall_s, commands):
     direction = evaluate_direction_tracking(agent.deterministic_actions, num_episodes=5, seed=20_000)
     maze = evaluate_subgoal_following(
         lambda observations: np.asarray(agent.deterministic_actions(observations)),
@@ -200,7 +213,7 @@ def evaluate_and_export(agent, step, train_wall_s):
         env_name=ENV_NAME,
         direction_resample_interval=DIRECTION_RESAMPLE_INTERVAL,
         observation='ant qpos[2:] (13) + qvel (14) + unit direction (2)',
-        command=' '.join(['python'] + sys.argv),
+        train_commands=commands,
         train_steps=step,
         seed_steps=FLAGS.seed_steps,
         updates_per_call=FLAGS.updates_per_call,
@@ -208,6 +221,7 @@ def evaluate_and_export(agent, step, train_wall_s):
         train_wall_clock_s=train_wall_s,
         hyperparameters={key: list(value) if isinstance(value, tuple) else value for key, value in config.items()},
         evaluation=dict(direction_tracking=direction, antmaze_medium_subgoal_following=maze),
+        training_curve=training_curve(FLAGS.run_dir),
     )
     export_actor(agent, os.path.join(FLAGS.export_dir, 'ant_xy_expert.msgpack'),
                  os.path.join(FLAGS.export_dir, 'ant_xy_expert.json'), record)
@@ -221,18 +235,20 @@ def main(_):
     env.close()
     agent = SACAgent.create(FLAGS.seed, observation_dim, action_dim, get_config())
     replay = ReplayBuffer(FLAGS.train_steps, observation_dim, action_dim)
-    start_step, wall_s = 0, 0.0
+    start_step, wall_s, commands = 0, 0.0, []
     if FLAGS.resume or FLAGS.export_only:
         agent, start_step, extra = load_checkpoint(FLAGS.run_dir, agent)
         wall_s = float(extra.get('train_wall_s', 0.0))
+        commands = list(extra.get('commands', []))
         if not FLAGS.export_only:
             replay.load(os.path.join(FLAGS.run_dir, REPLAY_NAME), start_step)
         print(f'Resumed at step {start_step}')
 
     if not FLAGS.export_only and start_step < FLAGS.train_steps:
-        agent, wall_s = train(agent, replay, start_step, FLAGS.run_dir, wall_s)
+        commands.append(' '.join(['python'] + sys.argv))
+        agent, wall_s = train(agent, replay, start_step, FLAGS.run_dir, wall_s, commands)
         start_step = FLAGS.train_steps
-    evaluate_and_export(agent, start_step, round(wall_s, 1))
+    evaluate_and_export(agent, start_step, round(wall_s, 1), commands)
 
 
 if __name__ == '__main__':

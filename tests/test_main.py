@@ -140,9 +140,9 @@ def test_bad_input_gives_one_clear_error(extra, message, dataset_dir, tmp_path):
 
 
 def test_missing_dataset_that_cannot_be_generated(tmp_path):
-    result = run_main(*main_args(str(tmp_path), tmp_path, '--env_name=antmaze-medium-stitch-v0'), check=False)
+    result = run_main(*main_args(str(tmp_path), tmp_path, '--env_name=humanoidmaze-medium-stitch-v0'), check=False)
     assert result.returncode == 1 and 'Traceback' not in result.stderr
-    assert 'antmaze-medium-stitch-v0.npz' in result.stderr and 'download_datasets' in result.stderr
+    assert 'humanoidmaze-medium-stitch-v0.npz' in result.stderr and 'download_datasets' in result.stderr
 
 
 @pytest.mark.parametrize('corruption', ['garbage', 'truncated_episode', 'nan', 'wrong_shape'])
