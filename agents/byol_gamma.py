@@ -28,10 +28,13 @@ class BYOLGammaAgent(BCAgent):
     def policy_inputs(self, observations, goals, params=None):
         return phi_policy_inputs(self.network, observations, goals, params)
 
-    def target_encode(self, x, params):
-        """phibar(x): the online encoder without gradient (tau = 1) or the EMA target encoder."""
-        name = 'encoder' if self.config['tau'] == 1.0 else 'target_encoder'
-        return jax.lax.stop_gradient(self.network(x, name=name, params=params))
+    def target_encode(self, x, params, online=None):
+        """phibar(x): the online encoder without gradient (tau = 1) or the EMA target encoder.
+        `online`, phi(x) when already computed, is reused for tau = 1 instead of re-encoding x."""
+        if self.config['tau'] == 1.0:
+            online = self.network(x, name='encoder', params=params) if online is None else online
+            return jax.lax.stop_gradient(online)
+        return jax.lax.stop_gradient(self.network(x, name='target_encoder', params=params))
 
     def forward(self, z, actions, params):
         return self.network(z, actions if self.config['action_conditioned'] else None, name='forward_predictor', params=params)
@@ -47,9 +50,9 @@ class BYOLGammaAgent(BCAgent):
             backward_pred = self.network(z_future, name='backward_predictor', params=params)
         return byol_gamma_loss(
             forward_pred,
-            self.target_encode(batch['value_goals'], params),
+            self.target_encode(batch['value_goals'], params, online=z_future),
             backward_pred,
-            self.target_encode(batch['observations'], params),
+            self.target_encode(batch['observations'], params, online=z_t),
             kind=self.config['loss_type'],
         )
 

@@ -15,7 +15,7 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent, copy_to_target, ema_target_update
-from utils.encoders import phi_policy_inputs, resolve_latent_dim
+from utils.encoders import phi_policy_inputs, psi_inputs, resolve_latent_dim
 from utils.losses import td_sr_loss
 from utils.networks import EnsembleEncoder, GaussianActor
 
@@ -25,9 +25,7 @@ class TDSRAgent(BCAgent):
         return phi_policy_inputs(self.network, observations, goals, params)
 
     def psi_inputs(self, observations, actions):
-        if self.config['action_conditioned']:
-            return jnp.concatenate([observations, actions], axis=-1)
-        return observations
+        return psi_inputs(observations, actions, self.config['action_conditioned'])
 
     def representation_loss(self, batch, params):
         psi = self.network(self.psi_inputs(batch['observations'], batch['actions']), name='psi_encoder', params=params)
@@ -53,9 +51,7 @@ class TDSRAgent(BCAgent):
         obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
         d = resolve_latent_dim(config.latent_dim, obs_dim)
         encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
-        ex_psi_input = ex_observations
-        if config.action_conditioned:
-            ex_psi_input = jnp.concatenate([ex_observations, ex_actions], axis=-1)
+        ex_psi_input = psi_inputs(ex_observations, ex_actions, config.action_conditioned)
         modules = {
             'encoder': encoder,
             'psi_encoder': encoder.clone(),

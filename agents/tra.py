@@ -15,7 +15,7 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent
-from utils.encoders import phi_policy_inputs, resolve_latent_dim
+from utils.encoders import phi_policy_inputs, psi_inputs, resolve_latent_dim
 from utils.losses import representation_norm_penalty, symmetric_infonce
 from utils.networks import EnsembleEncoder, GaussianActor
 
@@ -29,10 +29,8 @@ class TRAAgent(BCAgent):
         return jnp.concatenate([z_s, z_g], axis=-1)
 
     def representation_loss(self, batch, params):
-        psi_inputs = batch['observations']
-        if self.config['action_conditioned']:
-            psi_inputs = jnp.concatenate([psi_inputs, batch['actions']], axis=-1)
-        psi = self.network(psi_inputs, name='psi_encoder', params=params)  # [M, B, d]
+        inputs = psi_inputs(batch['observations'], batch['actions'], self.config['action_conditioned'])
+        psi = self.network(inputs, name='psi_encoder', params=params)  # [M, B, d]
         phi = self.network(batch['value_goals'], name='encoder', params=params)  # [M, B, d]
         contrastive, info = jax.vmap(symmetric_infonce)(psi, phi)
         penalty = representation_norm_penalty(phi, psi, self.config['norm_penalty'])
@@ -41,19 +39,15 @@ class TRAAgent(BCAgent):
         return jnp.mean(contrastive) + penalty, info
 
     def representations(self, observations, actions, goals):
-        psi_inputs = observations
-        if self.config['action_conditioned']:
-            psi_inputs = jnp.concatenate([observations, actions], axis=-1)
-        return self.network(psi_inputs, name='psi_encoder').mean(0), self.network(goals, name='encoder').mean(0)
+        inputs = psi_inputs(observations, actions, self.config['action_conditioned'])
+        return self.network(inputs, name='psi_encoder').mean(0), self.network(goals, name='encoder').mean(0)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
         obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
         d = resolve_latent_dim(config.latent_dim, obs_dim)
         encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
-        ex_psi_input = ex_observations
-        if config.action_conditioned:
-            ex_psi_input = jnp.concatenate([ex_observations, ex_actions], axis=-1)
+        ex_psi_input = psi_inputs(ex_observations, ex_actions, config.action_conditioned)
         modules = {
             'encoder': encoder,
             'psi_encoder': encoder.clone(),

@@ -8,7 +8,8 @@
     python scripts/bench_train.py --presets=gcbc,gcbc_phi,byol_gamma_a,tra,tdsr_a --batch_sizes=256,1024
 
 Uses a generated pointmaze-medium-stitch dataset (created in --dataset_dir if missing). Rounds of
-the three modes are interleaved and the median is reported, so background load hits all modes alike.
+every (preset, mode) pair are interleaved and the median is reported, so background load hits all
+of them alike.
 """
 
 import os
@@ -92,21 +93,25 @@ def main(_):
     print(f'{"preset":<16}{"batch":>6}' + ''.join(f'{m:>12}' for m in FLAGS.modes) + f'{"fused/host":>12}{"fused/per-call":>16}')
     results = {}
     for batch_size in map(int, FLAGS.batch_sizes):
+        # Every (preset, mode) is timed in each round, so load changes hit all of them alike.
+        setups = {}
         for preset in FLAGS.presets:
             config = preset_config(preset)
             config.batch_size = batch_size
             sampler_config = SamplerConfig.from_config(config)
             sampler = HostSampler(raw, sampler_config)
-            agents = {}
             for mode in FLAGS.modes:  # compile outside the timed rounds (fused compiles per chunk length)
                 agent = get_agent_class(config.agent_name).create(0, raw['observations'][:1], raw['actions'][:1], config)
-                agents[mode], _ = time_mode(mode, agent, data, sampler, sampler_config, FLAGS.steps if mode == 'fused' else 2)
-            speeds = {mode: [] for mode in FLAGS.modes}
-            for _ in range(FLAGS.rounds):
-                for mode in FLAGS.modes:
-                    agents[mode], speed = time_mode(mode, agents[mode], data, sampler, sampler_config, FLAGS.steps)
-                    speeds[mode].append(speed)
-            median = {mode: float(np.median(v)) for mode, v in speeds.items()}
+                agent, _ = time_mode(mode, agent, data, sampler, sampler_config, FLAGS.steps if mode == 'fused' else 2)
+                setups[(preset, mode)] = dict(agent=agent, sampler=sampler, sampler_config=sampler_config, speeds=[])
+        for _ in range(FLAGS.rounds):
+            for (preset, mode), setup in setups.items():
+                setup['agent'], speed = time_mode(
+                    mode, setup['agent'], data, setup['sampler'], setup['sampler_config'], FLAGS.steps
+                )
+                setup['speeds'].append(speed)
+        for preset in FLAGS.presets:
+            median = {mode: float(np.median(setups[(preset, mode)]['speeds'])) for mode in FLAGS.modes}
             results[(preset, batch_size)] = median
             ratios = ''
             if 'fused' in median and 'host' in median:

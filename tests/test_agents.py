@@ -102,7 +102,7 @@ def test_tau_one_target_is_the_stop_gradient_online_encoder(data):
     frozen = jax.tree_util.tree_map(jnp.copy, agent.network.params)
 
     class FrozenTarget(type(agent)):
-        def target_encode(self, x, params):
+        def target_encode(self, x, params, online=None):
             return self.network(x, name='encoder', params=frozen)
 
     reference = FrozenTarget(rng=agent.rng, network=agent.network, config=agent.config)

@@ -16,3 +16,8 @@ def phi_policy_inputs(network, observations, goals, params=None, encoder_name='e
     z_s = network(observations, name=encoder_name, params=params).mean(axis=0)
     z_g = network(goals, name=encoder_name, params=params).mean(axis=0)
     return jnp.concatenate([z_s, z_g], axis=-1)
+
+
+def psi_inputs(observations, actions, action_conditioned: bool):
+    """The input of a state encoder psi: s, or concat(s, a) for the action-conditioned (^a) variants."""
+    return jnp.concatenate([observations, actions], axis=-1) if action_conditioned else observations
