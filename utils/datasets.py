@@ -88,8 +88,9 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, l
         if not failure:
             return train_path, val_path
     if can_generate(dataset_name):
-        log(f'OGBench download unavailable ({failure}); generating {dataset_name} offline with the scripted '
-            f'oracle into {os.path.dirname(train_path)} (a few minutes, done once).')
+        log(f'OGBench download unavailable ({failure}); generating {dataset_name} offline into '
+            f'{os.path.dirname(train_path)} as OGBench collected it (pointmaze: scripted oracle, about 1-3 min; '
+            f'antmaze: the committed ant expert, about 10+ min). This is done once.')
         write_dataset(dataset_name, dataset_dir)
         return train_path, val_path
     raise DatasetError(
