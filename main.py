@@ -139,6 +139,13 @@ def check_flags():
     return tasks
 
 
+def evaluation_policy(agent):
+    """Deterministic actions for evaluation; agents with acting state (hierarchical re-planning) supply their own."""
+    if hasattr(agent, 'evaluation_policy'):
+        return agent.evaluation_policy()
+    return lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0))
+
+
 def write_json(path, obj):
     with open(path + '.tmp', 'w') as f:
         json.dump(obj, f, indent=2, default=str)
@@ -253,8 +260,7 @@ def train():
                 agent = seed_agent(k)
                 eval_seed = int(jax.random.randint(jax.random.fold_in(eval_seed_keys[k], step), (), 0, 2**31 - 1))
                 results = evaluate(
-                    lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0)),
-                    eval_envs, task_ids=eval_tasks, episodes_per_task=FLAGS.eval_episodes, seed=eval_seed,
+                    evaluation_policy(agent), eval_envs, task_ids=eval_tasks, episodes_per_task=FLAGS.eval_episodes, seed=eval_seed,
                     max_steps=FLAGS.eval_max_steps or None, num_video_episodes=FLAGS.video_episodes,
                 )
                 metrics = {key: float(v) for key, v in results.items() if key.startswith('evaluation/')}

@@ -25,9 +25,9 @@ a `lax.cond` on the low level's step counter, so it is one jitted program and a 
 the right stage. `stage1_checkpoint` instead loads a trained low level (saved by a flat run of the
 low-level agent or by a hierarchical run) and every update is stage 2.
 
-Acting re-plans at every step: one jitted call runs pi_h, then pi_l on its subgoal (the default of
-OGBench's HGCBC/HIQL). Re-planning every k steps (a `replan_every`) would need state across steps,
-which the evaluator's stateless policy does not carry: it is not supported.
+Acting re-plans at every step by default: one jitted call runs pi_h, then pi_l on its subgoal (as
+OGBench's HGCBC/HIQL do). `replan_every = k > 1` holds each subgoal for k steps at evaluation
+(`evaluation_policy`, a small stateful policy that the evaluator resets at every episode start).
 
 Under `train_steps_multi` (vmapped seeds) the stage predicate is batched, so `lax.cond` becomes a
 select that runs both stages' updates: same results, at about the cost of training both levels.
@@ -40,6 +40,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from agents.byol_gamma import BYOLGammaAgent
@@ -155,14 +156,24 @@ class HierarchicalAgent(flax.struct.PyTreeNode):
         means, log_stds = self.network(self.high_inputs(observations, goals), name='high_actor')
         return sample_gaussian(seed, means, log_stds, temperature)
 
+    def act_on_subgoals(self, observations, subgoals, seed, temperature=1.0):
+        means, log_stds = self.low.network(self.low_policy_inputs(observations, subgoals), name='actor')
+        return jnp.clip(sample_gaussian(seed, means, log_stds, temperature), -1.0, 1.0)
+
     @jax.jit
     def sample_actions(self, observations, goals, seed=None, temperature=1.0):
         """pi_h proposes a subgoal for (s, g), pi_l acts toward it; re-planned at every call."""
         seed = self.rng if seed is None else seed
         high_seed, low_seed = jax.random.split(seed)
         subgoals = self.propose_subgoals(observations, goals, high_seed, temperature)
-        means, log_stds = self.low.network(self.low_policy_inputs(observations, subgoals), name='actor')
-        return jnp.clip(sample_gaussian(low_seed, means, log_stds, temperature), -1.0, 1.0)
+        return self.act_on_subgoals(observations, subgoals, low_seed, temperature)
+
+    def evaluation_policy(self):
+        """Deterministic acting for `utils.evaluation.evaluate`: re-plans every step, or holds each
+        subgoal for `replan_every` steps (state kept across steps, reset at every episode start)."""
+        if self.config['replan_every'] <= 1:
+            return lambda observations, goals: np.asarray(self.sample_actions(observations, goals, temperature=0.0))
+        return ReplanningPolicy(self, self.config['replan_every'])
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
@@ -183,6 +194,26 @@ class HierarchicalAgent(flax.struct.PyTreeNode):
         if config.stage1_checkpoint:
             agent = agent.replace(low=load_low_level(config.stage1_checkpoint, agent))
         return agent
+
+
+class ReplanningPolicy:
+    """pi_h re-plans every `every` steps; in between pi_l keeps acting toward the held subgoals.
+    `evaluate` calls `reset` when episodes start, so lockstep and sequential evaluation agree."""
+
+    def __init__(self, agent, every: int):
+        self.agent, self.every = agent, every
+        self.propose = jax.jit(lambda obs, goals: agent.propose_subgoals(obs, goals, agent.rng, 0.0))
+        self.act = jax.jit(lambda obs, subgoals: agent.act_on_subgoals(obs, subgoals, agent.rng, 0.0))
+        self.reset()
+
+    def reset(self):
+        self.steps, self.subgoals = 0, None
+
+    def __call__(self, observations, goals):
+        if self.steps % self.every == 0:
+            self.subgoals = self.propose(observations, goals)
+        self.steps += 1
+        return np.asarray(self.act(observations, self.subgoals))
 
 
 def objective(low_loss, high_loss, train_low, train_high):
@@ -304,6 +335,7 @@ def get_config():
             subgoal_steps=25,  # k: pi_l's goal is s_{min(t+k, T)}, pi_h's target s_{min(t+k, high goal)}.
             stage1_steps=0,  # 0: train both levels together; > 0: low level only for this many steps, then high only.
             stage1_checkpoint='',  # Path of a trained low level to load and freeze (stage 2 only); '' = none.
+            replan_every=1,  # Evaluation: pi_h re-plans every this many steps (1 = every step, as OGBench's HGCBC).
             high_p_curgoal=0.0,  # High-level goals: probability of the current state.
             high_p_trajgoal=1.0,  # High-level goals: probability of a future state of the same trajectory.
             high_p_randomgoal=0.0,  # High-level goals: probability of a random dataset state.

@@ -279,6 +279,33 @@ def test_each_variant_runs_a_pointmaze_evaluation(preset, pointmaze):
     assert results['evaluation/overall_length'] == 15.0
 
 
+@pytest.mark.parametrize('every', [1, 4])
+def test_replanning_every_k_steps_holds_the_subgoal(every, pointmaze):
+    from utils.evaluation import evaluate
+
+    envs, agents = pointmaze
+    agent = agents['hgcbc']
+    agent = agent.replace(config=agent.config.copy({'replan_every': every}))
+    policy = agent.evaluation_policy()
+    observations = np.random.default_rng(0).normal(size=(2, 2)).astype(np.float32)
+    goals = np.random.default_rng(1).normal(size=(2, 2)).astype(np.float32)
+    # Re-planning every step is exactly sample_actions.
+    np.testing.assert_allclose(policy(observations, goals), agent.sample_actions(observations, goals, temperature=0.0), rtol=1e-5, atol=1e-6)
+    if every == 1:
+        return
+    calls = []
+    propose = policy.propose
+    policy.propose = lambda obs, g: calls.append(len(calls)) or propose(obs, g)
+    results = evaluate(policy, envs, task_ids=(1, 2), episodes_per_task=2, seed=0, max_steps=10)
+    # Per task (episodes start together): planning at steps 0, 4 and 8 of 10; reset between tasks.
+    assert len(calls) == 2 * 3
+    assert results['evaluation/overall_length'] == 10.0
+    # Between re-plans the subgoal is held: a new goal alone does not change the action.
+    policy.reset()
+    first = policy(observations, goals)
+    np.testing.assert_array_equal(policy(observations, goals + 5.0), first)
+
+
 def test_every_hierarchical_config_field_is_commented():
     from agents import byol_gamma, hierarchical
 

@@ -53,7 +53,8 @@ def evaluate(
     Args:
         policy_fn: deterministic batched policy, `(observations [B, ...], goals [B, ...]) -> actions [B, action_dim]`.
             In lockstep mode B is always `episodes_per_task`: rows of finished episodes are kept (frozen at their
-            last observation) and their actions ignored, so a jitted policy compiles for one batch size only.
+            last observation) and their actions ignored, so a jitted policy compiles for one batch size only. A
+            policy with a `reset()` method (acting state) is reset whenever a new set of episodes starts.
         envs: env copies from `make_eval_envs`; lockstep needs `episodes_per_task` of them, sequential one.
         task_ids: OGBench task ids (1..5), each of which may instead be a task given as a dict the env's reset
             accepts as `options['task_info']` (mazes: `dict(init_ij=..., goal_ij=...)`); the k-th entry of `task_ids`
@@ -141,6 +142,8 @@ class _Renderer:
 def _run_episodes(policy_fn, envs, task, seeds, max_steps, record, renderer, frame_skip):
     """One episode per env, all started together and stepped with one batched policy call per step. `task` is an
     OGBench task id or a `task_info` dict."""
+    if hasattr(policy_fn, 'reset'):  # acting state (e.g. hierarchical re-planning) restarts with the episodes
+        policy_fn.reset()
     options = dict(task_info=task) if isinstance(task, dict) else dict(task_id=task)
     first_steps = []
     for env, episode_seed in zip(envs, seeds):
