@@ -92,7 +92,6 @@ def test_killed_and_resumed_run_matches_uninterrupted(kill_signal, dataset_dir, 
     if kill_signal == signal.SIGTERM:
         # Preemption: a checkpoint of the current step is written before exiting.
         assert returncode == 143
-        from utils.checkpoints import load_checkpoint  # noqa: F401
         import flax.serialization
 
         step = flax.serialization.msgpack_restore((run_dir / CHECKPOINT_NAME).read_bytes())['step']

@@ -7,6 +7,8 @@ import flax.serialization
 import jax
 import numpy as np
 
+from utils.errors import ConfigError
+
 CHECKPOINT_NAME = 'checkpoint.msgpack'
 
 
@@ -47,7 +49,7 @@ def _check_same_structure(expected, found, path):
     expected_shapes = jax.tree_util.tree_map(np.shape, expected)
     found_shapes = jax.tree_util.tree_map(np.shape, found)
     if jax.tree_util.tree_structure(expected_shapes) != jax.tree_util.tree_structure(found_shapes) or expected_shapes != found_shapes:
-        raise ValueError(
+        raise ConfigError(
             f'Checkpoint {path} does not match this agent (different agent, config or dataset shapes). '
             f'Resume with the flags and config the run was started with, or start a new --run_name.'
         )

@@ -6,7 +6,7 @@ import io
 import logging
 import os
 import re
-from typing import Dict, Optional
+from typing import Dict
 
 from utils.checkpoints import atomic_write_bytes
 
