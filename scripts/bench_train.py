@@ -24,7 +24,8 @@ from absl import app, flags
 
 from agents import get_agent_class
 from configs.presets import get_config as preset_config
-from utils.datasets import ensure_dataset
+from utils.datasets import ensure_dataset, load_dataset
+from utils.evaluation import make_eval_envs
 from utils.sampler import DeviceDataset, SamplerConfig
 from utils.training import train_steps
 
@@ -85,9 +86,8 @@ def time_mode(mode, agent, data, sampler, sampler_config, steps):
 
 def main(_):
     train_path, _ = ensure_dataset(FLAGS.env_name, FLAGS.dataset_dir)
-    with np.load(train_path) as f:
-        raw = dict(observations=f['observations'].astype(np.float32), actions=f['actions'].astype(np.float32),
-                   terminals=f['terminals'].astype(bool))
+    env = make_eval_envs(FLAGS.env_name, 1)[0]
+    raw = load_dataset(train_path, env.observation_space, env.action_space)
     data = DeviceDataset.from_numpy(**raw)
     print(f'jax {jax.__version__} on {jax.devices()[0].platform}; {FLAGS.steps} steps x {FLAGS.rounds} rounds per mode')
     print(f'{"preset":<16}{"batch":>6}' + ''.join(f'{m:>12}' for m in FLAGS.modes) + f'{"fused/host":>12}{"fused/per-call":>16}')

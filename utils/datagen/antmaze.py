@@ -14,7 +14,6 @@ Follows OGBench's ``data_gen_scripts/generate_locomaze.py`` with ``--restore_pat
 Episodes run in lockstep batches of envs so that one jitted policy call serves the whole batch.
 """
 
-import dataclasses
 import logging
 import os
 
@@ -31,6 +30,7 @@ from utils.datagen.pointmaze import (
     _save_npz_atomic,
     _seeded_global_np_random,
     _streams,
+    maze_dataset_spec,
 )
 
 MAZE_TYPES = ('medium', 'large', 'giant')
@@ -52,33 +52,12 @@ EXPERT_WEIGHTS = os.path.join(EXPERT_DIR, 'ant_xy_expert.msgpack')
 EXPERT_RECORD = os.path.join(EXPERT_DIR, 'ant_xy_expert.json')
 
 
-@dataclasses.dataclass(frozen=True)
-class DatasetSpec:
-    """How OGBench collected one antmaze dataset."""
-
-    dataset_name: str
-    maze_type: str
-    dataset_type: str
-    num_train_episodes: int
-    episode_length: int
-
-    @property
-    def env_name(self):
-        return f'antmaze-{self.maze_type}-v0'
-
-
 def can_generate(dataset_name):
     return dataset_name in GENERATABLE_DATASETS
 
 
 def dataset_spec(dataset_name):
-    if not can_generate(dataset_name):
-        raise ValueError(
-            f'Cannot generate dataset {dataset_name!r}; supported datasets: {", ".join(GENERATABLE_DATASETS)}'
-        )
-    _, maze_type, dataset_type, _ = dataset_name.split('-')
-    num_train_episodes, episode_length = _SIZES[dataset_type][maze_type]
-    return DatasetSpec(dataset_name, maze_type, dataset_type, num_train_episodes, episode_length)
+    return maze_dataset_spec(dataset_name, GENERATABLE_DATASETS, _SIZES)
 
 
 def load_expert():

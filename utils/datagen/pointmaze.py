@@ -59,7 +59,7 @@ _ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
 
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
-    """How OGBench collected one pointmaze dataset."""
+    """How OGBench collected one maze dataset (`<robot>-<maze>-<type>-v0`)."""
 
     dataset_name: str
     maze_type: str
@@ -69,7 +69,17 @@ class DatasetSpec:
 
     @property
     def env_name(self):
-        return f'pointmaze-{self.maze_type}-v0'
+        return f'{self.dataset_name.split("-")[0]}-{self.maze_type}-v0'
+
+
+def maze_dataset_spec(dataset_name, supported, sizes):
+    """The DatasetSpec of `dataset_name` from a generator's supported names and its
+    {dataset type: {maze: (train episodes, rows per episode)}}; ValueError listing the names otherwise."""
+    if dataset_name not in supported:
+        raise ValueError(f'Cannot generate dataset {dataset_name!r}; supported datasets: {", ".join(supported)}')
+    _, maze_type, dataset_type, _ = dataset_name.split('-')
+    num_train_episodes, episode_length = sizes[dataset_type][maze_type]
+    return DatasetSpec(dataset_name, maze_type, dataset_type, num_train_episodes, episode_length)
 
 
 def can_generate(dataset_name):
@@ -77,14 +87,7 @@ def can_generate(dataset_name):
 
 
 def dataset_spec(dataset_name):
-    """Returns the DatasetSpec of a supported name; ValueError listing the supported names otherwise."""
-    if not can_generate(dataset_name):
-        raise ValueError(
-            f'Cannot generate dataset {dataset_name!r}; supported datasets: {", ".join(GENERATABLE_DATASETS)}'
-        )
-    _, maze_type, dataset_type, _ = dataset_name.split('-')
-    num_train_episodes, episode_length = _SIZES[dataset_type][maze_type]
-    return DatasetSpec(dataset_name, maze_type, dataset_type, num_train_episodes, episode_length)
+    return maze_dataset_spec(dataset_name, GENERATABLE_DATASETS, _SIZES)
 
 
 def make_collection_env(spec):
