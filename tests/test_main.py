@@ -169,6 +169,15 @@ def test_corrupt_dataset_is_rejected(corruption, dataset_dir, tmp_path):
     assert expected in result.stderr and f'{ENV}.npz' in result.stderr
 
 
+def test_corrupt_checkpoint_is_a_clear_error(dataset_dir, tmp_path):
+    run_dir = tmp_path / 'default' / 'broken'
+    run_dir.mkdir(parents=True)
+    (run_dir / CHECKPOINT_NAME).write_bytes(b'not a checkpoint')
+    result = run_main(*main_args(dataset_dir, tmp_path, '--agent=agents/gcbc.py', '--run_name=broken', '--resume'), check=False)
+    assert result.returncode == 1 and 'Traceback' not in result.stderr
+    assert 'unreadable' in result.stderr and CHECKPOINT_NAME in result.stderr
+
+
 def test_existing_run_is_never_overwritten(dataset_dir, tmp_path):
     args = main_args(dataset_dir, tmp_path, '--agent=agents/gcbc.py', *SMALL_NETS, '--train_steps=50', '--log_interval=50',
                      '--eval_interval=50', '--save_interval=50', '--eval_episodes=2', '--eval_max_steps=5')

@@ -38,11 +38,19 @@ def load_checkpoint(path: str, agent_template) -> Tuple[Any, int, Dict[str, Any]
     if os.path.isdir(path):
         path = os.path.join(path, CHECKPOINT_NAME)
     with open(path, 'rb') as f:
-        state = flax.serialization.msgpack_restore(f.read())
+        data = f.read()
+    try:
+        state = flax.serialization.msgpack_restore(data)
+        agent_state, step = state['agent'], int(state['step'])
+    except Exception as e:  # msgpack raises several types on damaged input
+        raise ConfigError(
+            f'Checkpoint {path} is unreadable ({type(e).__name__}: {e}). Delete it to restart the run from '
+            f'scratch, or restore it from a backup.'
+        ) from e
     template_state = flax.serialization.to_state_dict(agent_template)
-    _check_same_structure(template_state, state['agent'], path)
-    agent = flax.serialization.from_state_dict(agent_template, state['agent'])
-    return agent, int(state['step']), state.get('extra', {})
+    _check_same_structure(template_state, agent_state, path)
+    agent = flax.serialization.from_state_dict(agent_template, agent_state)
+    return agent, step, state.get('extra', {})
 
 
 def _check_same_structure(expected, found, path):
