@@ -1,8 +1,12 @@
 """BYOL-gamma: GCBC + alpha * a self-predictive loss toward geometrically-future representations.
 
     L = L_BC(pi(a | phi(s), phi(g))) + alpha * L_aux
-    L_aux = f(psi_f(phi(s_t), a_t), sg phibar(s_{t+k})) + f(sg phibar(s_t), psi_b(phi(s_{t+k}))),
+    L_aux = f(psi_f(phi(s_t), a_t), sg phibar(s_{t+k})) + f(psi_b(phi(s_{t+k})), sg phibar(s_t)),
     k ~ Geometric(1 - gamma)                             (paper, eq. byolgbi)
+
+f(prediction, target) throughout (SPEC section 4); the paper writes the backward term with its
+arguments swapped, which for f_CE would make the target the log-softmax side (see
+utils.losses.byol_gamma_loss).
 
 phi is an ensemble of 2 encoders, each with its own psi_f / psi_b, trained independently by L_aux;
 the actor sees the ensemble mean. L_aux never reaches the actor head; L_BC flows into phi.
