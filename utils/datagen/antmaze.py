@@ -27,10 +27,11 @@ from utils.datagen.pointmaze import (
     MazeOracle,
     _random_cell,
     _sample_task,
-    _save_npz_atomic,
     _seeded_global_np_random,
     _streams,
+    episode_counts,
     maze_dataset_spec,
+    save_train_val,
 )
 
 MAZE_TYPES = ('medium', 'large', 'giant')
@@ -190,27 +191,12 @@ def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, nu
     come from one seeded stream, val after train. Returns (train_path, val_path).
     """
     spec = dataset_spec(dataset_name)
-    if num_train_episodes is None:
-        num_train_episodes = spec.num_train_episodes
-    if num_val_episodes is None:
-        num_val_episodes = max(1, num_train_episodes // 10)
-    if num_train_episodes < 1 or num_val_episodes < 1:
-        raise ValueError(
-            f'Need at least one train and one val episode, got {num_train_episodes} and {num_val_episodes}.'
-        )
+    num_train_episodes, num_val_episodes = episode_counts(spec, num_train_episodes, num_val_episodes)
     total_steps = (num_train_episodes + num_val_episodes) * spec.episode_length
     logging.info(
         'Generating %s offline with the ant expert: %d episodes x %d steps; this takes about %d minutes.',
         dataset_name, num_train_episodes + num_val_episodes, spec.episode_length,
         max(1, round(total_steps / _APPROX_ENV_STEPS_PER_SECOND / 60)),
     )
-    dataset_dir = os.path.expanduser(dataset_dir)
-    os.makedirs(dataset_dir, exist_ok=True)
     dataset = generate_antmaze_dataset(dataset_name, num_train_episodes + num_val_episodes, seed, progress)
-    split = num_train_episodes * spec.episode_length
-    train_path = os.path.join(dataset_dir, f'{dataset_name}.npz')
-    val_path = os.path.join(dataset_dir, f'{dataset_name}-val.npz')
-    # Val first: OGBench's loader is pointed at the train file and then reads its val sibling.
-    _save_npz_atomic(val_path, {key: value[split:] for key, value in dataset.items()})
-    _save_npz_atomic(train_path, {key: value[:split] for key, value in dataset.items()})
-    return train_path, val_path
+    return save_train_val(dataset, dataset_name, dataset_dir, num_train_episodes * spec.episode_length)

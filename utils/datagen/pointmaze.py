@@ -390,6 +390,14 @@ def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, nu
     stream, val after train, as in OGBench. Returns (train_path, val_path).
     """
     spec = dataset_spec(dataset_name)
+    num_train_episodes, num_val_episodes = episode_counts(spec, num_train_episodes, num_val_episodes)
+
+    dataset = generate_pointmaze_dataset(dataset_name, num_train_episodes + num_val_episodes, seed, progress)
+    return save_train_val(dataset, dataset_name, dataset_dir, num_train_episodes * spec.episode_length)
+
+
+def episode_counts(spec, num_train_episodes, num_val_episodes):
+    """(train, val) episode counts: OGBench's sizes by default, val a tenth of train (at least 1)."""
     if num_train_episodes is None:
         num_train_episodes = spec.num_train_episodes
     if num_val_episodes is None:
@@ -398,11 +406,13 @@ def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, nu
         raise ValueError(
             f'Need at least one train and one val episode, got {num_train_episodes} and {num_val_episodes}.'
         )
+    return num_train_episodes, num_val_episodes
 
+
+def save_train_val(dataset, dataset_name, dataset_dir, split):
+    """Rows [:split] to `<name>.npz` and the rest to `<name>-val.npz`, atomically; returns both paths."""
     dataset_dir = os.path.expanduser(dataset_dir)
     os.makedirs(dataset_dir, exist_ok=True)
-    dataset = generate_pointmaze_dataset(dataset_name, num_train_episodes + num_val_episodes, seed, progress)
-    split = num_train_episodes * spec.episode_length
     train_path = os.path.join(dataset_dir, f'{dataset_name}.npz')
     val_path = os.path.join(dataset_dir, f'{dataset_name}-val.npz')
     # Val first: OGBench's loader is pointed at the train file and then reads its val sibling.
