@@ -6,16 +6,13 @@ checked for equality. Usage:
     python scripts/bench_datagen.py [--dataset_names=pointmaze-medium-stitch-v0,...] [--num_episodes=50]
 """
 
-import os
-import sys
 import time
 
 import numpy as np
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from utils.datagen.pointmaze import (  # noqa: E402
+from utils.datagen.pointmaze import (
     generate_pointmaze_dataset,
     generate_pointmaze_dataset_reference,
 )

@@ -7,7 +7,6 @@
 
 import argparse
 import os
-import sys
 import time
 
 import flax.linen as nn
@@ -15,8 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from utils.evaluation import evaluate, make_eval_envs, pointmaze_oracle_policy  # noqa: E402
+from utils.evaluation import evaluate, make_eval_envs, pointmaze_oracle_policy
 
 
 class MeanActor(nn.Module):

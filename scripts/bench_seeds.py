@@ -6,11 +6,8 @@ N = 1 uses the plain fused step (what `main.py --num_seeds=1` runs); N > 1 the v
 are interleaved across N so background load hits every N alike; the median is reported.
 """
 
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax
 import numpy as np

@@ -12,11 +12,8 @@ every (preset, mode) pair are interleaved and the median is reported, so backgro
 of them alike.
 """
 
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax
 import numpy as np

@@ -6,14 +6,11 @@
 Defaults are OGBench's sizes (e.g. 5000 + 500 episodes of 201 rows for stitch).
 """
 
-import os
-import sys
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from utils.datagen import GENERATABLE_DATASETS, write_dataset  # noqa: E402
+from utils.datagen import GENERATABLE_DATASETS, write_dataset
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('env_name', None, GENERATABLE_DATASETS, 'OGBench dataset name to generate.')

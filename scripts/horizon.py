@@ -22,17 +22,16 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use('Agg')  # Files only: no display on clusters.
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from utils import analysis  # noqa: E402
-from utils.datagen.pointmaze import STITCH_GOAL_DISTANCE  # noqa: E402
-from utils.errors import ConfigError  # noqa: E402
-from utils.evaluation import evaluate, make_eval_envs  # noqa: E402
+from utils.experiments import analysis
+from utils.datagen.pointmaze import STITCH_GOAL_DISTANCE
+from utils.errors import ConfigError
+from utils.evaluation import evaluate, make_eval_envs
 
 
 def parse_args(argv):

@@ -11,17 +11,16 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use('Agg')  # Files only: no display on clusters.
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
 
-from utils import results as R  # noqa: E402
-from utils.errors import ConfigError  # noqa: E402
-from utils.sweep import parse_seeds  # noqa: E402
+from utils.experiments import results as R
+from utils.errors import ConfigError
+from utils.experiments.sweep import parse_seeds
 
 LINE_STYLES = ('-', '--', ':', '-.')
 

@@ -17,16 +17,15 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use('Agg')  # Files only: no display on clusters.
-import matplotlib.pyplot as plt  # noqa: E402
-from mpl_toolkits.axes_grid1 import make_axes_locatable  # noqa: E402
+import matplotlib.pyplot as plt
+from mpl_toolkits.axes_grid1 import make_axes_locatable
 
-from utils import analysis  # noqa: E402
-from utils.errors import ConfigError, DatasetError  # noqa: E402
+from utils.experiments import analysis
+from utils.errors import ConfigError, DatasetError
 
 
 def parse_args(argv):

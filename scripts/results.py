@@ -10,14 +10,12 @@ are bold. Cells with fewer seeds than the most in the table show (n=k); cells wi
 """
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from utils import results as R  # noqa: E402
-from utils.errors import ConfigError  # noqa: E402
-from utils.sweep import parse_seeds  # noqa: E402
+from utils.experiments import results as R
+from utils.errors import ConfigError
+from utils.experiments.sweep import parse_seeds
 
 
 def parse_args(argv):

@@ -16,10 +16,9 @@ import re
 import shlex
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from utils import sweep  # noqa: E402
-from utils.errors import ConfigError  # noqa: E402
+from utils.experiments import sweep
+from utils.errors import ConfigError
 
 
 def parse_args(argv):

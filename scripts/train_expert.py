@@ -30,14 +30,13 @@ import numpy as np
 from absl import app, flags
 from tqdm import tqdm
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import ogbench.online_locomotion  # noqa: E402,F401  (registers online-ant-v0)
-from ogbench.online_locomotion.wrappers import GymXYWrapper  # noqa: E402
+import ogbench.online_locomotion,F401  (registers online-ant-v0)
+from ogbench.online_locomotion.wrappers import GymXYWrapper
 
-from utils.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
-from utils.datagen.antmaze import evaluate_subgoal_following  # noqa: E402
-from utils.sac import SACAgent, export_actor, get_config  # noqa: E402
+from utils.checkpoints import load_checkpoint, save_checkpoint
+from utils.datagen.antmaze import evaluate_subgoal_following
+from agents.sac import SACAgent, export_actor, get_config
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('run_dir', 'runs/ant_expert', 'Checkpoints, logs and evaluation records.')

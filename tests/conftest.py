@@ -1,8 +1,6 @@
 import os
-import sys
 
 # Tests run on the CPU and must never need the network.
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('WANDB_MODE', 'disabled')
 os.environ.setdefault('MUJOCO_GL', 'egl')
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,6 +8,7 @@ from ogbench.online_locomotion.wrappers import GymXYWrapper
 
 from utils import datagen
 from utils.datagen import antmaze
+from utils.maze import MazeOracle
 
 STITCH = 'antmaze-medium-stitch-v0'
 NUM_TRAIN, NUM_VAL, LENGTH = 2, 1, 201
@@ -102,7 +103,7 @@ def test_generation_is_deterministic_and_the_expert_plus_noise(expert):
     # Recompute what the expert saw: stitch goals stay fixed, so each row's subgoal follows from the
     # episode's goal cell and the ant's cell.
     env = gymnasium.make('antmaze-medium-v0').unwrapped
-    oracle = antmaze.MazeOracle(env)
+    oracle = MazeOracle(env)
     env.close()
     goal_cells = np.repeat(info['goal_cells'], LENGTH, axis=0)
     xys = first['qpos'][:, :2].astype(np.float64)

@@ -8,9 +8,9 @@ import pytest
 from ogbench.utils import load_dataset
 
 from utils.datagen import pointmaze
+from utils.maze import MazeOracle
 from utils.datagen.pointmaze import (
     GENERATABLE_DATASETS,
-    MazeOracle,
     can_generate,
     dataset_spec,
     generate_pointmaze_dataset,

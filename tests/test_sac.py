@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from utils.sac import SACAgent, get_config, tanh_gaussian_sample
+from agents.sac import SACAgent, get_config, tanh_gaussian_sample
 
 OBSERVATION_DIM, ACTION_DIM, BATCH = 5, 2, 8
 

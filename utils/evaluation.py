@@ -223,7 +223,7 @@ def pointmaze_oracle_policy(env):
     actions (and the evaluation's episodes) are bitwise independent of lockstep batching, which jitted XLA code does
     not promise.
     """
-    from utils.datagen.pointmaze import MazeOracle
+    from utils.maze import MazeOracle
 
     if env.observation_space.shape != (2,):
         raise ValueError(f'pointmaze_oracle_policy needs xy observations, got shape {env.observation_space.shape}.')

@@ -22,9 +22,9 @@ import numpy as np
 import ogbench.locomaze  # noqa: F401  (registers the antmaze envs with gymnasium)
 from tqdm import tqdm
 
+from utils.maze import MazeOracle
 from utils.datagen.pointmaze import (
     DATASET_TYPES,
-    MazeOracle,
     _random_cell,
     _sample_task,
     _seeded_global_np_random,
@@ -62,7 +62,7 @@ def dataset_spec(dataset_name):
 
 
 def load_expert():
-    from utils.sac import load_actor
+    from agents.sac import load_actor
 
     if not (os.path.exists(EXPERT_WEIGHTS) and os.path.exists(EXPERT_RECORD)):
         raise FileNotFoundError(

@@ -172,7 +172,7 @@ def load_states(run: Run, dataset_dir: str = '') -> Dict[str, np.ndarray]:
 
 def maze_oracle(env):
     """The env's BFS distance/subgoal tables; a clear error for environments without a maze."""
-    from utils.datagen.pointmaze import MazeOracle
+    from utils.maze import MazeOracle
 
     if not hasattr(env.unwrapped, 'maze_map'):
         raise ConfigError(f'{env.spec.id} is not a maze environment: the maze analyses need a maze layout.')
@@ -192,7 +192,7 @@ def check_free_cell(oracle, cell):
 def shortest_path(oracle, start_ij, goal_ij) -> List[Tuple[int, int]]:
     """The BFS shortest path of cells from `start_ij` to `goal_ij`, both included: cell d of it is d steps from the
     start. Among equally short paths it takes the one OGBench's oracle follows (its neighbour order)."""
-    from utils.datagen.pointmaze import NEIGHBOURS
+    from utils.maze import NEIGHBOURS
 
     check_free_cell(oracle, start_ij)
     check_free_cell(oracle, goal_ij)

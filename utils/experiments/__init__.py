@@ -1,0 +1,1 @@
+"""Experiment tooling built on the core library: sweeps, results tables, representation analyses."""
