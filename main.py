@@ -8,7 +8,6 @@ Data flows one way: dataset file -> validated arrays on device -> sampler inside
 """
 
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -22,13 +21,14 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from agents import get_agent_class
-from utils.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from utils.config_checks import check_override_keys, check_types, load_config_file
-from utils.datasets import ensure_dataset, env_id_for, load_dataset
+from utils.checkpoints import load_checkpoint, save_checkpoint
+from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
+from utils.datasets import check_dataset_fits, ensure_dataset, env_id_for, load_dataset
 from utils.errors import ConfigError, DatasetError, NonFiniteLossError
-from utils.evaluation import evaluate, make_eval_envs, videos_to_wandb
+from utils.evaluation import FrameStackPolicy, env_spaces, evaluate, make_eval_envs, usable_cpus, videos_to_wandb
 from utils.loggers import CsvLogger, WandbLogger
-from utils.sampler import DeviceDataset, SamplerConfig
+from utils.rundir import RunDir, default_run_name
+from utils.sampler import DeviceDataset, SamplerConfig, example_observations
 from utils.training import stack_trees, train_steps, train_steps_multi, validation_metrics
 
 FLAGS = flags.FLAGS
@@ -42,6 +42,7 @@ flags.DEFINE_integer('eval_interval', 100_000, 'Steps between evaluations (and o
 flags.DEFINE_integer('eval_episodes', 50, 'Evaluation episodes per task.')
 flags.DEFINE_string('eval_tasks', '1,2,3,4,5', 'Comma-separated OGBench task ids to evaluate on.')
 flags.DEFINE_integer('eval_max_steps', 0, 'Episode step limit at evaluation; 0 = the environment time limit.')
+flags.DEFINE_integer('eval_workers', 0, 'Processes stepping evaluation episodes in parallel (this one and N-1 workers); 0 = one per usable CPU core, 1 = in-process lockstep.')
 flags.DEFINE_integer('video_episodes', 0, 'Episodes per task rendered to wandb video (needs MUJOCO_GL=egl).')
 flags.DEFINE_integer('save_interval', 100_000, 'Steps between checkpoints (and one at the end).')
 flags.DEFINE_integer('steps_per_call', 500, 'Gradient steps fused into one jitted call (lax.scan).')
@@ -71,12 +72,12 @@ def next_boundary(step: int, interval: int) -> int:
     return (step // interval + 1) * interval
 
 
-def run_directory(seed: int) -> str:
+def run_directory(seed: int) -> RunDir:
     if FLAGS.run_name:
         name = FLAGS.run_name if FLAGS.num_seeds == 1 else f'{FLAGS.run_name}_sd{seed}'
     else:
-        name = f'{FLAGS.agent.agent_name}_{FLAGS.env_name}_sd{seed}'
-    return os.path.join(os.path.expanduser(FLAGS.save_dir), FLAGS.run_group, name)
+        name = default_run_name(FLAGS.agent.agent_name, FLAGS.env_name, seed)
+    return RunDir.at(FLAGS.save_dir, FLAGS.run_group, name)
 
 
 class SeedRun:
@@ -88,9 +89,10 @@ class SeedRun:
 
     def __init__(self, seed: int, run_flags: dict, config):
         self.seed = seed
-        self.dir = run_directory(seed)
-        self.checkpoint_path = os.path.join(self.dir, CHECKPOINT_NAME)
-        if os.path.exists(self.checkpoint_path) and not FLAGS.resume:
+        self.run_dir = run_directory(seed)
+        self.dir = self.run_dir.path
+        self.checkpoint_path = self.run_dir.checkpoint_path
+        if self.run_dir.has_checkpoint() and not FLAGS.resume:
             raise FileExistsError(
                 f'Run directory {self.dir} already holds a checkpoint. Pass --resume to continue it, or choose '
                 f'another --run_name / --run_group (nothing was overwritten).'
@@ -99,11 +101,9 @@ class SeedRun:
         self.config = config
 
     def open_logs(self, start_step: int, sampler_config):
-        os.makedirs(self.dir, exist_ok=True)
-        write_json(os.path.join(self.dir, 'flags.json'), self.flags)
-        write_json(os.path.join(self.dir, 'config.json'), dict(self.config.to_dict(), sampler=dataclasses.asdict(sampler_config)))
-        self.train_log = CsvLogger(os.path.join(self.dir, 'train.csv'))
-        self.eval_log = CsvLogger(os.path.join(self.dir, 'eval.csv'))
+        self.run_dir.write_metadata(self.flags, dict(self.config.to_dict(), sampler=dataclasses.asdict(sampler_config)))
+        self.train_log = CsvLogger(self.run_dir.train_log_path)
+        self.eval_log = CsvLogger(self.run_dir.eval_log_path)
         self.train_log.truncate_after(start_step)
         self.eval_log.truncate_after(start_step)
         self.recent_success = [float(r['evaluation/overall_success']) for r in self.eval_log.rows()][-2:]
@@ -125,13 +125,15 @@ class SeedRun:
     def finish(self, done: bool):
         self.wandb.finish()
         if done:
-            open(os.path.join(self.dir, 'DONE'), 'w').close()
+            self.run_dir.mark_done()
 
 
 def check_flags():
     for name in ('num_seeds', 'train_steps', 'log_interval', 'eval_interval', 'eval_episodes', 'save_interval', 'steps_per_call'):
         if FLAGS[name].value <= 0:
             raise ConfigError(f'--{name} must be positive, got {FLAGS[name].value}.')
+    if FLAGS.eval_workers < 0:
+        raise ConfigError(f'--eval_workers must be 0 (one per usable core) or a positive count, got {FLAGS.eval_workers}.')
     try:
         tasks = tuple(int(t) for t in FLAGS.eval_tasks.split(','))
     except ValueError:
@@ -139,17 +141,14 @@ def check_flags():
     return tasks
 
 
-def evaluation_policy(agent):
-    """Deterministic actions for evaluation; agents with acting state (hierarchical re-planning) supply their own."""
+def evaluation_policy(agent, frame_stack=1):
+    """Deterministic actions for evaluation; agents with acting state (hierarchical re-planning) supply their own.
+    With frame stacking the policy sees the last `frame_stack` observations, as in training."""
     if hasattr(agent, 'evaluation_policy'):
-        return agent.evaluation_policy()
-    return lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0))
-
-
-def write_json(path, obj):
-    with open(path + '.tmp', 'w') as f:
-        json.dump(obj, f, indent=2, default=str)
-    os.replace(path + '.tmp', path)
+        policy = agent.evaluation_policy()
+    else:
+        policy = lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0))
+    return FrameStackPolicy(policy, frame_stack) if frame_stack > 1 else policy
 
 
 def first_nonfinite(infos, start_step):
@@ -176,14 +175,16 @@ def train():
     config = FLAGS.agent
     check_types(config, load_config_file(config_flags.get_config_filename(FLAGS['agent'])))
     agent_class = get_agent_class(config.agent_name)
+    validate_config(config, getattr(agent_class, 'CONFIG_RULES', None))
     env_id_for(FLAGS.env_name)
     seeds = [FLAGS.seed + k for k in range(FLAGS.num_seeds)]
     runs = [SeedRun(seed, {name: FLAGS[name].value for name in RUN_FLAGS}, config) for seed in seeds]
 
     # Data: validated numpy arrays -> device.
     train_path, val_path = ensure_dataset(FLAGS.env_name, FLAGS.dataset_dir, download=FLAGS.download)
-    eval_envs = make_eval_envs(FLAGS.env_name, FLAGS.eval_episodes)
-    spaces = (eval_envs[0].observation_space, eval_envs[0].action_space)
+    check_dataset_fits([train_path, val_path])
+    eval_envs = make_eval_envs(FLAGS.env_name, FLAGS.eval_episodes, num_workers=FLAGS.eval_workers or usable_cpus())
+    spaces = env_spaces(eval_envs)
     train_np, val_np = load_dataset(train_path, *spaces), load_dataset(val_path, *spaces)
     train_data, val_data = DeviceDataset.from_numpy(**train_np), DeviceDataset.from_numpy(**val_np)
     sampler_config = SamplerConfig.from_config(config)
@@ -192,7 +193,8 @@ def train():
     # One agent and one set of keys per seed, exactly as a single-seed run with that seed would make them.
     agents, start_steps = [], []
     for run in runs:
-        agent = agent_class.create(run.seed, train_np['observations'][:1], train_np['actions'][:1], config)
+        ex_observations = example_observations(train_np['observations'], sampler_config.frame_stack)
+        agent = agent_class.create(run.seed, ex_observations, train_np['actions'][:1], config)
         step = 0
         if FLAGS.resume and os.path.exists(run.checkpoint_path):
             agent, step, _ = load_checkpoint(run.checkpoint_path, agent)
@@ -260,7 +262,7 @@ def train():
                 agent = seed_agent(k)
                 eval_seed = int(jax.random.randint(jax.random.fold_in(eval_seed_keys[k], step), (), 0, 2**31 - 1))
                 results = evaluate(
-                    evaluation_policy(agent), eval_envs, task_ids=eval_tasks, episodes_per_task=FLAGS.eval_episodes, seed=eval_seed,
+                    evaluation_policy(agent, sampler_config.frame_stack), eval_envs, task_ids=eval_tasks, episodes_per_task=FLAGS.eval_episodes, seed=eval_seed,
                     max_steps=FLAGS.eval_max_steps or None, num_video_episodes=FLAGS.video_episodes,
                 )
                 metrics = {key: float(v) for key, v in results.items() if key.startswith('evaluation/')}

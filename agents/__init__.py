@@ -1,9 +1,14 @@
 """Agent registry: `agent_name` in a config -> agent class. A new agent is one file here plus one line below."""
 
 from agents.byol_gamma import BYOLGammaAgent
+from agents.crl import CRLAgent
 from agents.fb import FBAgent
 from agents.gcbc import GCBCAgent
+from agents.gciql import GCIQLAgent
+from agents.gcivl import GCIVLAgent
 from agents.hierarchical import HBYOLGammaAgent, HGCBCAgent, HGCBCPhiAgent
+from agents.hiql import HIQLAgent
+from agents.qrl import QRLAgent
 from agents.tdsr import TDSRAgent
 from agents.tra import TRAAgent
 from utils.errors import ConfigError
@@ -17,6 +22,11 @@ AGENTS = {
     'hgcbc_phi': HGCBCPhiAgent,
     'hbyol_gamma': HBYOLGammaAgent,
     'fb': FBAgent,
+    'gcivl': GCIVLAgent,
+    'gciql': GCIQLAgent,
+    'qrl': QRLAgent,
+    'crl': CRLAgent,
+    'hiql': HIQLAgent,
 }
 
 

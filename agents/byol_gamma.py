@@ -4,7 +4,7 @@
     L_aux = f(psi_f(phi(s_t), a_t), sg phibar(s_{t+k})) + f(psi_b(phi(s_{t+k})), sg phibar(s_t)),
     k ~ Geometric(1 - gamma)                             (paper, eq. byolgbi)
 
-f(prediction, target) throughout (SPEC section 4); the paper writes the backward term with its
+f(prediction, target) throughout (docs/method.md, section 4); the paper writes the backward term with its
 arguments swapped, which for f_CE would make the target the log-softmax side (see
 utils.losses.byol_gamma_loss).
 
@@ -15,6 +15,11 @@ phibar is phi with stop-gradient (tau = 1) or an EMA copy (tau < 1).
 Every ablation is a config: BYOL (gamma=0, no psi_b, no action, f_l2), -a, f_l2, -psi_b, gamma=0;
 `nstep > 0` replaces the geometric term by recurrent n-step prediction with the actions
 (n-step BYOL): sum_j f(psi_f^j(phi(s_t), a_t..a_{t+j-1}), sg phibar(s_{t+j})).
+
+f_CE's log (`ce_eps`, utils.losses.f_ce): the default 1e-6 is the authors' implementation,
+-softmax(b) . log(softmax(a) + 1e-6), the same as the printed log-softmax (ce_eps = 0) for moderate
+logits but bounded, with vanishing gradients, where softmax(a) underflows as the representation
+scale grows.
 """
 
 import jax
@@ -23,9 +28,9 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent, copy_to_target, ema_target_update
-from utils.encoders import phi_policy_inputs, resolve_latent_dim
+from utils.encoders import check_encoder, phi_policy_inputs, state_encoder
 from utils.losses import byol_gamma_loss, nstep_prediction_loss
-from utils.networks import EnsembleEncoder, EnsemblePredictor, GaussianActor
+from utils.networks import EnsemblePredictor, GaussianActor
 
 
 class BYOLGammaAgent(BCAgent):
@@ -58,6 +63,7 @@ class BYOLGammaAgent(BCAgent):
             backward_pred,
             self.target_encode(batch['observations'], params, online=z_t),
             kind=self.config['loss_type'],
+            ce_eps=self.config['ce_eps'],
         )
 
     def nstep_loss(self, batch, z_t, params):
@@ -68,7 +74,7 @@ class BYOLGammaAgent(BCAgent):
         predictions = jnp.stack(predictions, axis=-2)  # [M, B, n, d]
         targets = self.target_encode(batch['nstep_observations'], params)  # [M, B, n, d]
         mask = jnp.broadcast_to(batch['nstep_mask'], predictions.shape[:-1])
-        loss, info = nstep_prediction_loss(predictions, targets, mask, kind=self.config['loss_type'])
+        loss, info = nstep_prediction_loss(predictions, targets, mask, kind=self.config['loss_type'], ce_eps=self.config['ce_eps'])
         info.pop('step_losses')  # logged per step as step{j}_loss; metrics must be scalars
         return loss, info
 
@@ -83,9 +89,9 @@ class BYOLGammaAgent(BCAgent):
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
-        d = resolve_latent_dim(config.latent_dim, obs_dim)
-        encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
+        action_dim = ex_actions.shape[-1]
+        check_encoder(config, ex_observations)
+        encoder, d = state_encoder(config, ex_observations)
         predictor = EnsemblePredictor(config.predictor_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
         ex_z = jnp.zeros((config.num_ensemble, 1, d))
         modules = {
@@ -119,15 +125,19 @@ def get_config():
             agent_name='byol_gamma',  # Agent name (registry key).
             lr=3e-4,  # Adam learning rate.
             batch_size=1024,  # Batch size (paper: 1024 state, 256 visual).
+            frame_stack=1,  # Observations are the channel-wise stack of the last this many frames (pixels; 1 = none).
+            p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
             actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
             actor_layer_norm=False,  # Layer norm in the actor MLP.
+            encoder='none',  # 'none': phi is an MLP on states; 'impala_small': OGBench's CNN first (pixel observations).
             encoder_hidden_dims=(64, 64, 64),  # phi MLP hidden sizes.
             predictor_hidden_dims=(64, 64, 64),  # psi_f / psi_b MLP hidden sizes.
             encoder_layer_norm=True,  # Layer norm in phi's and psi's hidden layers.
-            latent_dim=0,  # phi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
+            latent_dim=0,  # phi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze, and for images).
             num_ensemble=2,  # Encoder (and predictor) ensemble members; the actor sees the mean.
             alpha=1.0,  # Weight of the representation loss (paper sweeps 1, 6, 40, 100).
             loss_type='ce',  # f: 'ce' (softmax cross-entropy, f_CE) or 'l2' (normalized L2, f_l2).
+            ce_eps=1e-6,  # f_CE uses log(softmax + ce_eps) as the authors' code does; 0 = the printed log-softmax.
             action_conditioned=True,  # psi_f(phi(s_t), a_t) (BYOL-gamma^a) instead of psi_f(phi(s_t)).
             backward_predictor=True,  # Add the backward term f(sg phibar(s_t), psi_b(phi(s_{t+k}))).
             tau=1.0,  # Target encoder: 1 = stop-gradient online encoder; < 1 = EMA rate (0.99 visual).

@@ -30,11 +30,17 @@ Choices, following Meta Motivo's FB (Tirinzoni et al. 2025) unless noted:
   light regulariser. `normalize_q` divides Q by sg(mean |Q|) instead (TD3+BC): on
   pointmaze-medium-stitch (batch 256) that let BC dominate and the policy ignore z (mean cosine with
   the oracle action 0.21 after 20k steps, against 0.36 with raw Q after 10k).
-* Orthonormality regulariser off by default (`ortho_coef = 0`), as in the paper; Meta Motivo uses 1.
+* Loss scale (`loss_scale`): 'metamotivo' (default) is Meta Motivo's, which the paper's FB appendix
+  follows: TD loss 1/2 sum_e td_e - sum_e mean_i (M_e - T)_ii (the same gradients as 'paper' for 2
+  members) and orthonormality regulariser 1/2 E_{i != j}[(B_i . B_j)^2] - E_i[|B_i|^2] with
+  `ortho_coef` = 1 (their default). 'paper': mean_e of the TD-SR-style equation and the
+  ||E[B B^T] - I||^2 form (twice Meta Motivo's); the paper writes no orthonormality term, so its
+  printed form is `loss_scale=paper ortho_coef=0`. See utils.losses.forward_backward_loss and
+  orthonormality_loss.
 * EMA rate tau = 0.01 (their `fb_target_tau`), lr 1e-4 (the paper sweeps 1e-4, 1e-5, 1e-6).
 
 Expect `critic/m_diag_mean` = M(s_t, a_t, s_{t+1}) to keep growing on continuous, deterministic
-dynamics (pointmaze: ~740 after 20k steps, against ~80 off the diagonal): the true successor measure
+dynamics (pointmaze, measured with ortho_coef = 0: ~740 after 20k steps, against ~80 off the diagonal): the true successor measure
 has a Dirac mass at s_{t+1}, so only the networks' smoothness bounds it. The critic loss therefore
 keeps decreasing below zero; it is no convergence signal.
 """
@@ -48,10 +54,10 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent, copy_to_target, ema_target_update
-from utils.encoders import resolve_latent_dim
+from utils.encoders import check_encoder, latent_dim_for
 from utils.errors import ConfigError
 from utils.losses import bc_loss, forward_backward_loss, orthonormality_loss
-from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize
+from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize, visual_encoder
 
 # Under the square root of the norm, so that projecting a zero vector gives 0 instead of NaN.
 SPHERE_EPS = 1e-12
@@ -69,9 +75,12 @@ class ForwardMap(nn.Module):
     hidden_dims: Sequence[int]
     latent_dim: int
     layer_norm: bool = True
+    visual_encoder: str = 'none'  # image encoder applied to the observations first (pixels)
 
     @nn.compact
     def __call__(self, observations, actions, latents):
+        if self.visual_encoder != 'none':
+            observations = visual_encoder(self.visual_encoder)(observations)
         *embedding_dims, trunk_dim = self.hidden_dims
         embedding_dims = (*embedding_dims[:-1], embedding_dims[-1] // 2)
         state_action = MLP(embedding_dims, activate_final=True, layer_norm=self.layer_norm)(
@@ -92,9 +101,12 @@ class BackwardMap(nn.Module):
     hidden_dims: Sequence[int]
     latent_dim: int
     layer_norm: bool = True
+    visual_encoder: str = 'none'  # image encoder applied to the observations first (pixels)
 
     @nn.compact
     def __call__(self, x):
+        if self.visual_encoder != 'none':
+            x = visual_encoder(self.visual_encoder)(x)
         return project_to_sphere(Encoder(self.hidden_dims, self.latent_dim, self.layer_norm)(x))
 
 
@@ -109,6 +121,8 @@ def check_config(config):
         raise ConfigError(f'num_forward must be >= 1, got {config.num_forward}.')
     if config.batch_size < 2:
         raise ConfigError(f'FB pairs each sample with the others in its batch: batch_size must be >= 2, got {config.batch_size}.')
+    if config.loss_scale not in ('metamotivo', 'paper'):
+        raise ConfigError(f"loss_scale must be 'metamotivo' or 'paper', got {config.loss_scale!r}.")
     if not 0.0 <= config.z_state_ratio <= 1.0:
         raise ConfigError(f'z_state_ratio is a probability in [0, 1], got {config.z_state_ratio}.')
 
@@ -126,11 +140,17 @@ def pessimistic_mean(values, penalty):
 class FBAgent(BCAgent):
     def policy_inputs(self, observations, goals, params=None):
         """Goal reaching: the actor on concat(s, z) with z = B(g)."""
-        return jnp.concatenate([observations, self.network(goals, name='backward', params=params)], axis=-1)
+        return self.policy_features(observations, self.network(goals, name='backward', params=params), params)
+
+    def policy_features(self, observations, latents, params=None):
+        """The actor's input concat(s, z); with pixels, s is first encoded by the actor's own image encoder."""
+        if self.config['encoder'] != 'none':
+            observations = self.network(observations, name='actor_encoder', params=params)
+        return jnp.concatenate([observations, latents], axis=-1)
 
     def policy_actions(self, observations, latents, params=None):
         """(pi(s, z) = tanh(mean), log_stds)."""
-        return self.actor_head(jnp.concatenate([observations, latents], axis=-1), params)
+        return self.actor_head(self.policy_features(observations, latents, params), params)
 
     def actor_head(self, inputs, params=None):
         """The actor on concat(s, z): (tanh(mean), log_stds)."""
@@ -161,8 +181,9 @@ class FBAgent(BCAgent):
         target_backward = self.network(batch['next_observations'], name='target_backward', params=params)
         forward = self.network(batch['observations'], batch['actions'], latents, name='forward', params=params)
         backward = self.network(batch['next_observations'], name='backward', params=params)
-        loss, info = forward_backward_loss(forward, backward, target_forward, target_backward, self.config['discount'])
-        ortho, ortho_info = orthonormality_loss(backward)
+        scale = self.config['loss_scale']
+        loss, info = forward_backward_loss(forward, backward, target_forward, target_backward, self.config['discount'], scale)
+        ortho, ortho_info = orthonormality_loss(backward, form='metamotivo' if scale == 'metamotivo' else 'frobenius')
         info = {f'critic/{k}': v for k, v in info.items()}
         info.update({'critic/fb_loss': loss, 'critic/ortho_loss': ortho, 'critic/ortho_offdiag': ortho_info['offdiag']})
         return loss + self.config['ortho_coef'] * ortho, info
@@ -217,12 +238,14 @@ class FBAgent(BCAgent):
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
+        action_dim = ex_actions.shape[-1]
         check_config(config)
-        d = resolve_latent_dim(config.latent_dim, obs_dim)
-        forward = ensemblize(ForwardMap, config.num_forward)(config.encoder_hidden_dims, d, config.encoder_layer_norm)
-        backward = BackwardMap(config.encoder_hidden_dims, d, config.encoder_layer_norm)
+        check_encoder(config, ex_observations)
+        d = latent_dim_for(config, ex_observations)
+        forward = ensemblize(ForwardMap, config.num_forward)(config.encoder_hidden_dims, d, config.encoder_layer_norm, config.encoder)
+        backward = BackwardMap(config.encoder_hidden_dims, d, config.encoder_layer_norm, config.encoder)
         ex_latents = jnp.zeros((ex_observations.shape[0], d))
+        ex_actor_features = ex_observations
         modules = {
             'forward': forward,
             'target_forward': forward.clone(),
@@ -235,8 +258,12 @@ class FBAgent(BCAgent):
             'target_forward': (ex_observations, ex_actions, ex_latents),
             'backward': (ex_observations,),
             'target_backward': (ex_observations,),
-            'actor': (jnp.concatenate([ex_observations, ex_latents], axis=-1),),
         }
+        if config.encoder != 'none':  # the actor's own CNN, trained by the actor loss
+            modules['actor_encoder'] = visual_encoder(config.encoder)
+            example_args['actor_encoder'] = (ex_observations,)
+            ex_actor_features = jnp.zeros(jax.eval_shape(modules['actor_encoder'].init_with_output, jax.random.PRNGKey(0), ex_observations)[0].shape)
+        example_args['actor'] = (jnp.concatenate([ex_actor_features, ex_latents], axis=-1),)
         agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
         params = copy_to_target(agent.network.params, 'forward', 'target_forward')
         params = copy_to_target(params, 'backward', 'target_backward')
@@ -249,8 +276,11 @@ def get_config():
             agent_name='fb',  # Agent name (registry key).
             lr=1e-4,  # Adam learning rate of F, B and the actor (paper sweeps 1e-4, 1e-5, 1e-6).
             batch_size=1024,  # Batch size (B^2 TD pairs per forward member).
+            frame_stack=1,  # Observations are the channel-wise stack of the last this many frames (pixels; 1 = none).
+            p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
             actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes (input concat(s, z)).
             actor_layer_norm=False,  # Layer norm in the actor MLP.
+            encoder='none',  # 'none': F, B, pi read states; 'impala_small': each has its own OGBench CNN first (pixels).
             encoder_hidden_dims=(64, 64, 64),  # F and B hidden sizes; F: (s,a) and (s,z) embeddings (all but last, last halved), trunk (last).
             encoder_layer_norm=True,  # Layer norm in F's and B's hidden layers.
             latent_dim=0,  # d, size of z, F and B; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
@@ -258,7 +288,8 @@ def get_config():
             tau=0.01,  # EMA rate of Fbar, Bbar: target <- tau * online + (1 - tau) * target.
             discount=0.99,  # gamma of the successor measure.
             z_state_ratio=0.5,  # Fraction of training z that are B(dataset state); the rest are uniform on the sphere.
-            ortho_coef=0.0,  # Weight of the orthonormality regulariser on B (paper: off; Meta Motivo: 1).
+            ortho_coef=1.0,  # Weight of the orthonormality regulariser on B (Meta Motivo: 1; 0 = as printed in the paper).
+            loss_scale='metamotivo',  # 'metamotivo': Meta Motivo's TD and orthonormality scales; 'paper': printed TD form.
             bc_coef=1.0,  # Weight of the BC log-likelihood in the actor loss (paper: 1).
             normalize_q=False,  # Divide the actor's -Q by sg(mean |Q|) (TD3+BC); off: raw Q as in Meta Motivo.
             actor_pessimism=0.5,  # Actor's Q = mean_e Q_e - this * mean pairwise |Q_e - Q_e'| (Meta Motivo: 0.5).

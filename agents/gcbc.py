@@ -4,43 +4,59 @@ GCBC feeds concat(s, g) to the actor MLP (OGBench's shared state-goal input). GC
 (`encoder='phi'`) first encodes s and g separately with the ensemble encoder phi and feeds
 concat(mean_m phi_m(s), mean_m phi_m(g)): the architecture of the representation agents, without
 any auxiliary loss (paper appendix "GCBC Encoder Ablation").
+
+Pixel observations: `encoder='impala_small'` is OGBench's visual GCBC, one CNN on the channel-wise
+stack concat(s, g) (64x64x6) followed by the actor (the paper's GCBC baseline), and
+`encoder='phi_impala_small'` is GCBC-phi with the CNN as the first stage of phi, as in the
+representation agents.
 """
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
 from utils.agent_base import BCAgent
-from utils.encoders import phi_policy_inputs, resolve_latent_dim
-from utils.networks import EnsembleEncoder, GaussianActor
+from utils.config_checks import one_of
+from utils.encoders import check_encoder, phi_policy_inputs, state_encoder
+from utils.networks import VISUAL_ENCODERS, GaussianActor, visual_encoder
 
 
 class GCBCAgent(BCAgent):
+    CONFIG_RULES = {'encoder': one_of('none', 'phi', 'impala_small', 'phi_impala_small', 'impala', 'phi_impala', 'impala_debug', 'phi_impala_debug')}
+
+    def uses_phi(self):
+        return self.config['encoder'].startswith('phi')
+
     def policy_inputs(self, observations, goals, params=None):
-        if self.config['encoder'] == 'phi':
+        if self.uses_phi():
             return phi_policy_inputs(self.network, observations, goals, params)
+        if self.config['encoder'] in VISUAL_ENCODERS:
+            return self.network(jnp.concatenate([observations, goals], axis=-1), name='encoder', params=params)
         return jnp.concatenate([observations, goals], axis=-1)
 
     def representations(self, observations, actions, goals):
-        if self.config['encoder'] != 'phi':
+        if not self.uses_phi():
             return super().representations(observations, actions, goals)
         # GCBC-phi has no predictor: compare phi(s) with phi(g).
         return self.network(observations, name='encoder').mean(0), self.network(goals, name='encoder').mean(0)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
+        action_dim = ex_actions.shape[-1]
         modules = {'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm)}
-        if config.encoder == 'phi':
-            latent_dim = resolve_latent_dim(config.latent_dim, obs_dim)
-            modules['encoder'] = EnsembleEncoder(
-                config.encoder_hidden_dims, latent_dim, config.num_ensemble, config.encoder_layer_norm
-            )
+        image_encoder = config.encoder[len('phi_'):] if config.encoder.startswith('phi_') else config.encoder
+        check_encoder(config, ex_observations, image_encoder, choices=('none', 'phi'))
+        ex_inputs = jnp.concatenate([ex_observations, ex_observations], axis=-1)
+        if config.encoder.startswith('phi'):
+            modules['encoder'], latent_dim = state_encoder(config, ex_observations, visual=image_encoder)
             example_args = {'encoder': (ex_observations,), 'actor': (jnp.zeros((1, 2 * latent_dim)),)}
-        elif config.encoder == 'none':
-            example_args = {'actor': (jnp.concatenate([ex_observations, ex_observations], axis=-1),)}
+        elif config.encoder in VISUAL_ENCODERS:
+            modules['encoder'] = visual_encoder(config.encoder)
+            features = jax.eval_shape(modules['encoder'].init_with_output, jax.random.PRNGKey(0), ex_inputs)[0]
+            example_args = {'encoder': (ex_inputs,), 'actor': (jnp.zeros(features.shape),)}
         else:
-            raise ValueError(f'Unknown encoder {config.encoder!r}: use "none" (GCBC) or "phi" (GCBC-phi).')
+            example_args = {'actor': (ex_inputs,)}
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
 
 
@@ -50,9 +66,11 @@ def get_config():
             agent_name='gcbc',  # Agent name (registry key).
             lr=3e-4,  # Adam learning rate.
             batch_size=1024,  # Batch size.
+            frame_stack=1,  # Observations are the channel-wise stack of the last this many frames (pixels; 1 = none).
+            p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
             actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
             actor_layer_norm=False,  # Layer norm in the actor MLP (OGBench GCBC: off).
-            encoder='none',  # 'none': actor on concat(s, g) (GCBC); 'phi': ensemble encoder (GCBC-phi).
+            encoder='none',  # 'none': actor on concat(s, g) (GCBC); 'phi': ensemble encoder (GCBC-phi); pixels: 'impala_small' (CNN on stacked s, g), 'phi_impala_small' (CNN, then phi).
             encoder_hidden_dims=(64, 64, 64),  # phi MLP hidden sizes (GCBC-phi only).
             encoder_layer_norm=True,  # Layer norm in phi's hidden layers (GCBC-phi only).
             latent_dim=0,  # phi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).

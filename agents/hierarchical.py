@@ -1,5 +1,5 @@
 """Hierarchical behavioral cloning: HGCBC, HGCBC-phi and HBYOL-gamma (paper appendix "Hierarchical
-Policies", table tab:hhparams; SPEC section 4).
+Policies", table tab:hhparams; docs/method.md, section 4).
 
 A high-level policy pi_h proposes a subgoal l, `subgoal_steps` (25) steps ahead on the way to the
 goal g, and a low-level policy pi_l reaches it. Both are fixed-std Gaussian BC policies trained on
@@ -47,11 +47,11 @@ from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
 from utils.checkpoints import load_checkpoint
-from utils.encoders import phi_policy_inputs, resolve_latent_dim
+from utils.encoders import phi_policy_inputs, state_encoder
 from utils.errors import ConfigError
 from utils.flax_utils import TrainState, nonpytree_field
 from utils.losses import bc_loss
-from utils.networks import EnsembleEncoder, GaussianActor, ModuleDict, sample_gaussian
+from utils.networks import GaussianActor, ModuleDict, sample_gaussian
 
 
 class HierarchicalAgent(flax.struct.PyTreeNode):
@@ -247,6 +247,12 @@ class HGCBCAgent(HierarchicalAgent):
 
     @classmethod
     def create_low(cls, seed, ex_observations, ex_actions, config):
+        if config.encoder != 'none':
+            raise ConfigError(
+                f'HGCBC predicts subgoal states, which for encoder={config.encoder!r} would be predicting pixels '
+                f'(the paper does not run it on images either): use --agent.agent_name=hgcbc_phi or hbyol_gamma '
+                f'(presets hgcbc_phi_visual, hbyol_gamma_a_visual), whose subgoals are representations.'
+            )
         return GCBCAgent.create(seed, ex_observations, ex_actions, with_fields(config, encoder='none'))
 
     @classmethod
@@ -283,12 +289,12 @@ class HGCBCPhiAgent(LatentSubgoalAgent):
 
     @classmethod
     def create_low(cls, seed, ex_observations, ex_actions, config):
-        return GCBCAgent.create(seed, ex_observations, ex_actions, with_fields(config, encoder='phi'))
+        encoder = 'phi' if config.encoder == 'none' else f'phi_{config.encoder}'  # the CNN, if any, is phi's first stage
+        return GCBCAgent.create(seed, ex_observations, ex_actions, with_fields(config, encoder=encoder))
 
     @classmethod
     def high_modules(cls, config, ex_observations, subgoal_dim):
-        latent_dim = resolve_latent_dim(config.latent_dim, ex_observations.shape[-1])
-        encoder = EnsembleEncoder(config.encoder_hidden_dims, latent_dim, config.num_ensemble, config.encoder_layer_norm)
+        encoder, latent_dim = state_encoder(config, ex_observations)
         modules = {
             'high_encoder': encoder,
             'high_actor': GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm),

@@ -30,14 +30,14 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 def get_config():
     return ml_collections.ConfigDict(
         dict(
-            lr=1e-4,
-            batch_size=256,
-            actor_hidden_dims=(256, 256),
-            critic_hidden_dims=(256, 256),
-            discount=0.99,
-            tau=0.005,
-            target_entropy_multiplier=0.5,
-            actor_final_init_scale=1e-2,
+            lr=1e-4,  # Adam learning rate of actor, critics and temperature (OGBench's expert: 1e-4).
+            batch_size=256,  # Replay batch size.
+            actor_hidden_dims=(256, 256),  # Tanh-Gaussian actor MLP hidden sizes.
+            critic_hidden_dims=(256, 256),  # Each twin critic's MLP hidden sizes.
+            discount=0.99,  # gamma of the soft Bellman target.
+            tau=0.005,  # EMA rate of the target critics.
+            target_entropy_multiplier=0.5,  # Target entropy = -this * action_dim (-4 for the 8-D ant).
+            actor_final_init_scale=1e-2,  # Init scale of the actor's last layer (near-zero initial actions).
         )
     )
 
@@ -198,7 +198,7 @@ class SACAgent(flax.struct.PyTreeNode):
 def export_actor(agent, weights_path, record_path, record):
     """Writes the actor parameters (msgpack) and a JSON record holding the architecture, which
     `load_actor` needs, merged with `record`."""
-    from utils.checkpoints import atomic_write_bytes
+    from utils.atomic_io import atomic_write_bytes, write_json
 
     params = jax.device_get(agent.actor_params())
     atomic_write_bytes(weights_path, flax.serialization.msgpack_serialize(flax.serialization.to_state_dict(params)))
@@ -208,8 +208,7 @@ def export_actor(agent, weights_path, record_path, record):
         action_dim=int(params['Dense_0']['kernel'].shape[1]),
         hidden_dims=[int(shape[1]) for shape in kernel_shapes],
     )
-    text = json.dumps(dict(record, architecture=architecture), indent=2, sort_keys=True) + '\n'
-    atomic_write_bytes(record_path, text.encode())
+    write_json(record_path, dict(sorted(dict(record, architecture=architecture).items())))
 
 
 class DeterministicActor:

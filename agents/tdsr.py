@@ -6,51 +6,83 @@
 with EMA targets (psibar, phibar; tau = 0.005) and s' the other samples' next states. psi is a
 separate encoder ensemble of raw states; TD-SR^a (`action_conditioned`) uses psi(s_t, a_t) and
 psibar(s_{t+1}, a_{t+1}) with the dataset's next action (the SR of the behavior policy). The policy is
-pi(phi(s), phi(g)) in both variants. Each ensemble member has its own loss; L_aux is their mean.
+pi(phi(s), phi(g)) in both variants. Each ensemble member has its own loss; L_aux combines them.
+
+Loss scale (`loss_scale`, see utils.losses.td_sr_loss), with td_e / diag_e the squared / diagonal
+terms of member e:
+* 'authors' (default): the authors' public implementation, on which the paper's alpha grid
+  (0.001, 0.005, 0.01, 0.05) was tuned: L_aux = 1/2 sum_e td_e - mean_e diag_e, i.e. for the 2
+  members mean_e (td_e - diag_e), half the printed weight on the diagonal.
+* 'paper': the printed equation, L_aux = mean_e (td_e - 2 diag_e).
+Two further options of the authors' code, both off by default because the authors' documented
+TD-SR command (and the paper's TD-SR appendix) turns them off, though their code defaults them on:
+* `normalize_goal`: the goal-side phi(s_{t+1}), phibar(s_{t+1}) and the actor's goal input phi(g)
+  rescaled to norm sqrt(d) per member (their `normalize_psi`); the actor's state input stays raw.
+* `ortho_coef` > 0: + ortho_coef * orthonormality regulariser on phi(s_{t+1})
+  (utils.losses.orthonormality_loss, the authors' 'all_entries' form under 'authors', the
+  ||E[phi phi^T] - I||^2 'frobenius' form under 'paper'); their code's default is 1.
 """
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
 from utils.agent_base import BCAgent, copy_to_target, ema_target_update
-from utils.encoders import phi_policy_inputs, psi_inputs, resolve_latent_dim
-from utils.losses import td_sr_loss
-from utils.networks import EnsembleEncoder, GaussianActor
+from utils.config_checks import at_least, one_of
+from utils.encoders import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
+from utils.losses import orthonormality_loss, td_sr_loss
+from utils.networks import GaussianActor, length_normalize
 
 
 class TDSRAgent(BCAgent):
+    CONFIG_RULES = {
+        'batch_size': at_least(2, 1024),  # the TD loss pairs each sample with the others
+        'loss_scale': one_of('authors', 'paper'),
+    }
+
     def policy_inputs(self, observations, goals, params=None):
-        return phi_policy_inputs(self.network, observations, goals, params)
+        if not self.config['normalize_goal']:
+            return phi_policy_inputs(self.network, observations, goals, params)
+        z_s = self.network(observations, name='encoder', params=params).mean(axis=0)
+        z_g = self.goal_encode(goals, 'encoder', params).mean(axis=0)
+        return jnp.concatenate([z_s, z_g], axis=-1)
+
+    def goal_encode(self, x, name, params=None):
+        """Goal-side representation phi(x) (or phibar), rescaled to norm sqrt(d) with `normalize_goal`."""
+        z = self.network(x, name=name, params=params)
+        return length_normalize(z) if self.config['normalize_goal'] else z
 
     def psi_inputs(self, observations, actions):
         return psi_inputs(observations, actions, self.config['action_conditioned'])
 
     def representation_loss(self, batch, params):
-        psi = self.network(self.psi_inputs(batch['observations'], batch['actions']), name='psi_encoder', params=params)
-        phi_next = self.network(batch['next_observations'], name='encoder', params=params)
+        psi = self.network(*self.psi_inputs(batch['observations'], batch['actions']), name='psi_encoder', params=params)
+        phi_next = self.goal_encode(batch['next_observations'], 'encoder', params)
         next_psi_inputs = self.psi_inputs(batch['next_observations'], batch['next_actions'])
-        target_psi_next = self.network(next_psi_inputs, name='target_psi_encoder', params=params)
-        target_phi_next = self.network(batch['next_observations'], name='target_encoder', params=params)
-        loss, info = jax.vmap(td_sr_loss, in_axes=(0, 0, 0, 0, None))(
-            psi, phi_next, target_psi_next, target_phi_next, self.config['discount']
-        )
-        return jnp.mean(loss), {k: jnp.mean(v) for k, v in info.items()}
+        target_psi_next = self.network(*next_psi_inputs, name='target_psi_encoder', params=params)
+        target_phi_next = self.goal_encode(batch['next_observations'], 'target_encoder', params)
+        scale = self.config['loss_scale']
+        loss, info = td_sr_loss(psi, phi_next, target_psi_next, target_phi_next, self.config['discount'], scale=scale)
+        if self.config['ortho_coef'] > 0:
+            form = 'all_entries' if scale == 'authors' else 'frobenius'
+            ortho, _ = orthonormality_loss(phi_next, form=form)
+            info['ortho_loss'] = ortho
+            loss = loss + self.config['ortho_coef'] * ortho
+        return loss, info
 
     def update_targets(self, network):
         network = ema_target_update(network, 'encoder', 'target_encoder', self.config['tau'])
         return ema_target_update(network, 'psi_encoder', 'target_psi_encoder', self.config['tau'])
 
     def representations(self, observations, actions, goals):
-        psi = self.network(self.psi_inputs(observations, actions), name='psi_encoder')
-        return psi.mean(0), self.network(goals, name='encoder').mean(0)
+        psi = self.network(*self.psi_inputs(observations, actions), name='psi_encoder')
+        return psi.mean(0), self.goal_encode(goals, 'encoder').mean(0)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
-        d = resolve_latent_dim(config.latent_dim, obs_dim)
-        encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
+        action_dim = ex_actions.shape[-1]
+        check_encoder(config, ex_observations)
+        encoder, d = state_encoder(config, ex_observations)
         ex_psi_input = psi_inputs(ex_observations, ex_actions, config.action_conditioned)
         modules = {
             'encoder': encoder,
@@ -61,9 +93,9 @@ class TDSRAgent(BCAgent):
         }
         example_args = {
             'encoder': (ex_observations,),
-            'psi_encoder': (ex_psi_input,),
+            'psi_encoder': ex_psi_input,
             'target_encoder': (ex_observations,),
-            'target_psi_encoder': (ex_psi_input,),
+            'target_psi_encoder': ex_psi_input,
             'actor': (jnp.zeros((1, 2 * d)),),
         }
         agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
@@ -78,8 +110,11 @@ def get_config():
             agent_name='tdsr',  # Agent name (registry key).
             lr=3e-4,  # Adam learning rate.
             batch_size=1024,  # Batch size (B^2 TD pairs per member).
+            frame_stack=1,  # Observations are the channel-wise stack of the last this many frames (pixels; 1 = none).
+            p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
             actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
             actor_layer_norm=False,  # Layer norm in the actor MLP.
+            encoder='none',  # 'none': phi, psi are MLPs on states; 'impala_small': each with OGBench's CNN first (pixels).
             encoder_hidden_dims=(64, 64, 64),  # phi and psi MLP hidden sizes.
             encoder_layer_norm=True,  # Layer norm in phi's and psi's hidden layers.
             latent_dim=0,  # phi / psi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
@@ -88,6 +123,9 @@ def get_config():
             tau=0.005,  # EMA rate of the target encoders: target <- tau * online + (1 - tau) * target.
             action_conditioned=True,  # TD-SR^a: psi(s_t, a_t) (the paper's main-table variant).
             discount=0.99,  # gamma of the TD target.
+            loss_scale='authors',  # 'authors': 1/2 sum_e td_e - mean_e diag_e (the alpha grid's scale); 'paper': as printed.
+            normalize_goal=False,  # Rescale goal-side phi to norm sqrt(d) (authors' code default; off in their TD-SR command).
+            ortho_coef=0.0,  # Weight of an orthonormality regulariser on phi (authors' code default 1; 0 in their command).
             actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
             actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
             actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.

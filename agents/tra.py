@@ -4,6 +4,14 @@
             k ~ Geometric(1 - gamma)                 (paper, eq. infoNCESym)
             + 1e-6 * E[|phi(s+)|^2 / d + |psi(s)|^2 / d]
 
+Loss scale (`loss_scale`, see utils.losses.symmetric_infonce):
+* 'authors' (default): the authors' public implementation, on which the paper's alpha grid
+  (10, 40, 60, 100) was tuned: f = psi^T phi / sqrt(d), and the InfoNCE is averaged over all B x B
+  logits, i.e. the printed loss / B. At initialisation L_aux ~ 2 ln(B) / B (0.014 at B = 1024).
+* 'paper': the printed equation, f = psi^T phi and per-row means (2 ln B ~ 14 at initialisation), so
+  the same alpha weighs the representation loss about B times more.
+The norm penalty is the same in both (the authors' mean of phi^2 and psi^2 over all entries).
+
 psi and phi are separate encoder ensembles of raw states. Original TRA: pi(psi(s), phi(g)).
 TRA^a (`action_conditioned`): psi(s, a) and pi(phi(s), phi(g)) (psi needs an action, so the
 policy reads phi). Each ensemble member has its own contrastive loss; L_aux is their mean.
@@ -15,12 +23,15 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent
-from utils.encoders import phi_policy_inputs, psi_inputs, resolve_latent_dim
+from utils.config_checks import one_of
+from utils.encoders import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
 from utils.losses import representation_norm_penalty, symmetric_infonce
-from utils.networks import EnsembleEncoder, GaussianActor
+from utils.networks import GaussianActor
 
 
 class TRAAgent(BCAgent):
+    CONFIG_RULES = {'loss_scale': one_of('authors', 'paper')}
+
     def policy_inputs(self, observations, goals, params=None):
         if self.config['action_conditioned']:
             return phi_policy_inputs(self.network, observations, goals, params)
@@ -30,9 +41,9 @@ class TRAAgent(BCAgent):
 
     def representation_loss(self, batch, params):
         inputs = psi_inputs(batch['observations'], batch['actions'], self.config['action_conditioned'])
-        psi = self.network(inputs, name='psi_encoder', params=params)  # [M, B, d]
+        psi = self.network(*inputs, name='psi_encoder', params=params)  # [M, B, d]
         phi = self.network(batch['value_goals'], name='encoder', params=params)  # [M, B, d]
-        contrastive, info = jax.vmap(symmetric_infonce)(psi, phi)
+        contrastive, info = jax.vmap(lambda p, f: symmetric_infonce(p, f, self.config['loss_scale']))(psi, phi)
         penalty = representation_norm_penalty(phi, psi, self.config['norm_penalty'])
         info = {k: jnp.mean(v) for k, v in info.items()}
         info.update(contrastive_loss=jnp.mean(contrastive), norm_penalty=penalty)
@@ -40,20 +51,20 @@ class TRAAgent(BCAgent):
 
     def representations(self, observations, actions, goals):
         inputs = psi_inputs(observations, actions, self.config['action_conditioned'])
-        return self.network(inputs, name='psi_encoder').mean(0), self.network(goals, name='encoder').mean(0)
+        return self.network(*inputs, name='psi_encoder').mean(0), self.network(goals, name='encoder').mean(0)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        obs_dim, action_dim = ex_observations.shape[-1], ex_actions.shape[-1]
-        d = resolve_latent_dim(config.latent_dim, obs_dim)
-        encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
+        action_dim = ex_actions.shape[-1]
+        check_encoder(config, ex_observations)
+        encoder, d = state_encoder(config, ex_observations)
         ex_psi_input = psi_inputs(ex_observations, ex_actions, config.action_conditioned)
         modules = {
             'encoder': encoder,
             'psi_encoder': encoder.clone(),
             'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm),
         }
-        example_args = {'encoder': (ex_observations,), 'psi_encoder': (ex_psi_input,), 'actor': (jnp.zeros((1, 2 * d)),)}
+        example_args = {'encoder': (ex_observations,), 'psi_encoder': ex_psi_input, 'actor': (jnp.zeros((1, 2 * d)),)}
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
 
 
@@ -63,14 +74,18 @@ def get_config():
             agent_name='tra',  # Agent name (registry key).
             lr=3e-4,  # Adam learning rate.
             batch_size=1024,  # Batch size (also the number of InfoNCE negatives + 1).
+            frame_stack=1,  # Observations are the channel-wise stack of the last this many frames (pixels; 1 = none).
+            p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
             actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
             actor_layer_norm=False,  # Layer norm in the actor MLP.
+            encoder='none',  # 'none': phi, psi are MLPs on states; 'impala_small': each with OGBench's CNN first (pixels).
             encoder_hidden_dims=(64, 64, 64),  # phi and psi MLP hidden sizes.
             encoder_layer_norm=True,  # Layer norm in phi's and psi's hidden layers.
             latent_dim=0,  # phi / psi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
             num_ensemble=2,  # Ensemble members of phi and psi; the actor sees the mean.
             alpha=10.0,  # Weight of the representation loss (paper sweeps 10, 40, 60, 100).
             norm_penalty=1e-6,  # lambda of the representation-norm penalty.
+            loss_scale='authors',  # 'authors': logits / sqrt(d), InfoNCE / B (the alpha grid's scale); 'paper': as printed.
             action_conditioned=False,  # TRA^a: psi(s, a) and pi(phi(s), phi(g)).
             discount=0.99,  # gamma: positives s_{t+k}, k ~ Geometric(1 - gamma).
             actor_p_curgoal=0.0,  # Actor goals: probability of the current state.

@@ -16,7 +16,6 @@ horizon.json (buckets and every goal's success); <out_dir> defaults to <run_dir>
 
 import argparse
 import csv
-import json
 import os
 import sys
 
@@ -30,6 +29,7 @@ import matplotlib.pyplot as plt
 
 from utils.experiments import analysis
 from utils.datagen.pointmaze import STITCH_GOAL_DISTANCE
+from utils.atomic_io import atomic_open, save_figure, write_json
 from utils.errors import ConfigError
 from utils.evaluation import evaluate, make_eval_envs
 
@@ -173,9 +173,9 @@ def horizon(args):
     title = f'{run.env_name}, {run.method}, step {run.step}: {args.episodes} episodes per goal'
     figure = plot_horizon(run.env, oracle, paths, buckets, args.stitch_threshold, title)
     png_path = os.path.join(out_dir, 'horizon.png')
-    figure.savefig(png_path, dpi=120)
+    save_figure(figure, png_path)
     plt.close(figure)
-    with open(os.path.join(out_dir, 'horizon.csv'), 'w', newline='') as f:
+    with atomic_open(os.path.join(out_dir, 'horizon.csv'), 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=list(buckets[0]))
         writer.writeheader()
         writer.writerows(buckets)
@@ -184,8 +184,7 @@ def horizon(args):
         max_steps=args.max_steps or run.env.spec.max_episode_steps, stitch_threshold=args.stitch_threshold,
         bucket_size=args.bucket_size, buckets=buckets, goals=goal_results,
     )
-    with open(os.path.join(out_dir, 'horizon.json'), 'w') as f:
-        json.dump(summary, f, indent=2)
+    write_json(os.path.join(out_dir, 'horizon.json'), summary)
 
     print(f'\n{title}')
     for row in buckets:

@@ -1,7 +1,9 @@
-"""Learning curves: one PNG per dataset, one line per method (mean over seeds, shaded ± std) vs gradient steps.
+"""Learning curves: one PNG per dataset, one line per method (mean over seeds, shaded ± std or a
+bootstrap confidence interval of the mean with --band=ci) vs gradient steps.
 
     python scripts/plot_curves.py --runs=runs/state --out=plots/curves.png      # plots/curves_<dataset>.png
     python scripts/plot_curves.py --runs=runs/state --out='plots/{env}.png' --all_settings
+    python scripts/plot_curves.py --runs=runs/stitch --out=plots/stitch.png --band=ci   # 95% bootstrap CI bands
 
 Each method is drawn at its best setting (the one scripts/results.py reports: highest mean of the
 last 3 evaluations); --all_settings draws every setting (alpha, ...) instead.
@@ -19,6 +21,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
 from utils.experiments import results as R
+from utils.atomic_io import save_figure
 from utils.errors import ConfigError
 from utils.experiments.sweep import parse_seeds
 
@@ -32,8 +35,9 @@ def output_path(template: str, env: str) -> str:
     return f'{stem}_{env}{extension or ".png"}'
 
 
-def plot_environment(env, method_cells, path, metric, scale):
-    """method_cells: [(method, [Cell, ...])] in legend order; writes one PNG."""
+def plot_environment(env, method_cells, path, metric, scale, bootstrap=None):
+    """method_cells: [(method, [Cell, ...])] in legend order; writes one PNG. Bands: ± std over seeds,
+    or with `bootstrap` (R.BootstrapOptions) the bootstrap CI of the mean over seeds at each step."""
     figure, axes = plt.subplots(figsize=(6.4, 4.2))
     colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
     for index, (method, cells) in enumerate(method_cells):
@@ -46,8 +50,13 @@ def plot_environment(env, method_cells, path, metric, scale):
             label += f' ({setting}, n={cell.n})' if setting else f' (n={cell.n})'
             style = LINE_STYLES[style_index % len(LINE_STYLES)]
             axes.plot(steps, mean, style, color=color, label=label, marker='o' if len(steps) < 3 else None)
-            axes.fill_between(steps, mean - std, mean + std, color=color, alpha=0.15, linewidth=0)
-    axes.set_title(env)
+            if bootstrap is None:
+                low, high = mean - std, mean + std
+            else:
+                _, low, high = R.curve_interval(cell.runs, scale, bootstrap)
+            axes.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
+    band = 'shaded: ± std over seeds' if bootstrap is None else f'shaded: {bootstrap.confidence:.0%} bootstrap CI of the mean'
+    axes.set_title(f'{env} ({band})', fontsize='medium')
     axes.set_xlabel('gradient steps')
     axes.set_ylabel(f'{metric.split("/")[-1].replace("_", " ")}' + (' (%)' if scale == 100 else ''))
     axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f'{x / 1e6:g}M' if x >= 1e6 else f'{x / 1e3:g}k' if x else '0'))
@@ -56,8 +65,7 @@ def plot_environment(env, method_cells, path, metric, scale):
     axes.grid(alpha=0.3)
     axes.legend(fontsize='small', loc='best')
     figure.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path)
     plt.close(figure)
 
 
@@ -71,7 +79,14 @@ def main(argv=None):
     parser.add_argument('--methods', default='', help='Comma-separated presets to draw, in legend order (default: all).')
     parser.add_argument('--seeds', default='', help='Only these seeds, e.g. 0-3.')
     parser.add_argument('--all_settings', action='store_true', help='Draw every setting, not only the best.')
+    parser.add_argument('--band', choices=['std', 'ci'], default='std', help='Shaded band: ± std over seeds, or bootstrap CI of the mean.')
+    parser.add_argument('--confidence', type=float, default=0.95, help='--band=ci: confidence level.')
+    parser.add_argument('--ci_resamples', type=int, default=10000, help='--band=ci: bootstrap resamples of the seeds.')
+    parser.add_argument('--ci_seed', type=int, default=0, help='--band=ci: RNG seed of the bootstrap.')
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not 0.0 < args.confidence < 1.0 or args.ci_resamples < 1:
+        parser.error(f'--confidence must lie in (0, 1) and --ci_resamples be >= 1, got {args.confidence}, {args.ci_resamples}.')
+    bootstrap = R.BootstrapOptions(args.confidence, args.ci_resamples, args.ci_seed) if args.band == 'ci' else None
     try:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         runs = R.load_runs([r.strip() for r in args.runs.split(',') if r.strip()], args.metric, seeds,
@@ -97,7 +112,7 @@ def main(argv=None):
             print(f'Warning: nothing to draw for {env}.', file=sys.stderr)
             continue
         path = output_path(args.out, env)
-        plot_environment(env, method_cells, path, args.metric, args.scale)
+        plot_environment(env, method_cells, path, args.metric, args.scale, bootstrap)
         print(path)
     return 0
 

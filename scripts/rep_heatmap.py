@@ -5,7 +5,7 @@ maze.
     python scripts/rep_heatmap.py --run_dir=runs/default/byol_gamma_pointmaze-medium-stitch-v0_sd0 [--goal_ij=6,6]
 
 The prediction is the agent's `representations(s, a, g)` with a the dataset action at s: psi_f(phi(s), a) for
-BYOL-gamma, psi(s[, a]) for TRA / TD-SR, phi(s) for GCBC-phi (SPEC section 5). g is the goal observation of cell
+BYOL-gamma, psi(s[, a]) for TRA / TD-SR, phi(s) for GCBC-phi (docs/method.md, section 5). g is the goal observation of cell
 --goal_ij at its centre (default: the goal cell of evaluation task 1). Brighter is more similar.
 
 Writes <out_dir>/rep_heatmap_<i>_<j>.png; <out_dir> defaults to <run_dir>/analysis.
@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt
 from mpl_toolkits.axes_grid1 import make_axes_locatable
 
 from utils.experiments import analysis
+from utils.atomic_io import save_figure
 from utils.errors import ConfigError, DatasetError
 
 
@@ -82,7 +83,7 @@ def rep_heatmap(args):
     title = f'{run.env_name}, {run.method}, step {run.step}\ngoal cell {goal_ij}, {len(rows)} dataset states'
     figure = plot_heatmap(run.env, oracle, states['xy'][rows], similarity, analysis.cell_centre(run.env, goal_ij), title)
     png_path = os.path.join(out_dir, f'rep_heatmap_{goal_ij[0]}_{goal_ij[1]}.png')
-    figure.savefig(png_path, dpi=120)
+    save_figure(figure, png_path)
     plt.close(figure)
     print(f'{title}: cosine similarity min {similarity.min():.3f}, median {np.median(similarity):.3f}, '
           f'max {similarity.max():.3f}\nWrote {png_path}')

@@ -2,11 +2,15 @@
 
     python scripts/results.py --runs=runs/state [--format=markdown|latex] [--metric=evaluation/overall_success]
     python scripts/results.py --runs=runs/state,runs/ablations --seeds=0-3 --methods=byol_gamma_a,byol_gamma_no_a
+    python scripts/results.py --runs=runs/stitch --ci --per_task     # bootstrap 95% CIs, per-task success
 
 Each seed scores the mean of its last 3 evaluations x 100; cells are mean ± std over seeds at the best
 setting (alpha, ...) per dataset and method; non-RL methods within 95% of the row's best non-RL mean
 are bold. Cells with fewer seeds than the most in the table show (n=k); cells with unfinished runs
-(no DONE) show a dagger, and those runs are listed below the table.
+(no DONE) show a dagger, and those runs are listed below the table. --ci shows mean [low, high], a
+percentile bootstrap confidence interval of the mean over seeds (seeds resampled with replacement,
+--ci_resamples times, RNG seed --ci_seed), instead of ± std; --per_task adds a long-form table with
+each task's success at the chosen settings.
 """
 
 import argparse
@@ -30,9 +34,20 @@ def parse_args(argv):
     parser.add_argument('--rl_methods', default=','.join(sorted(R.RL_METHODS)), help='Methods left out of the bolding comparison.')
     parser.add_argument('--decimals', type=int, default=0)
     parser.add_argument('--details', action='store_true', help='Also list every setting of every method, not only the best.')
+    parser.add_argument('--ci', action='store_true', help='Cells show mean [bootstrap CI over seeds] instead of mean ± std (markdown).')
+    parser.add_argument('--per_task', action='store_true', help='Also print per-task success with the mean and CI per (dataset, method).')
+    parser.add_argument('--confidence', type=float, default=0.95, help='Confidence level of the bootstrap intervals.')
+    parser.add_argument('--ci_resamples', type=int, default=10000, help='Bootstrap resamples of the seeds.')
+    parser.add_argument('--ci_seed', type=int, default=0, help='RNG seed of the bootstrap (tables are reproducible).')
     args = parser.parse_args(argv)
     if args.last_n < 1:
         parser.error(f'--last_n must be at least 1, got {args.last_n}.')
+    if not 0.0 < args.confidence < 1.0:
+        parser.error(f'--confidence must lie in (0, 1), got {args.confidence}.')
+    if args.ci_resamples < 1:
+        parser.error(f'--ci_resamples must be at least 1, got {args.ci_resamples}.')
+    if args.ci and args.format == 'latex':
+        parser.error('--ci is for --format=markdown; the LaTeX table reports mean ± std.')
     return args
 
 
@@ -55,12 +70,18 @@ def main(argv=None):
     except (ValueError, FileNotFoundError, ConfigError) as e:
         sys.exit(f'Error: {e}')
 
-    print(R.format_latex(table, args.decimals) if latex else R.format_markdown(table, args.decimals))
+    bootstrap = R.BootstrapOptions(args.confidence, args.ci_resamples, args.ci_seed)
+    print(R.format_latex(table, args.decimals) if latex else R.format_markdown(table, args.decimals, bootstrap if args.ci else None))
     print()
     rl = ', '.join(sorted(table.rl_methods)) or 'none'
-    print(f'{comment}{args.metric} x {args.scale:g}, mean of the last {args.last_n} evaluations per seed; mean ± std over '
+    spread = (f'mean [{args.confidence:.0%} bootstrap CI: {args.ci_resamples} resamples of the seeds, seed {args.ci_seed}]'
+              if args.ci else 'mean ± std')
+    print(f'{comment}{args.metric} x {args.scale:g}, mean of the last {args.last_n} evaluations per seed; {spread} over '
           f'{table.seed_count} seeds (fewer where marked n=k); best setting per dataset and method. Bold: within '
           f'{R.BOLD_FRACTION:.0%} of the best non-RL method in the row (RL: {rl}). †: includes unfinished runs.')
+    if args.per_task:
+        print(f'\n{comment}Per task (success x {args.scale:g}, mean over seeds of the last {args.last_n} evaluations):')
+        print(R.format_task_table(table, args.last_n, args.scale, args.decimals, bootstrap))
     print()
     print(f'{comment}Chosen settings:')
     print(R.format_settings(table, latex))

@@ -16,7 +16,6 @@ sp_correlation.json; <out_dir> defaults to <run_dir>/analysis for one run, else 
 
 import argparse
 import csv
-import json
 import os
 import sys
 
@@ -29,7 +28,9 @@ matplotlib.use('Agg')  # Files only: no display on clusters.
 import matplotlib.pyplot as plt
 
 from utils.experiments import analysis
+from utils.atomic_io import atomic_open, save_figure, write_json
 from utils.errors import ConfigError, DatasetError
+from utils.rundir import RunDir
 
 
 def parse_args(argv):
@@ -87,11 +88,7 @@ def pair_samples(representations, oracle, states, num_pairs, rng):
 
 def last_success(run):
     """The run's evaluated success at its checkpoint's step (from eval.csv), or None."""
-    path = os.path.join(run.run_dir, 'eval.csv')
-    if not os.path.exists(path):
-        return None
-    with open(path, newline='') as f:
-        rows = [r for r in csv.DictReader(f) if int(r['step']) == run.step and r.get('evaluation/overall_success')]
+    rows = [r for r in RunDir(run.run_dir).eval_rows() if int(r['step']) == run.step and r.get('evaluation/overall_success')]
     return float(rows[-1]['evaluation/overall_success']) if rows else None
 
 
@@ -185,16 +182,15 @@ def sp_correlation(args):
     out_dir = analysis.make_output_dir(args.out_dir or default_out_dir(args.run_dir))
     figure = plot_scatter(groups, args.scatter_points, np.random.default_rng(args.seed))
     png_path = os.path.join(out_dir, 'sp_correlation.png')
-    figure.savefig(png_path, dpi=120)
+    save_figure(figure, png_path)
     plt.close(figure)
     scalar_keys = ('run_dir', 'env_name', 'method', 'seed', 'step', 'pearson', 'spearman', 'pairs', 'dropped_pairs', 'success')
     run_rows = [{key: r[key] for key in scalar_keys} for r in results]
-    with open(os.path.join(out_dir, 'sp_correlation.csv'), 'w', newline='') as f:
+    with atomic_open(os.path.join(out_dir, 'sp_correlation.csv'), 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=scalar_keys)
         writer.writeheader()
         writer.writerows(run_rows)
-    with open(os.path.join(out_dir, 'sp_correlation.json'), 'w') as f:
-        json.dump(dict(num_pairs=args.num_pairs, seed=args.seed, runs=run_rows, methods=method_rows), f, indent=2)
+    write_json(os.path.join(out_dir, 'sp_correlation.json'), dict(num_pairs=args.num_pairs, seed=args.seed, runs=run_rows, methods=method_rows))
     print(f'\nWrote {png_path}, sp_correlation.csv and sp_correlation.json')
     return dict(runs=results, methods=method_rows, png=png_path)
 

@@ -27,16 +27,15 @@ import time
 import gymnasium
 import jax
 import numpy as np
+import ogbench.online_locomotion  # noqa: F401  (registers online-ant-v0)
 from absl import app, flags
+from ogbench.online_locomotion.wrappers import GymXYWrapper
 from tqdm import tqdm
 
-
-import ogbench.online_locomotion,F401  (registers online-ant-v0)
-from ogbench.online_locomotion.wrappers import GymXYWrapper
-
+from agents.sac import SACAgent, export_actor, get_config
+from utils.atomic_io import atomic_open
 from utils.checkpoints import load_checkpoint, save_checkpoint
 from utils.datagen.antmaze import evaluate_subgoal_following
-from agents.sac import SACAgent, export_actor, get_config
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('run_dir', 'runs/ant_expert', 'Checkpoints, logs and evaluation records.')
@@ -87,12 +86,8 @@ class ReplayBuffer:
         return {key: value[indices] for key, value in self.arrays.items()}
 
     def save(self, path):
-        tmp_path = f'{path}.tmp'
-        with open(tmp_path, 'wb') as f:
+        with atomic_open(path, 'wb') as f:
             np.savez(f, **{key: value[: self.size] for key, value in self.arrays.items()})
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_path, path)
 
     def load(self, path, size):
         """Restore the first `size` rows (the buffer is saved before the checkpoint, so it may be ahead)."""

@@ -1,7 +1,6 @@
 """Every agent and preset: training reduces its loss, actions are well-formed, gradients are routed
 as the paper says (the auxiliary loss never reaches the actor head; targets are stop-gradient or EMA)."""
 
-import importlib
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +8,7 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from configs.presets import PRESETS, get_config as preset_config
+from configs.presets import OFFLINE_RL_PRESETS, PRESETS, get_config as preset_config
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import train_steps
 
@@ -51,7 +50,30 @@ def data():
     return toy_dataset()
 
 
-@pytest.mark.parametrize('preset', sorted(PRESETS))
+def distinct_presets():
+    """Presets that run distinct code: one that differs from an earlier preset of the same agent only in
+    float-valued hyperparameters (a learning rate, alpha) trains the same program with another number, so
+    it is left out. The discount is kept apart: gamma = 0 switches the sampler to one-step offsets."""
+    kept = []
+    for name in sorted(PRESETS):
+        config = preset_config(name)
+        for other in kept:
+            other_config = preset_config(other)
+            if other_config.agent_name != config.agent_name or set(other_config) != set(config):
+                continue
+            differing = [k for k in config if k != 'preset' and config[k] != other_config[k]]
+            if all(isinstance(config[k], float) and k != 'discount' for k in differing):
+                break
+        else:
+            kept.append(name)
+    return kept
+
+
+# Hierarchical presets are trained, stage by stage, in test_hierarchical.py; the offline RL baselines
+# (whose actors trade BC against a value) in test_rl_agents.py; the pixel presets on rendered frames in
+# test_visual.py.
+@pytest.mark.parametrize('preset', [p for p in distinct_presets() if preset_config(p).agent_name not in ('hgcbc', 'hgcbc_phi', 'hbyol_gamma')
+                                    and p not in OFFLINE_RL_PRESETS and not p.endswith('_visual')])
 def test_preset_trains_with_finite_decreasing_loss(preset, data):
     config = small(preset_config(preset))
     agent = make_agent(config)
@@ -148,11 +170,3 @@ def test_unknown_preset_lists_valid_ones():
     with pytest.raises(ValueError, match='byol_gamma_a'):
         preset_config('nope')
 
-
-@pytest.mark.parametrize('module', ['gcbc', 'byol_gamma', 'tra', 'tdsr'])
-def test_every_config_field_is_commented(module):
-    source = open(importlib.import_module(f'agents.{module}').__file__).read()
-    body = source[source.index('def get_config'):]
-    for key in importlib.import_module(f'agents.{module}').get_config():
-        line = next(l for l in body.splitlines() if l.strip().startswith(f'{key}='))
-        assert '#' in line, f'{module}.get_config: field {key} has no comment'

@@ -21,12 +21,8 @@ MEDIUM_TASK_LENGTHS = (10, 10, 6, 10, 8)
 
 
 @pytest.fixture(scope='module')
-def dataset_dir(tmp_path_factory):
-    from utils.datagen.pointmaze import write_dataset
-
-    path = tmp_path_factory.mktemp('data')
-    write_dataset(ENV, str(path), seed=0, num_train_episodes=200, num_val_episodes=20, progress=False)
-    return str(path)
+def dataset_dir(pointmaze_data_dir):
+    return pointmaze_data_dir
 
 
 @pytest.fixture(scope='module')

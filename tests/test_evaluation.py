@@ -1,3 +1,8 @@
+import os
+import signal
+import subprocess
+import sys
+import time
 import warnings
 
 import gymnasium
@@ -224,3 +229,136 @@ def test_videos_to_wandb():
 
     video = videos_to_wandb([np.zeros((3, 8, 8, 3), dtype=np.uint8)] * 2, fps=10)
     assert isinstance(video, wandb.Video)
+
+
+# Parallel lockstep: episodes stepped by worker processes (EnvWorkers), the policy called here on the full batch.
+
+
+@pytest.fixture(scope='module')
+def medium_pool():
+    pool = make_eval_envs('pointmaze-medium-v0', 5, num_workers=3)  # 2 + 2 envs in workers, 1 here: uneven
+    yield pool
+    pool.close()
+
+
+def _mixing_policy(observations, goals):
+    # Mixes rows' coordinates through a matrix product, so XLA's code (and the last bit of an action) could depend
+    # on the batch size; the pool must hand the policy the same full batch as in-process lockstep does.
+    weights = jnp.array([[0.9, 0.3], [-0.2, 1.1]])
+    return jnp.tanh(3.0 * (goals - observations) @ weights)
+
+
+@pytest.mark.parametrize('episodes', [5, 3])  # all envs, and fewer episodes than envs
+def test_parallel_lockstep_equals_lockstep(medium_envs, medium_pool, episodes):
+    in_process = make_eval_envs('pointmaze-medium-v0', 5) if episodes > EPISODES else medium_envs
+    policy = jax.jit(_mixing_policy)
+    kwargs = dict(task_ids=(1, 2), episodes_per_task=episodes, seed=7, max_steps=MAX_STEPS)
+    expected = evaluate(policy, in_process, **kwargs)
+    parallel = evaluate(policy, medium_pool, **kwargs)
+    assert len(np.unique(_outcomes(expected))) == 2
+    for t in (1, 2):
+        np.testing.assert_array_equal(parallel['per_episode'][t], expected['per_episode'][t])
+        np.testing.assert_array_equal(parallel['final_observations'][t], expected['final_observations'][t])
+    for key in expected:
+        if key.startswith('evaluation/'):
+            assert parallel[key] == expected[key], key
+    # Sequential evaluation through a pool runs its local env in this process: same episodes, batch-1 calls.
+    sequential = evaluate(pointmaze_oracle_policy(medium_envs[0]), medium_pool, task_ids=(3,), episodes_per_task=2,
+                          lockstep=False, seed=7, max_steps=MAX_STEPS)
+    reference = evaluate(pointmaze_oracle_policy(medium_envs[0]), medium_envs, task_ids=(3,), episodes_per_task=2,
+                         seed=7, max_steps=MAX_STEPS)
+    np.testing.assert_array_equal(sequential['final_observations'][3], reference['final_observations'][3])
+
+
+def test_parallel_lockstep_teleport(teleport_envs):
+    # Teleport exits are drawn from each worker's own global np.random, re-seeded per episode and step.
+    pool = make_eval_envs('pointmaze-teleport-v0', EPISODES, num_workers=2)
+    oracle = pointmaze_oracle_policy(teleport_envs[0])
+    kwargs = dict(task_ids=(3,), episodes_per_task=EPISODES, seed=3, max_steps=MAX_STEPS)
+    try:
+        np.testing.assert_array_equal(evaluate(oracle, pool, **kwargs)['final_observations'][3],
+                                      evaluate(oracle, teleport_envs, **kwargs)['final_observations'][3])
+    finally:
+        pool.close()
+    assert [p.poll() for p in pool._processes] == [0]  # one worker; this process stepped the other slice
+
+
+def test_worker_error_is_reported_and_stops_the_pool():
+    pool = make_eval_envs('pointmaze-medium-v0', 3, num_workers=3)
+    # One episode goes to the first worker alone (this process steps the last slice, empty here). Mazes have tasks
+    # 1..5: the worker's reset fails, and its traceback comes back.
+    with pytest.raises(RuntimeError, match='(?s)Evaluation worker 0 of pointmaze-medium-v0 failed.*Traceback'):
+        evaluate(straight_to_goal, pool, task_ids=(9,), episodes_per_task=1, max_steps=5)
+    assert pool.closed and all(p.poll() is not None for p in pool._processes)
+    with pytest.raises(RuntimeError, match='closed'):
+        evaluate(straight_to_goal, pool, task_ids=(1,), episodes_per_task=3, max_steps=5)
+
+
+def test_dead_worker_is_reported():
+    pool = make_eval_envs('pointmaze-medium-v0', 2, num_workers=2)
+    pool._processes[0].kill()
+    pool._processes[0].wait()  # dead before the first message: sending to it fails, not only receiving
+    with pytest.raises(RuntimeError, match='Evaluation worker 0 of pointmaze-medium-v0 died'):
+        evaluate(straight_to_goal, pool, task_ids=(1,), episodes_per_task=2, max_steps=5)
+    assert pool.closed
+
+
+def test_one_worker_means_in_process():
+    envs = make_eval_envs('pointmaze-medium-v0', 2, num_workers=1)
+    assert isinstance(envs, list) and len(envs) == 2
+    assert make_eval_envs('pointmaze-medium-v0', 1, num_workers=4).__class__ is list  # capped at the env count
+
+
+_POOL_OWNER = '''
+import signal, sys, time
+from utils.evaluation import evaluate, make_eval_envs
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # what main.py's preemption handling ends in
+pool = make_eval_envs('pointmaze-medium-v0', 3, num_workers=3)
+evaluate(lambda o, g: g - o, pool, task_ids=(1,), episodes_per_task=3, max_steps=3)
+print(' '.join(str(p.pid) for p in pool._processes), flush=True)
+time.sleep(60)
+'''
+
+
+def _gone(pid):
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().split(')')[-1].split()[0] in ('Z', 'X')  # exited, maybe not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.exists('/proc'), reason='reads process states from /proc')
+@pytest.mark.parametrize('how', ['SIGTERM to the process group', 'SIGKILL to the owner'])
+def test_workers_stop_with_their_owner(how):
+    owner = subprocess.Popen([sys.executable, '-c', _POOL_OWNER], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        worker_pids = [int(pid) for pid in owner.stdout.readline().split()]
+        assert len(worker_pids) == 2
+        if how.startswith('SIGTERM'):
+            os.killpg(owner.pid, signal.SIGTERM)  # as Slurm preempts: workers ignore it, the owner exits and closes them
+            assert owner.wait(timeout=20) == 143
+        else:
+            owner.kill()
+            owner.wait(timeout=20)
+        deadline = time.monotonic() + 20
+        while not all(_gone(pid) for pid in worker_pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(_gone(pid) for pid in worker_pids)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+
+
+def test_parallel_lockstep_videos(medium_envs, medium_pool):
+    kwargs = dict(task_ids=(1, 2), episodes_per_task=EPISODES, max_steps=7, num_video_episodes=1, video_frame_skip=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        expected = evaluate(straight_to_goal, medium_envs, **kwargs)
+    if any('env.render() failed' in str(w.message) for w in caught):
+        pytest.skip('rendering unavailable here')
+    parallel = evaluate(straight_to_goal, medium_pool, **kwargs)
+    assert len(parallel['videos']) == 2
+    for got, want in zip(parallel['videos'], expected['videos']):
+        np.testing.assert_array_equal(got, want)

@@ -384,3 +384,230 @@ def test_td_sr_ignores_diagonal_of_target_matrix():
     tpsi_off[0, 1] += 5.0
     td_off = float(td_sr_loss(psi, phi_next, tpsi_off, tphi, gamma)[1]['td_loss'])
     assert abs(td_off - td) > 1e-2
+
+
+# ---- loss scales: the authors' implementation against the printed equations --------------------
+
+
+def np_num_grad(fn, x, h=1e-6):
+    """Central finite differences of a float64 NumPy function of one array."""
+    x = np.float64(x)
+    grad = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[idx] = h
+        grad[idx] = (fn(x + step) - fn(x - step)) / (2 * h)
+    return grad
+
+
+def np_log_softmax(v):
+    v = np.float64(v)
+    return v - v.max() - np.log(np.sum(np.exp(v - v.max())))
+
+
+def np_ce_eps(a, b, eps):
+    """-sum_k softmax(b)_k log(softmax(a)_k + eps), the authors' f_CE, for one pair."""
+    return -np.sum(np_softmax(np.float64(b)) * np.log(np_softmax(np.float64(a)) + eps))
+
+
+def test_f_ce_eps_matches_numpy_values_and_gradients():
+    pred, target, eps = rand(70, 4, 5, scale=3.0), rand(71, 4, 5), 1e-6
+    got = np.asarray(jax.jit(lambda p, t: losses.f_ce(p, t, eps=eps))(pred, target))
+    np.testing.assert_allclose(got, [np_ce_eps(pred[i], target[i], eps) for i in range(4)], **TOL)
+    grad = jax.jit(jax.grad(lambda p: losses.prediction_loss(p, target, 'ce', eps)))(pred)
+    expected = np_num_grad(lambda p: np.mean([np_ce_eps(p[i], target[i], eps) for i in range(4)]), pred)
+    np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_f_ce_eps_agrees_with_printed_form_only_for_small_logits():
+    target = rand(72, 3, 6)
+    small, large = rand(73, 3, 6), rand(73, 3, 6, scale=60.0)
+    printed = lambda p: np.asarray(f_ce(p, target))  # noqa: E731
+    authors = lambda p: np.asarray(jax.jit(lambda a: losses.f_ce(a, target, eps=1e-6))(p))  # noqa: E731
+    np.testing.assert_allclose(authors(small), printed(small), rtol=1e-4)
+    # Underflowing softmax entries cost at most -log(1e-6) ~ 13.8 with eps, unboundedly more without.
+    assert np.all(authors(large) <= -np.log(1e-6) + 1e-3)
+    assert np.max(printed(large) - authors(large)) > 10.0
+
+
+def test_byol_gamma_loss_passes_ce_eps_to_both_terms():
+    fp, ft, bp, ct = rand(74, 3, 5, scale=40.0), rand(75, 3, 5), rand(76, 3, 5, scale=40.0), rand(77, 3, 5)
+    loss, info = jax.jit(lambda *x: losses.byol_gamma_loss(*x, kind='ce', ce_eps=1e-6))(fp, ft, bp, ct)
+    forward = np.mean([np_ce_eps(fp[i], ft[i], 1e-6) for i in range(3)])
+    backward = np.mean([np_ce_eps(bp[i], ct[i], 1e-6) for i in range(3)])
+    np.testing.assert_allclose([float(info['forward_loss']), float(info['backward_loss'])], [forward, backward], rtol=1e-4)
+
+
+def np_infonce_authors(psi, phi):
+    """The authors' TRA loss on an ensemble [E, B, d]: logits psi_i . phi_j / sqrt(d), then the row-
+    and column-wise diagonal -log-softmax terms averaged over all E x B x B logit entries."""
+    psi, phi = np.float64(psi), np.float64(phi)
+    members, batch, d = psi.shape
+    total = 0.0
+    for e in range(members):
+        logits = np.array([[psi[e, i] @ phi[e, j] / np.sqrt(d) for j in range(batch)] for i in range(batch)])
+        for i in range(batch):
+            total -= np_log_softmax(logits[i, :])[i] + np_log_softmax(logits[:, i])[i]
+    return total / (members * batch * batch)
+
+
+def test_infonce_authors_scale_matches_loop_reference_values_and_gradients():
+    psi, phi = rand(80, 2, 5, 3, scale=2.0), rand(81, 2, 5, 3, scale=2.0)
+    fn = jax.jit(lambda p, f: jnp.mean(jax.vmap(lambda a, b: losses.symmetric_infonce(a, b, 'authors')[0])(p, f)))
+    np.testing.assert_allclose(float(fn(psi, phi)), np_infonce_authors(psi, phi), **TOL)
+    grad_psi, grad_phi = jax.grad(fn, argnums=(0, 1))(psi, phi)
+    np.testing.assert_allclose(np.asarray(grad_psi), np_num_grad(lambda p: np_infonce_authors(p, phi), psi), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(grad_phi), np_num_grad(lambda f: np_infonce_authors(psi, f), phi), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize('batch', [4, 64])
+def test_infonce_scales_differ_by_batch_size_at_initialisation(batch):
+    """Near-zero logits: 'paper' gives 2 ln B, 'authors' 2 ln(B) / B, so the ratio is B."""
+    psi, phi = rand(82, batch, 8, scale=1e-3), rand(83, batch, 8, scale=1e-3)
+    paper = float(jax.jit(lambda a, b: losses.symmetric_infonce(a, b, 'paper')[0])(psi, phi))
+    authors = float(jax.jit(lambda a, b: losses.symmetric_infonce(a, b, 'authors')[0])(psi, phi))
+    np.testing.assert_allclose(paper, 2 * np.log(batch), rtol=1e-3)
+    np.testing.assert_allclose(authors, 2 * np.log(batch) / batch, rtol=1e-3)
+
+
+def test_norm_penalty_is_the_authors_mean_over_all_entries():
+    phi, psi = rand(84, 2, 6, 4), rand(85, 2, 6, 4)
+    expected = 1e-6 * (np.mean(np.float64(phi) ** 2) + np.mean(np.float64(psi) ** 2))
+    np.testing.assert_allclose(float(representation_norm_penalty(phi, psi)), expected, rtol=1e-5)
+
+
+def np_td_sr_members(psi, phi_next, tpsi, tphi, gamma):
+    """Per member e of [E, B, d] inputs: (squared term over i != j, mean_i M_ii, mean_i (M - T)_ii)."""
+    out = []
+    for e in range(psi.shape[0]):
+        td, _, diag, _ = np_td_sr(psi[e], phi_next[e], tpsi[e], tphi[e], gamma)
+        target_diag = np.mean([gamma * np.float64(tpsi[e, i]) @ np.float64(tphi[e, i]) for i in range(psi.shape[1])])
+        out.append((td, diag, diag - target_diag))
+    return np.array(out)
+
+
+def np_td_sr_scaled(scale, gamma):
+    def loss(psi, phi_next, tpsi, tphi):
+        terms = np_td_sr_members(psi, phi_next, tpsi, tphi, gamma)
+        if scale == 'paper':
+            return np.mean(terms[:, 0] - 2 * terms[:, 1])
+        if scale == 'authors':
+            return 0.5 * np.sum(terms[:, 0]) - np.mean(terms[:, 1])
+        return 0.5 * np.sum(terms[:, 0]) - np.sum(terms[:, 2])
+    return loss
+
+
+@pytest.mark.parametrize('scale', ['paper', 'authors', 'metamotivo'])
+def test_td_sr_scales_match_loop_reference_values_and_gradients(scale):
+    members, gamma = 3, 0.9
+    psi, phi_next, tpsi, tphi = (rand(90 + k, members, 5, 3) for k in range(4))
+    reference = np_td_sr_scaled(scale, gamma)
+    fn = jax.jit(lambda *x: losses.td_sr_loss(*x, gamma, scale=scale)[0])
+    np.testing.assert_allclose(float(fn(psi, phi_next, tpsi, tphi)), reference(psi, phi_next, tpsi, tphi), **TOL)
+    grads = jax.grad(fn, argnums=(0, 1, 2, 3))(psi, phi_next, tpsi, tphi)
+    expected_psi = np_num_grad(lambda p: reference(p, phi_next, tpsi, tphi), psi)
+    expected_phi = np_num_grad(lambda f: reference(psi, f, tpsi, tphi), phi_next)
+    np.testing.assert_allclose(np.asarray(grads[0]), expected_psi, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads[1]), expected_phi, rtol=1e-4, atol=1e-6)
+    assert np.all(np.asarray(grads[2]) == 0.0) and np.all(np.asarray(grads[3]) == 0.0)
+
+
+def test_td_sr_authors_scale_halves_the_squared_term_relative_to_the_diagonal():
+    """One member: 'authors' = 1/2 td - diag = 'paper' / 2, the authors' printed 1/2 (.)^2 - (.)."""
+    args = td_inputs(95)
+    paper = float(td_sr_loss(*args, 0.9)[0])
+    authors = float(jax.jit(lambda *x: losses.td_sr_loss(*x, 0.9, scale='authors')[0])(*args))
+    np.testing.assert_allclose(authors, paper / 2, **TOL)
+
+
+def np_orthonormality(backward, form):
+    """Loop reference over members e and pairs (i, j) of C = B B^T."""
+    backward = np.float64(backward)
+    members, batch, _ = backward.shape
+    values = []
+    for e in range(members):
+        squares = sum((backward[e, i] @ backward[e, j]) ** 2 for i in range(batch) for j in range(batch) if i != j)
+        trace = sum(backward[e, i] @ backward[e, i] for i in range(batch))
+        if form == 'frobenius':
+            values.append(squares / (batch * (batch - 1)) - 2 * trace / batch)
+        elif form == 'metamotivo':
+            values.append(0.5 * squares / (batch * (batch - 1)) - trace / batch)
+        else:
+            values.append((squares - 2 * trace) / batch**2)
+    return np.mean(values)
+
+
+@pytest.mark.parametrize('form', losses.ORTHONORMALITY_FORMS)
+def test_orthonormality_forms_match_loop_reference_values_and_gradients(form):
+    backward = rand(96, 2, 5, 3)
+    fn = jax.jit(lambda b: losses.orthonormality_loss(b, form=form)[0])
+    np.testing.assert_allclose(float(fn(backward)), np_orthonormality(backward, form), **TOL)
+    expected = np_num_grad(lambda b: np_orthonormality(b, form), backward)
+    np.testing.assert_allclose(np.asarray(jax.grad(fn)(backward)), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_unknown_scale_raises_value_error_naming_valid_values():
+    with pytest.raises(ValueError, match='authors'):
+        losses.symmetric_infonce(rand(97, 4, 3), rand(98, 4, 3), scale='typo')
+    with pytest.raises(ValueError, match='metamotivo'):
+        losses.orthonormality_loss(rand(99, 4, 3), form='typo')
+
+
+# ---- the agents' defaults are the authors' scales ------------------------------------------------
+
+
+def scale_agent(name):
+    """A small agent with the module's default scale fields (the batch size only matters to the sampler)."""
+    from agents import get_agent_class
+    from tests.test_agents import ACTION_DIM, OBS_DIM, small
+
+    module = __import__(f'agents.{name}', fromlist=['get_config'])
+    config = small(module.get_config(), batch_size=16)
+    ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
+    return get_agent_class(name).create(0, ex_obs, ex_act, config)
+
+
+def random_batch(seed, batch_size):
+    """At initialisation the scale of a loss does not depend on temporal structure: random states do."""
+    from tests.test_agents import ACTION_DIM, OBS_DIM
+
+    states = lambda k: rand(seed + k, batch_size, OBS_DIM)  # noqa: E731
+    actions = lambda k: np.tanh(rand(seed + k, batch_size, ACTION_DIM))  # noqa: E731
+    return {'observations': states(0), 'next_observations': states(1), 'value_goals': states(2),
+            'actor_goals': states(3), 'actions': actions(4), 'next_actions': actions(5)}
+
+
+def test_tra_default_initial_loss_is_on_the_authors_scale_at_batch_1024():
+    """The issue's criterion: ~2 ln(B) / B = 0.0135 at B = 1024 by default, >= 2 ln B = 13.9 as printed."""
+    agent = scale_agent('tra')
+    assert agent.config['loss_scale'] == 'authors'
+    batch = random_batch(100, 1024)
+    authors, info = agent.representation_loss(batch, agent.network.params)
+    paper_agent = agent.replace(config={**agent.config, 'loss_scale': 'paper'})
+    paper, _ = paper_agent.representation_loss(batch, agent.network.params)
+    assert abs(float(authors) - 2 * np.log(1024) / 1024) < 0.003, float(authors)
+    assert float(paper) > 2 * np.log(1024) and float(paper) > 500 * float(authors), float(paper)
+    assert float(info['norm_penalty']) < 1e-4
+
+
+def test_tdsr_default_scale_and_options_in_the_agent():
+    agent = scale_agent('tdsr')
+    assert (agent.config['loss_scale'], agent.config['normalize_goal'], agent.config['ortho_coef']) == ('authors', False, 0.0)
+    batch, params = random_batch(110, 16), agent.network.params
+    loss, info = agent.representation_loss(batch, params)
+    # Two members: 1/2 sum_e td_e - mean_e diag_e = mean_e td_e - mean_e diag_e.
+    np.testing.assert_allclose(float(loss), float(info['td_loss'] - info['m_diag_mean']), rtol=1e-5, atol=1e-6)
+    paper = agent.replace(config={**agent.config, 'loss_scale': 'paper'})
+    loss, info = paper.representation_loss(batch, params)
+    np.testing.assert_allclose(float(loss), float(info['td_loss'] - 2 * info['m_diag_mean']), rtol=1e-5, atol=1e-6)
+
+    options = agent.replace(config={**agent.config, 'normalize_goal': True, 'ortho_coef': 1.0})
+    goals = options.goal_encode(batch['actor_goals'], 'encoder', params)
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(goals), axis=-1), np.sqrt(goals.shape[-1]), rtol=1e-5)
+    inputs = np.asarray(options.policy_inputs(batch['observations'], batch['actor_goals'], params))
+    d = goals.shape[-1]
+    np.testing.assert_allclose(inputs[:, d:], np.asarray(goals.mean(0)), rtol=1e-5, atol=1e-6)
+    loss, info = options.representation_loss(batch, params)
+    phi_next = np.asarray(options.goal_encode(batch['next_observations'], 'encoder', params))
+    np.testing.assert_allclose(float(info['ortho_loss']), np_orthonormality(phi_next, 'all_entries'), rtol=1e-4)
+    np.testing.assert_allclose(float(loss), float(info['td_loss'] - info['m_diag_mean'] + info['ortho_loss']), rtol=1e-5, atol=1e-5)

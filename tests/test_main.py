@@ -18,12 +18,8 @@ SMALL_NETS = ['--agent.actor_hidden_dims=(64,64)', '--agent.batch_size=64']
 
 
 @pytest.fixture(scope='module')
-def dataset_dir(tmp_path_factory):
-    from utils.datagen.pointmaze import write_dataset
-
-    path = tmp_path_factory.mktemp('data')
-    write_dataset(ENV, str(path), seed=0, num_train_episodes=500, num_val_episodes=50, progress=False)
-    return str(path)
+def dataset_dir(pointmaze_data_dir):
+    return pointmaze_data_dir
 
 
 def main_args(dataset_dir, save_dir, *extra):

@@ -36,12 +36,9 @@ def test_vmapped_seeds_match_single_runs(preset):
     assert not np.allclose(infos['total_loss'][0], infos['total_loss'][1])
 
 
-def test_main_num_seeds_writes_one_run_dir_per_seed(tmp_path):
-    from utils.datagen.pointmaze import write_dataset
-
+def test_main_num_seeds_writes_one_run_dir_per_seed(tmp_path, pointmaze_data_dir):
     env = 'pointmaze-medium-stitch-v0'
-    write_dataset(env, str(tmp_path / 'data'), seed=0, num_train_episodes=100, num_val_episodes=10, progress=False)
-    common = [sys.executable, 'main.py', f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={tmp_path / "data"}', '--wandb_mode=disabled',
+    common = [sys.executable, 'main.py', f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={pointmaze_data_dir}', '--nodownload', '--wandb_mode=disabled',
               '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--train_steps=60', '--log_interval=20',
               '--eval_interval=60', '--save_interval=60', '--eval_episodes=2', '--eval_max_steps=5']
     subprocess.run(common + [f'--save_dir={tmp_path / "multi"}', '--num_seeds=2', '--seed=7'], cwd=ROOT, check=True, capture_output=True)

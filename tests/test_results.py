@@ -221,3 +221,51 @@ def test_settings_sort_numerically_and_bad_rows_are_reported(tmp_path):
         f.write('400,0.5,\n')  # a half-written row
     with pytest.raises(ValueError, match=r'a6_sd0/eval.csv: unreadable row'):
         R.load_runs([root])
+
+
+# ---- bootstrap confidence intervals and per-task success ---------------------------------------
+
+
+def test_bootstrap_ci_matches_the_exact_bootstrap_distribution():
+    """Seeds [0, 0, 0, 100]: a resample's mean is 25 k, k ~ Binomial(4, 1/4), so P(k = 0) = 0.32 > 2.5%
+    and P(k <= 2) = 0.949 < 97.5% < P(k <= 3) = 0.996: the exact 95% interval is [0, 75]."""
+    assert R.bootstrap_ci([0.0, 0.0, 0.0, 100.0], 0.95, 10000, seed=0) == (0.0, 75.0)
+    # Two seeds 0, 100: means 0 / 50 / 100 with probabilities 1/4, 1/2, 1/4; the 40% interval is [50, 50].
+    assert R.bootstrap_ci([0.0, 100.0], 0.4, 10000, seed=1) == (50.0, 50.0)
+    assert R.bootstrap_ci([40.0, 40.0, 40.0]) == (40.0, 40.0)
+    assert all(np.isnan(R.bootstrap_ci([])))
+    scores = np.random.default_rng(0).normal(50, 10, size=8)
+    assert R.bootstrap_ci(scores, seed=3) == R.bootstrap_ci(scores, seed=3)  # seeded: reproducible
+    low, high = R.bootstrap_ci(scores)
+    assert low < np.mean(scores) < high
+
+
+def write_task_run(root, seed, task_rows):
+    """A run whose eval.csv has per-task columns; task_rows: per evaluation, one success per task."""
+    run_dir = write_run(root, MAZE, 'gcbc', seed, [float(np.mean(r)) for r in task_rows])
+    with open(os.path.join(run_dir, 'eval.csv'), 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['step'] + [f'evaluation/task{t + 1}_success' for t in range(len(task_rows[0]))] + [R.METRIC])
+        for i, row in enumerate(task_rows):
+            writer.writerow([100 * (i + 1)] + list(row) + [float(np.mean(row))])
+
+
+def test_per_task_table_and_ci_in_the_cli(tmp_path, capsys):
+    root = str(tmp_path)
+    # Task 1 last-3 means: 0.2 (seed 0), 0.4 (seed 1); task 2: 1.0 and 0.6.
+    write_task_run(root, 0, [(0.0, 0.0), (0.2, 1.0), (0.2, 1.0), (0.2, 1.0)])
+    write_task_run(root, 1, [(0.4, 0.6), (0.4, 0.6), (0.4, 0.6)])
+    scores = R.task_scores(R.load_runs([root]))
+    assert list(scores) == ['1', '2'] and scores['1'].tolist() == pytest.approx([20.0, 40.0])
+    assert results_cli.main([f'--runs={root}', '--ci', '--per_task']) == 0
+    out = capsys.readouterr().out
+    low, high = R.bootstrap_ci([60.0, 50.0])
+    assert f'| antmaze-medium-stitch | **55** [{low:.0f}, {high:.0f}] |' in out
+    assert '| antmaze-medium-stitch | GCBC | - | 2 | 55 | [50, 60] | 30 | 80 |' in out
+
+
+def test_plot_curves_with_ci_bands(sweep_dir, tmp_path, capsys):
+    assert plot_curves.main([f'--runs={sweep_dir}', f'--out={tmp_path}/{{env}}.png', '--band=ci', '--ci_resamples=200']) == 0
+    assert os.path.getsize(tmp_path / 'antmaze-medium-stitch.png') > 10_000
+    steps, low, high = R.curve_interval(R.load_runs([sweep_dir])[:3], ci=R.BootstrapOptions(resamples=200))
+    assert np.all(low <= high)

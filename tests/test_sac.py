@@ -1,4 +1,4 @@
-"""Tests for the SAC agent that trains the ant expert (utils/sac.py), on tiny networks and batches."""
+"""Tests for the SAC agent that trains the ant expert (agents/sac.py), on tiny networks and batches."""
 
 import math
 

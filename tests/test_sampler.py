@@ -1,4 +1,4 @@
-"""Statistical and exact tests of every sampler rule (SPEC section 3).
+"""Statistical and exact tests of every sampler rule (docs/method.md, section 3).
 
 Observations encode (episode id, time index), so every sampled goal can be decoded back to the
 row it came from.

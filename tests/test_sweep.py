@@ -221,17 +221,14 @@ def test_submitit_reports_a_failed_job(tmp_path, stub_main, capsys):
     assert 'stub failure for seed 13' in out and '1 jobs finished, 1 failed.' in out
 
 
-def test_submitit_local_runs_a_tiny_grid(tmp_path, capsys):
+def test_submitit_local_runs_a_tiny_grid(tmp_path, capsys, pointmaze_data_dir):
     """Two real main.py runs (two seeds in one --num_seeds process: half the CPU time of two jobs)
     through submitit's local executor, then the results table reads them."""
     from scripts import results as results_cli
-    from utils.datagen.pointmaze import write_dataset
-
-    write_dataset(ENV, str(tmp_path / 'data'), seed=0, num_train_episodes=200, num_val_episodes=20, progress=False)
     # GCBC, one evaluation of one short episode: the cheapest real runs.
     args = ['--name=tiny', f'--envs={ENV}', '--method=gcbc', '--seeds=0-1', '--seeds_per_job=2', f'--save_dir={tmp_path / "runs"}',
             '--backend=submitit_local', '--gpus=0', '--cpus=1', '--time_min=10', '--',
-            f'--dataset_dir={tmp_path / "data"}', '--nodownload', '--wandb_mode=disabled', '--train_steps=30',
+            f'--dataset_dir={pointmaze_data_dir}', '--nodownload', '--wandb_mode=disabled', '--train_steps=30',
             '--steps_per_call=30', '--log_interval=30', '--eval_interval=30', '--save_interval=30', '--eval_episodes=2',
             '--eval_tasks=1', '--eval_max_steps=5', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32']
     assert sweep_cli.main(args) == 0

@@ -42,7 +42,7 @@ class BCAgent(flax.struct.PyTreeNode):
 
     def representations(self, observations, actions, goals):
         """(prediction for s, representation of g), ensemble means, as the paper's analyses compare
-        them (SPEC section 5): psi(phi(s), a) or psi(s, a) against phi(g). Agents with a
+        them (docs/method.md, section 5): psi(phi(s), a) or psi(s, a) against phi(g). Agents with a
         representation override this."""
         raise NotImplementedError(f'{type(self).__name__} has no learned representation to analyse.')
 

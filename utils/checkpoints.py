@@ -7,19 +7,10 @@ import flax.serialization
 import jax
 import numpy as np
 
+from utils.atomic_io import atomic_write_bytes
 from utils.errors import ConfigError
 
 CHECKPOINT_NAME = 'checkpoint.msgpack'
-
-
-def atomic_write_bytes(path: str, data: bytes):
-    """Write to a sibling temp file, fsync, then rename: a reader never sees a partial file."""
-    tmp_path = f'{path}.tmp'
-    with open(tmp_path, 'wb') as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp_path, path)
 
 
 def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None) -> str:

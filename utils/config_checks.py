@@ -1,6 +1,7 @@
 """Checks of `--agent` config files and `--agent.<key>=<value>` overrides, with clear errors."""
 
 import importlib.util
+import math
 import os
 import re
 
@@ -58,3 +59,126 @@ def check_types(config, defaults):
                 f'Config field {key!r} must be a {_describe(default)} like its default, got {value!r}. '
                 f'Example: --agent.{key}="{str(default).replace(" ", "")}"'
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# Value checks. Every agent config is checked field by field before anything is built or compiled,
+# so a bad value stops the run with one paragraph naming the field, the value and a valid example,
+# instead of a traceback (or, worse, a NaN loss thousands of steps later).
+# ---------------------------------------------------------------------------------------------
+
+
+class Rule:
+    """A requirement on one config value: `check(value) -> bool`, described as `requirement`, with an
+    `example` of a valid value for the fix."""
+
+    def __init__(self, check, requirement: str, example):
+        self.check, self.requirement, self.example = check, requirement, example
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def positive(example):
+    return Rule(lambda v: _number(v) and v > 0, 'must be a finite number > 0', example)
+
+
+def non_negative(example):
+    return Rule(lambda v: _number(v) and v >= 0, 'must be a finite number >= 0', example)
+
+
+def at_least(low: int, example):
+    return Rule(lambda v: _number(v) and v >= low, f'must be >= {low}', example)
+
+
+def probability(example):
+    return Rule(lambda v: _number(v) and 0.0 <= v <= 1.0, 'must be a probability in [0, 1]', example)
+
+
+def one_of(*choices):
+    return Rule(lambda v: v in choices, f'must be one of {", ".join(repr(c) for c in choices)}', choices[0])
+
+
+def layer_sizes(example):
+    return Rule(lambda v: len(v) > 0 and all(_number(d) and d >= 1 for d in v),
+                'must be a non-empty tuple of positive layer sizes', example)
+
+
+# Rules for fields that several agents share, by name; an agent module may add or override rules with
+# a module-level `CONFIG_RULES = {field: Rule}` (for its own enums, e.g. `encoder`).
+COMMON_RULES = {
+    'lr': positive(3e-4),
+    'high_lr': positive(1e-4),
+    'batch_size': at_least(1, 1024),
+    'discount': Rule(lambda v: _number(v) and 0.0 <= v < 1.0,
+                     'must lie in [0, 1) (geometric offsets k ~ Geometric(1 - gamma) need gamma < 1)', 0.99),
+    'alpha': non_negative(1.0),
+    'tau': Rule(lambda v: _number(v) and 0.0 < v <= 1.0,
+                'must lie in (0, 1] (EMA rate of the target network; 1 = the online network, stop-gradient)', 1.0),
+    'num_ensemble': at_least(1, 2),
+    'num_forward': at_least(1, 2),
+    'latent_dim': non_negative(0),
+    'nstep': non_negative(0),
+    'subgoal_steps': non_negative(25),
+    'stage1_steps': non_negative(0),
+    'replan_every': at_least(1, 1),
+    'loss_type': one_of('ce', 'l2'),
+    'norm_penalty': non_negative(1e-6),
+    'ce_eps': non_negative(1e-6),
+    'bc_coef': non_negative(1.0),
+    'ortho_coef': non_negative(1.0),
+    'z_state_ratio': probability(0.5),
+    'actor_pessimism': non_negative(0.5),
+    'actor_noise': non_negative(0.2),
+    'actor_noise_clip': non_negative(0.3),
+    'encoder': one_of('none', 'impala_small', 'impala', 'impala_debug'),
+    'frame_stack': at_least(1, 1),
+    'p_aug': probability(0.5),
+}
+MIXTURE_FIELDS = ('p_curgoal', 'p_trajgoal', 'p_randomgoal')
+
+
+def _rule_for(key: str, rules):
+    if key in rules:
+        return rules[key]
+    if key.endswith('_hidden_dims'):
+        return layer_sizes((64, 64, 64))
+    if any(key.endswith(f'_{field}') for field in MIXTURE_FIELDS):
+        return probability(0.0)
+    return None
+
+
+def _invalid(key, value, requirement, example) -> ConfigError:
+    shown = str(example).replace(' ', '') if isinstance(example, tuple) else example
+    return ConfigError(
+        f'Config value agent.{key}={value!r} is invalid: it {requirement}. '
+        f'Fix the override (e.g. --agent.{key}={shown}) or the config file.'
+    )
+
+
+def validate_config(config, extra_rules=None):
+    """Raise ConfigError for the first config value that breaks its rule, or for a goal mixture
+    (`<prefix>_p_curgoal + _p_trajgoal + _p_randomgoal`) that does not sum to 1. Non-finite floats are
+    rejected whatever the field."""
+    rules = dict(COMMON_RULES, **(extra_rules or {}))
+    for key in config.keys():
+        value = config[key]
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _invalid(key, value, 'must be finite', 'a finite number')
+        rule = _rule_for(key, rules)
+        if rule is not None and not rule.check(value):
+            raise _invalid(key, value, rule.requirement, rule.example)
+    for key in config.keys():
+        if key.endswith('_p_curgoal'):
+            prefix = key[: -len('_p_curgoal')]
+            fields = [f'{prefix}_{field}' for field in MIXTURE_FIELDS]
+            if all(field in config for field in fields):
+                total = sum(float(config[field]) for field in fields)
+                if abs(total - 1.0) > 1e-6:
+                    values = ', '.join(f'{field}={config[field]}' for field in fields)
+                    raise ConfigError(
+                        f'The {prefix} goal mixture must sum to 1, got {values} (sum {total:g}). Adjust the three '
+                        f'probabilities together, e.g. --agent.{prefix}_p_curgoal=0 --agent.{prefix}_p_trajgoal=1 '
+                        f'--agent.{prefix}_p_randomgoal=0.'
+                    )

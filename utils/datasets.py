@@ -1,6 +1,6 @@
 """Finding, generating, loading and validating OGBench-format datasets.
 
-Files are OGBench's own `.npz` layout (SPEC section 2), so downloaded OGBench files and files
+Files are OGBench's own `.npz` layout (docs/method.md, section 2), so downloaded OGBench files and files
 written by `utils/datagen` are interchangeable.
 """
 
@@ -90,7 +90,8 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, l
     if can_generate(dataset_name):
         log(f'OGBench download unavailable ({failure}); generating {dataset_name} offline into '
             f'{os.path.dirname(train_path)} as OGBench collected it (pointmaze: scripted oracle, about 1-3 min; '
-            f'antmaze: the committed ant expert, about 10+ min). This is done once.')
+            f'antmaze: the committed ant expert, about 10+ min; scene: OGBench\'s scripted oracles; visual-*: the state '
+            f'data rendered, ~27 frames/s on a CPU with MUJOCO_GL=egl, i.e. hours -- see the estimate below). This is done once.')
         write_dataset(dataset_name, dataset_dir)
         return train_path, val_path
     raise DatasetError(
@@ -149,3 +150,67 @@ def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.nda
         actions=actions.astype(np.float32),
         terminals=terminals.astype(bool),
     )
+
+
+def array_shapes(path: str) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
+    """{key: (shape, dtype)} of the arrays in an `.npz`, read from the headers only (no data is loaded)."""
+    shapes = {}
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if name.endswith('.npy'):
+                with archive.open(name) as member:
+                    version = np.lib.format.read_magic(member)
+                    # Public readers only: numpy 2.4's np.lib.format no longer exposes _read_array_header.
+                    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read_header(member)
+                shapes[name[: -len('.npy')]] = (shape, dtype)
+    return shapes
+
+
+def _host_available_bytes():
+    try:
+        with open('/proc/meminfo') as f:
+            for line in f:
+                if line.startswith('MemAvailable:'):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_dataset_fits(paths, device=None, host_bytes=None, device_bytes=None):
+    """DatasetError before loading if the observations of `paths` cannot fit, with what fits where.
+
+    Observations are loaded into host memory once, then copied to the accelerator, where they stay
+    (uint8 for images: 1M x 64 x 64 x 3 = 12.3 GB). On a CPU backend the device copy is host memory
+    too, so the host needs room for both. `host_bytes` / `device_bytes` override the measured free
+    memory (for tests)."""
+    import jax
+
+    device = device or jax.devices()[0]
+    needed = 0
+    for path in paths:
+        try:
+            shape, dtype = array_shapes(path).get('observations', ((0,), np.dtype(np.uint8)))
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError):
+            continue  # unreadable: load_dataset reports it with the fix
+        needed += int(np.prod(shape)) * np.dtype(dtype).itemsize
+    on_cpu = device.platform == 'cpu'
+    host_bytes = _host_available_bytes() if host_bytes is None else host_bytes
+    if device_bytes is None and not on_cpu:
+        stats = device.memory_stats() or {}
+        device_bytes = stats.get('bytes_limit', 0) - stats.get('bytes_in_use', 0) if 'bytes_limit' in stats else None
+    problems = []
+    host_needed = 2 * needed if on_cpu else needed
+    if host_bytes is not None and host_needed > host_bytes:
+        problems.append(f'host memory: {host_needed / 1e9:.1f} GB needed ({"dataset and its CPU-device copy" if on_cpu else "the loaded dataset"}), {host_bytes / 1e9:.1f} GB available')
+    if not on_cpu and device_bytes is not None and needed > 0.8 * device_bytes:
+        problems.append(f'{device.device_kind} memory: {needed / 1e9:.1f} GB of observations stay on it, {device_bytes / 1e9:.1f} GB free (training needs ~20% of it besides)')
+    if problems:
+        raise DatasetError(
+            f'The observations of {", ".join(os.path.basename(p) for p in paths)} ({needed / 1e9:.1f} GB) do not fit: '
+            f'{"; ".join(problems)}. A 1M-row 64x64x3 visual dataset needs ~12.3 GB on the accelerator (fits a '
+            f'24 GB+ GPU) and ~13 GB of host RAM (~25 GB when training on CPU). Use a machine with more memory, '
+            f'or generate fewer episodes (scripts/generate_dataset.py --num_episodes=N) for a smaller dataset.'
+        )
+    return needed

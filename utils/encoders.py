@@ -2,10 +2,13 @@
 
 import jax.numpy as jnp
 
+from utils.errors import ConfigError
+from utils.networks import VISUAL_ENCODERS, EnsembleEncoder
+
 
 def resolve_latent_dim(latent_dim: int, obs_dim: int) -> int:
     """`latent_dim = 0` means the paper's default, the observation size |s|. Below 8 dimensions
-    (pointmaze's xy) that latent is degenerate, so 64 is used instead (SPEC section 4)."""
+    (pointmaze's xy) that latent is degenerate, so 64 is used instead (docs/method.md, section 4)."""
     if latent_dim > 0:
         return latent_dim
     return obs_dim if obs_dim >= 8 else 64
@@ -19,5 +22,56 @@ def phi_policy_inputs(network, observations, goals, params=None, encoder_name='e
 
 
 def psi_inputs(observations, actions, action_conditioned: bool):
-    """The input of a state encoder psi: s, or concat(s, a) for the action-conditioned (^a) variants."""
-    return jnp.concatenate([observations, actions], axis=-1) if action_conditioned else observations
+    """The arguments of a state encoder psi (an `EnsembleEncoder`): (s,), or (s, a) for the
+    action-conditioned (^a) variants, where the encoder concatenates a to s (or to its image features)."""
+    return (observations, actions) if action_conditioned else (observations,)
+
+
+# The paper's encoder output size for pixel observations (its hyperparameter table: 64 for visual).
+VISUAL_LATENT_DIM = 64
+
+
+def is_image_batch(observations) -> bool:
+    """Observations [B, H, W, C] are images; [B, D] are state vectors."""
+    return observations.ndim >= 4
+
+
+def check_encoder(config, ex_observations, name=None, choices=('none',)):
+    """ConfigError unless `name` (default config.encoder) is one of `choices` or an image encoder,
+    and image encoders meet image observations (and only them)."""
+    name = config.encoder if name is None else name
+    valid = tuple(choices) + tuple(VISUAL_ENCODERS)
+    if name not in valid:
+        raise ConfigError(f'Unknown encoder {name!r} for agent {config.agent_name!r}: use one of {", ".join(valid)}.')
+    images = is_image_batch(ex_observations)
+    if images and name not in VISUAL_ENCODERS:
+        raise ConfigError(
+            f'The observations are images (shape {tuple(ex_observations.shape[1:])}) but encoder={name!r} expects '
+            f'state vectors: pass --agent.encoder=impala_small (or a visual preset, e.g. '
+            f'--agent=configs/presets.py:byol_gamma_a_visual).'
+        )
+    if not images and name in VISUAL_ENCODERS:
+        raise ConfigError(
+            f'encoder={name!r} is an image encoder but the observations are state vectors (shape '
+            f'{tuple(ex_observations.shape[1:])}): use a visual-* dataset, or leave --agent.encoder at its default.'
+        )
+
+
+def latent_dim_for(config, ex_observations) -> int:
+    """phi's output size: config.latent_dim, or when 0 the paper's default (|s| for states, 64 for images)."""
+    if is_image_batch(ex_observations):
+        return config.latent_dim if config.latent_dim > 0 else VISUAL_LATENT_DIM
+    return resolve_latent_dim(config.latent_dim, ex_observations.shape[-1])
+
+
+def state_encoder(config, ex_observations, visual=None):
+    """(phi, latent size) for an agent config: the ensemble MLP encoder (encoder_hidden_dims,
+    encoder_layer_norm, num_ensemble), behind the image encoder `visual` (default config.encoder)
+    when the observations are images. Every agent builds its phi / psi encoders here."""
+    visual = config.encoder if visual is None else visual
+    d = latent_dim_for(config, ex_observations)
+    encoder = EnsembleEncoder(
+        config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm,
+        visual_encoder=visual if visual in VISUAL_ENCODERS else 'none',
+    )
+    return encoder, d

@@ -8,7 +8,7 @@ import os
 import re
 from typing import Dict
 
-from utils.checkpoints import atomic_write_bytes
+from utils.atomic_io import atomic_write_text
 
 
 class CsvLogger:
@@ -36,7 +36,7 @@ class CsvLogger:
         writer = csv.DictWriter(buffer, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
-        atomic_write_bytes(self.path, buffer.getvalue().encode())
+        atomic_write_text(self.path, buffer.getvalue())
         self.fieldnames = list(fieldnames)
 
     def truncate_after(self, step: int):

@@ -5,6 +5,7 @@ parameter tree and one optimizer hold the whole agent, and gradient routing is d
 loss touches which sub-tree (see `agents/`).
 """
 
+import functools
 from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
@@ -67,15 +68,25 @@ class Encoder(nn.Module):
 
 
 class EnsembleEncoder(nn.Module):
-    """An ensemble of `num_members` encoders; returns all members' outputs, shape [M, ..., latent]."""
+    """An ensemble of `num_members` encoders; returns all members' outputs, shape [M, ..., latent].
+
+    `visual_encoder` (a name in VISUAL_ENCODERS, or 'none') puts one image encoder in front of the
+    members, shared by them: x is then images. `actions`, if given, are concatenated to the (image
+    features or raw) input of the members: the action-conditioned psi(s, a).
+    """
 
     hidden_dims: Sequence[int]
     latent_dim: int
     num_members: int = 2
     layer_norm: bool = True
+    visual_encoder: str = 'none'
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, actions=None):
+        if self.visual_encoder != 'none':
+            x = visual_encoder(self.visual_encoder)(x)
+        if actions is not None:
+            x = jnp.concatenate([x, actions], axis=-1)
         members = ensemblize(Encoder, self.num_members)(self.hidden_dims, self.latent_dim, self.layer_norm)
         return members(x)
 
@@ -169,3 +180,152 @@ class ModuleDict(nn.Module):
                 raise ValueError(f'Init needs example arguments for exactly {sorted(self.modules)}.')
             return {key: self.modules[key](*example_args[key]) for key in self.modules}
         return self.modules[name](*args, **kwargs)
+
+
+class ResidualStack(nn.Module):
+    """One IMPALA stage: a 3x3 conv, a 3x3 max-pool with stride 2, then `num_blocks` residual
+    blocks x + conv(relu(conv(relu(x)))) (Espeholt et al. 2018, as in OGBench's encoder)."""
+
+    num_features: int
+    num_blocks: int
+
+    @nn.compact
+    def __call__(self, x):
+        conv = lambda: nn.Conv(self.num_features, (3, 3), strides=1, padding='SAME', kernel_init=nn.initializers.xavier_uniform())
+        x = conv()(x)
+        x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding='SAME')
+        for _ in range(self.num_blocks):
+            x = x + conv()(nn.relu(conv()(nn.relu(x))))
+        return x
+
+
+class ImpalaEncoder(nn.Module):
+    """IMPALA CNN: images [..., H, W, C] (uint8 0..255 or floats in that range) -> features [..., mlp_hidden_dims[-1]].
+
+    The uint8 -> float conversion happens here, inside the jitted computation, so datasets stay uint8
+    on device (4x less memory than float32 frames). Stages of widths `stack_sizes`, a final ReLU,
+    flatten, and an MLP with activated output.
+    """
+
+    stack_sizes: Sequence[int] = (16, 32, 32)
+    num_blocks: int = 2
+    mlp_hidden_dims: Sequence[int] = (512,)
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        batch_shape = x.shape[:-3]
+        x = x.astype(jnp.float32).reshape((-1, *x.shape[-3:])) / 255.0
+        for width in self.stack_sizes:
+            x = ResidualStack(width, self.num_blocks)(x)
+        x = nn.relu(x)
+        if self.layer_norm:
+            x = nn.LayerNorm()(x)
+        x = x.reshape((*batch_shape, -1))
+        return MLP(self.mlp_hidden_dims, activate_final=True, layer_norm=self.layer_norm)(x)
+
+
+# Image encoders by name (`--agent.encoder`). impala_small is OGBench's: one residual block per stage.
+VISUAL_ENCODERS = {
+    'impala': ImpalaEncoder,
+    'impala_small': functools.partial(ImpalaEncoder, num_blocks=1),
+    'impala_debug': functools.partial(ImpalaEncoder, stack_sizes=(4, 4), num_blocks=1),  # OGBench's, for tests
+}
+
+
+def visual_encoder(name: str) -> nn.Module:
+    return VISUAL_ENCODERS[name]()
+
+
+# ---------------------------------------------------------------------------------------------
+# Value networks of the offline goal-conditioned RL baselines (agents/gcivl.py, gciql.py, qrl.py,
+# crl.py, hiql.py), following OGBench's parameterisations.
+# ---------------------------------------------------------------------------------------------
+
+
+class ValueEnsemble(nn.Module):
+    """V(s, g) or Q(s, a, g): `num_members` independent MLPs on the concatenation of the inputs, each
+    with a scalar output. Returns [num_members, ...batch]."""
+
+    hidden_dims: Sequence[int]
+    num_members: int = 2
+    layer_norm: bool = True
+
+    @nn.compact
+    def __call__(self, *inputs):
+        x = jnp.concatenate(inputs, axis=-1)
+        members = ensemblize(MLP, self.num_members)((*self.hidden_dims, 1), layer_norm=self.layer_norm)
+        return members(x)[..., 0]
+
+
+class BilinearValue(nn.Module):
+    """Contrastive critic f_e(x, g) = phi_e(x) . psi_e(g) / sqrt(d), x = s or concat(s, a), for
+    `num_members` (phi, psi) pairs. Returns (f [E, B], phi [E, B, d], psi [E, B, d])."""
+
+    hidden_dims: Sequence[int]
+    latent_dim: int
+    num_members: int = 2
+    layer_norm: bool = True
+
+    @nn.compact
+    def __call__(self, x, goals):
+        mlp = lambda: ensemblize(MLP, self.num_members)((*self.hidden_dims, self.latent_dim), layer_norm=self.layer_norm)
+        phi, psi = mlp()(x), mlp()(goals)
+        return jnp.sum(phi * psi, axis=-1) / jnp.sqrt(self.latent_dim), phi, psi
+
+
+class QuasimetricValue(nn.Module):
+    """QRL's distance d(s, g) = IQE(z(s), z(g)) (`utils.rl_losses.iqe_distance`), z an MLP to
+    `latent_dim` coordinates grouped in components of `component_dim`; the mean/max mix is
+    sigmoid(w), w learned (initially 0.5).
+
+    `value(x)` encodes; `value(x, y)` is d(x, y) on observations, `value(zx, zy, encoded=True)` on latents.
+    """
+
+    hidden_dims: Sequence[int]
+    latent_dim: int
+    component_dim: int = 8
+    layer_norm: bool = True
+
+    @nn.compact
+    def __call__(self, x, y=None, encoded=False):
+        from utils.rl_losses import iqe_distance
+
+        mix = jax.nn.sigmoid(self.param('mix_logit', nn.initializers.zeros, ()))
+        if not encoded:
+            encoder = MLP((*self.hidden_dims, self.latent_dim), layer_norm=self.layer_norm)
+            x = encoder(x)
+            if y is None:
+                return x
+            y = encoder(y)
+        return iqe_distance(x, y, self.component_dim, mix)
+
+
+class PositiveScalar(nn.Module):
+    """A learned scalar exp(w), initially `init_value` (QRL's Lagrange multiplier lambda)."""
+
+    init_value: float = 1.0
+
+    @nn.compact
+    def __call__(self):
+        # An explicit dtype: a weakly typed parameter would change type after the first update and
+        # force a recompilation of the training step.
+        return jnp.exp(self.param('log_value', lambda key: jnp.full((), jnp.log(self.init_value), dtype=jnp.float32)))
+
+
+class GoalRepresentation(nn.Module):
+    """HIQL's subgoal representation phi([s, g]): an MLP to `rep_dim`, rescaled to length sqrt(rep_dim)."""
+
+    hidden_dims: Sequence[int]
+    rep_dim: int
+    layer_norm: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        x = MLP((*self.hidden_dims, self.rep_dim), layer_norm=self.layer_norm)(x)
+        return length_normalize(x)
+
+
+def length_normalize(x):
+    """x rescaled to length sqrt(d) along the last axis (HIQL's subgoal normalisation)."""
+    return x / jnp.linalg.norm(x, axis=-1, keepdims=True) * jnp.sqrt(x.shape[-1])

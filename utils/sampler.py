@@ -1,4 +1,4 @@
-"""Goal-conditioned batch sampler that runs on device, inside the jitted update (SPEC section 3).
+"""Goal-conditioned batch sampler that runs on device, inside the jitted update (docs/method.md, section 3).
 
 The dataset lives on device as a `DeviceDataset` (flat arrays of every row, plus for each row the
 index of the last row of its episode). Every random choice is a `jax.random` draw, so a whole
@@ -74,6 +74,9 @@ class SamplerConfig:
     nstep: int = 0  # if > 0, batches carry the next `nstep` observations and actions
     subgoal_steps: int = 0  # if > 0, batches carry hierarchical low/high-level goals
     high_goals: GoalMixture = GoalMixture()  # the high-level goal mixture (hierarchical only)
+    frame_stack: int = 1  # every observation is the channel-wise stack of its last `frame_stack` frames
+    p_aug: float = 0.0  # probability that a batch gets random-crop augmentation (images only)
+    gc_negative: bool = True  # value rewards r = -1 until the goal is reached (True) or 1 on reaching it (False)
 
     def __post_init__(self):
         if not 0.0 <= self.gamma < 1.0:
@@ -100,6 +103,9 @@ class SamplerConfig:
             nstep=int(get('nstep', 0)),
             subgoal_steps=int(get('subgoal_steps', 0)),
             high_goals=mixture('high') if 'high_p_trajgoal' in config else GoalMixture(),
+            frame_stack=int(get('frame_stack', 1)),
+            p_aug=float(get('p_aug', 0.0)),
+            gc_negative=bool(get('gc_negative', True)),
         )
 
 
@@ -118,7 +124,7 @@ def uniform_future_index(key, idxs, episode_end):
 
 
 def sample_goal_indices(key, data: DeviceDataset, idxs, mixture: GoalMixture, gamma: float):
-    """Goal row for each sampled row `idxs`, drawn from `mixture` (SPEC section 3)."""
+    """Goal row for each sampled row `idxs`, drawn from `mixture` (docs/method.md, section 3)."""
     key_choice, key_traj, key_random = jax.random.split(key, 3)
     episode_end = data.episode_end[idxs]
     if mixture.geom_sample:
@@ -142,7 +148,8 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
     (`value_offsets` = their distance in steps, 0 for random goals from other episodes);
     with `nstep`: nstep_observations [B, n, ...] = s_{t+1..t+n}, nstep_actions [B, n, A] = a_{t..t+n-1}
     and nstep_mask [B, n] (1 where t + j <= T, i.e. the target state exists in the episode);
-    with `subgoal_steps`: low_goals, high_goals, high_targets (hierarchical sampler).
+    with `subgoal_steps`: low_goals, high_goals, high_targets (hierarchical sampler);
+    rewards, masks: the RL agents' reward and bootstrap mask for the value goal (`goal_rewards`).
     """
     keys = jax.random.split(key, 5)
     B = config.batch_size
@@ -152,24 +159,35 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
     value_goal_idxs = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma)
     same_episode = data.episode_end[value_goal_idxs] == episode_end
     batch = dict(
-        observations=data.observations[idxs],
+        observations=stacked_observations(data, idxs, config.frame_stack),
         actions=data.actions[idxs],
-        next_observations=data.observations[idxs + 1],
+        next_observations=stacked_observations(data, idxs + 1, config.frame_stack),
         next_actions=data.actions[idxs + 1],
-        actor_goals=data.observations[actor_goal_idxs],
-        value_goals=data.observations[value_goal_idxs],
+        actor_goals=stacked_observations(data, actor_goal_idxs, config.frame_stack),
+        value_goals=stacked_observations(data, value_goal_idxs, config.frame_stack),
         value_offsets=jnp.where(same_episode, value_goal_idxs - idxs, 0),
+        **goal_rewards(idxs, value_goal_idxs, config.gc_negative),
     )
     if config.nstep > 0:
         target_idxs = idxs[:, None] + jnp.arange(1, config.nstep + 1)[None, :]
         batch['nstep_mask'] = (target_idxs <= episode_end[:, None]).astype(jnp.float32)
         # Past the episode end the window is clamped (and masked out) so it never reads another episode.
         target_idxs = jnp.minimum(target_idxs, episode_end[:, None])
-        batch['nstep_observations'] = data.observations[target_idxs]
+        batch['nstep_observations'] = stacked_observations(data, target_idxs, config.frame_stack)
         batch['nstep_actions'] = data.actions[target_idxs - 1]
     if config.subgoal_steps > 0:
         batch.update(_hierarchical_goals(keys[3], data, idxs, config))
+    if config.p_aug > 0.0 and data.observations.ndim == 4:
+        batch = augment_batch(jax.random.fold_in(key, AUGMENT_STREAM), batch, config.p_aug)
     return batch
+
+
+def goal_rewards(idxs, goal_idxs, gc_negative: bool):
+    """OGBench's goal-conditioned reward: the goal is reached iff it is the current row. masks =
+    1 - reached (no bootstrap from a reached goal); rewards = reached - 1 (`gc_negative`: -1 per step
+    until the goal, so V = -steps to go) or reached (1 on reaching it)."""
+    reached = (goal_idxs == idxs).astype(jnp.float32)
+    return dict(rewards=reached - 1.0 if gc_negative else reached, masks=1.0 - reached)
 
 
 def _hierarchical_goals(key, data: DeviceDataset, idxs, config: SamplerConfig):
@@ -181,7 +199,70 @@ def _hierarchical_goals(key, data: DeviceDataset, idxs, config: SamplerConfig):
     in_episode = (data.episode_end[high_goal_idxs] == episode_end) & (high_goal_idxs >= idxs)
     high_target_idxs = jnp.where(in_episode, jnp.minimum(low_goal_idxs, high_goal_idxs), low_goal_idxs)
     return dict(
-        low_goals=data.observations[low_goal_idxs],
-        high_goals=data.observations[high_goal_idxs],
-        high_targets=data.observations[high_target_idxs],
+        low_goals=stacked_observations(data, low_goal_idxs, config.frame_stack),
+        high_goals=stacked_observations(data, high_goal_idxs, config.frame_stack),
+        high_targets=stacked_observations(data, high_target_idxs, config.frame_stack),
     )
+
+
+def stacked_observations(data: DeviceDataset, rows, frame_stack: int):
+    """Observations of `rows` (any shape S), each the channel-wise stack [o_{i-F+1}, ..., o_i] of its
+    last F = `frame_stack` frames; frames before the episode's first row repeat that first row (as
+    OGBench's frame stacking, and as an evaluation episode starts). F = 1 is a plain gather.
+
+    Row i - j lies in i's episode iff it has the same episode end; once a step back leaves the
+    episode every further one does too, so holding the last in-episode row gives max(i - j, start).
+    """
+    if frame_stack <= 1:
+        return data.observations[rows]
+    frames = [rows]
+    for j in range(1, frame_stack):
+        candidate = jnp.maximum(rows - j, 0)
+        frames.append(jnp.where(data.episode_end[candidate] == data.episode_end[rows], candidate, frames[-1]))
+    return jnp.concatenate([data.observations[r] for r in reversed(frames)], axis=-1)
+
+
+# Random-crop augmentation (OGBench's): pad every image by CROP_PADDING pixels, repeating its edge,
+# and cut a window of the original size at a uniformly random offset in {0, ..., 2 * CROP_PADDING}^2.
+CROP_PADDING = 3
+AUGMENT_STREAM = 0x61756720  # fold_in constant: the augmentation's randomness is its own stream
+
+
+def crop_images(images, offsets, padding: int = CROP_PADDING):
+    """images [B, ..., H, W, C] cropped at per-sample `offsets` [B, 2] (row, column) into the
+    edge-padded images; the same offset for all of a sample's leading axes. Offset (padding,
+    padding) is the identity."""
+    pad = [(0, 0)] * (images.ndim - 3) + [(padding, padding), (padding, padding), (0, 0)]
+    padded = jnp.pad(images, pad, mode='edge')
+
+    def crop_one(image, offset):
+        start = (0,) * (image.ndim - 3) + (offset[0], offset[1], 0)
+        return jax.lax.dynamic_slice(image, start, images.shape[1:])
+
+    return jax.vmap(crop_one)(padded, offsets)
+
+
+def augment_batch(key, batch, p_aug: float):
+    """With probability `p_aug` (one draw per batch, as OGBench), random-crop every image in the batch:
+    one offset per sample, shared by all of that sample's images (state, next state, goals), so their
+    relative geometry is kept. Image entries are those with at least 4 axes ([B, ..., H, W, C])."""
+    coin_key, offset_key = jax.random.split(key)
+    image_keys = [k for k, v in batch.items() if v.ndim >= 4]
+    batch_size = batch[image_keys[0]].shape[0]
+    offsets = jax.random.randint(offset_key, (batch_size, 2), 0, 2 * CROP_PADDING + 1)
+
+    def crop(images):
+        return {k: crop_images(v, offsets) for k, v in images.items()}
+
+    images = {k: batch[k] for k in image_keys}
+    if p_aug < 1.0:
+        images = jax.lax.cond(jax.random.uniform(coin_key) < p_aug, crop, lambda x: x, images)
+    else:
+        images = crop(images)
+    return dict(batch, **images)
+
+
+def example_observations(observations, frame_stack: int):
+    """An example input [1, ...] of the agent's networks: the first row stacked `frame_stack` times, the
+    shape of every observation the sampler (and evaluation) will feed it."""
+    return np.concatenate([np.asarray(observations[:1])] * max(frame_stack, 1), axis=-1)

@@ -5,6 +5,7 @@ and the step number: fusing K updates per call, or resuming from a checkpoint at
 exactly the same batches.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -49,6 +50,7 @@ def stack_trees(trees):
 
 @functools.partial(jax.jit, static_argnames=('sampler_config',))
 def validation_metrics(agent, data: DeviceDataset, key, sampler_config: SamplerConfig):
-    """The agent's losses on one batch of held-out data (no update)."""
+    """The agent's losses on one batch of held-out data (no update, no augmentation, as OGBench)."""
+    sampler_config = dataclasses.replace(sampler_config, p_aug=0.0)
     _, info = agent.total_loss(sample_batch(key, data, sampler_config), agent.network.params)
     return info

@@ -1,13 +1,16 @@
-"""Offline generation of OGBench-format datasets (SPEC section 2).
+"""Offline generation of OGBench-format datasets (docs/method.md, section 2).
 
 `can_generate(name)` / `write_dataset(name, dataset_dir, ...)` dispatch to the generator that
 knows the dataset; a new generator (e.g. antmaze with a trained expert) registers here.
 """
 
-from utils.datagen import antmaze, pointmaze
+from utils.datagen import antmaze, pointmaze, scene
+from utils.datagen import visual  # after antmaze and scene: renders their datasets
 
 _GENERATORS = {name: pointmaze for name in pointmaze.GENERATABLE_DATASETS}
 _GENERATORS.update({name: antmaze for name in antmaze.GENERATABLE_DATASETS})
+_GENERATORS.update({name: scene for name in scene.GENERATABLE_DATASETS})
+_GENERATORS.update({name: visual for name in visual.GENERATABLE_DATASETS})
 GENERATABLE_DATASETS = tuple(sorted(_GENERATORS))
 
 

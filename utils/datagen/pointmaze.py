@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import tempfile
 import zipfile
 
 import gymnasium
@@ -36,6 +35,7 @@ import numpy as np
 import ogbench.locomaze  # noqa: F401  (registers the pointmaze envs with gymnasium)
 from tqdm import tqdm
 
+from utils.atomic_io import atomic_open
 from utils.maze import MazeOracle, free_and_vertex_cells
 
 MAZE_TYPES = ('medium', 'large', 'giant', 'teleport')
@@ -273,23 +273,13 @@ def generate_pointmaze_dataset_reference(dataset_name, num_episodes, seed, progr
 def _save_npz_atomic(path, arrays):
     """np.savez_compressed with a fixed zip timestamp, written to a temp file in the same folder
     and moved into place, so readers never see a partial file."""
-    fd, tmp_path = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + '.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as file:
-            with zipfile.ZipFile(file, 'w', compression=zipfile.ZIP_DEFLATED) as archive:
-                for key, value in arrays.items():
-                    entry = zipfile.ZipInfo(f'{key}.npy', date_time=_ZIP_DATE_TIME)
-                    entry.compress_type = zipfile.ZIP_DEFLATED
-                    with archive.open(entry, 'w', force_zip64=True) as member:
-                        np.lib.format.write_array(member, np.ascontiguousarray(value), allow_pickle=False)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(tmp_path, 0o644)  # mkstemp creates 0600; datasets are meant to be shared.
-        os.replace(tmp_path, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_path)
-        raise
+    with atomic_open(path, 'wb') as file:
+        with zipfile.ZipFile(file, 'w', compression=zipfile.ZIP_DEFLATED) as archive:
+            for key, value in arrays.items():
+                entry = zipfile.ZipInfo(f'{key}.npy', date_time=_ZIP_DATE_TIME)
+                entry.compress_type = zipfile.ZIP_DEFLATED
+                with archive.open(entry, 'w', force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.ascontiguousarray(value), allow_pickle=False)
 
 
 def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, num_val_episodes=None, progress=True):

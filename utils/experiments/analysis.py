@@ -9,7 +9,6 @@ OGBench's own oracle).
 
 import dataclasses
 import functools
-import json
 import os
 from typing import Any, Dict, List, Tuple
 
@@ -20,6 +19,7 @@ import numpy as np
 from utils.checkpoints import CHECKPOINT_NAME, load_checkpoint
 from utils.errors import ConfigError
 from utils.evaluation import make_eval_envs
+from utils.rundir import RunDir
 
 # Keys main.py adds to config.json that are not agent config.
 _NON_AGENT_CONFIG_KEYS = ('sampler',)
@@ -42,11 +42,6 @@ class Run:
     def method(self) -> str:
         """The preset the run was started with (as scripts/results.py names methods), else the agent name."""
         return self.config.get('preset') or self.config.agent_name
-
-
-def _read_json(path):
-    with open(path) as f:
-        return json.load(f)
 
 
 def _tuples(value):
@@ -72,16 +67,14 @@ def load_run(run_dir: str) -> Run:
     run_dir = os.path.expanduser(run_dir)
     if not os.path.isdir(run_dir):
         raise ConfigError(f'Run directory {run_dir} does not exist.')
-    missing = [name for name in ('flags.json', 'config.json', CHECKPOINT_NAME)
-               if not os.path.exists(os.path.join(run_dir, name))]
+    missing = RunDir(run_dir).missing()
     if missing:
         raise ConfigError(
             f'{run_dir} is not a trained main.py run directory: it lacks {", ".join(missing)}. Point --run_dir at a '
             f'directory holding flags.json, config.json and {CHECKPOINT_NAME} (main.py writes the checkpoint every '
             f'--save_interval steps and at the end).'
         )
-    flags = _read_json(os.path.join(run_dir, 'flags.json'))
-    saved_config = _read_json(os.path.join(run_dir, 'config.json'))
+    flags, saved_config = RunDir(run_dir).read_flags(), RunDir(run_dir).read_config()
     config = ml_collections.ConfigDict(_tuples({k: v for k, v in saved_config.items() if k not in _NON_AGENT_CONFIG_KEYS}))
     if config.get('stage1_checkpoint'):
         # The checkpoint holds the loaded low level too; the template need not read (or find) that file.

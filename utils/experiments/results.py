@@ -14,7 +14,6 @@ seeds in one file), else from flags.json.
 
 import csv
 import dataclasses
-import json
 import os
 import re
 from collections import defaultdict
@@ -22,8 +21,29 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from utils import atomic_io
+from utils.rundir import CONFIG_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE
+
 METRIC = 'evaluation/overall_success'
-RL_METHODS = frozenset({'fb'})  # Bolding compares non-RL (behavioral cloning) methods only.
+# Bolding compares non-RL (behavioral cloning) methods only; the offline RL baselines are shown as the
+# paper shows OGBench's numbers, for reference.
+RL_METHODS = frozenset({'fb', 'gcivl', 'gciql', 'qrl', 'crl', 'hiql'})
+# Presets `<agent>_<family>` (configs/presets.py: OGBench's per-environment hyperparameters) are one
+# method per agent in tables: a dataset's runs use its family's preset.
+RL_FAMILY_SUFFIXES = ('_pointmaze', '_antmaze', '_humanoidmaze', '_antsoccer')
+
+
+def method_of(preset: str) -> str:
+    """The table column of a preset: an offline RL agent for its per-family presets, else the preset;
+    a `<preset>_visual` preset (pixels) shares `<preset>`'s column, on the visual rows."""
+    if preset.endswith('_visual'):
+        preset = preset[: -len('_visual')]
+    for suffix in RL_FAMILY_SUFFIXES:
+        if preset.endswith(suffix) and preset[: -len(suffix)] in RL_METHODS:
+            return preset[: -len(suffix)]
+    return preset
+
+
 BOLD_FRACTION = 0.95
 # Flags that change what a number means; other flags (paths, logging, wandb) do not split groups.
 PROTOCOL_FLAGS = ('train_steps', 'eval_interval', 'eval_episodes', 'eval_tasks', 'eval_max_steps')
@@ -51,6 +71,11 @@ METHOD_NAMES = {
     'hgcbc_phi': ('HGCBC-φ', r'HGCBC-$\phi$'),
     'hbyol_gamma_a': ('HBYOL-γ^a', r'HBYOL-$\gamma^a$'),
     'fb': ('FB', 'FB'),
+    'gcivl': ('GCIVL', 'GCIVL'),
+    'gciql': ('GCIQL', 'GCIQL'),
+    'qrl': ('QRL', 'QRL'),
+    'crl': ('CRL', 'CRL'),
+    'hiql': ('HIQL', 'HIQL'),
 }
 ENV_ORDER = (
     'antmaze-medium-stitch', 'antmaze-large-stitch', 'humanoidmaze-medium-stitch', 'humanoidmaze-large-stitch',
@@ -72,6 +97,8 @@ class SeedRun:
     values: np.ndarray  # The metric at each evaluation, as logged (success in 0..1).
     done: bool
     train_steps: Optional[int]
+    # Per-task metric at each evaluation: task id -> values (from `evaluation/task<id>_success` columns).
+    task_values: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -138,16 +165,16 @@ def eval_dirs(root: str) -> List[str]:
     found = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d not in ('wandb', 'submitit'))
-        if 'eval.csv' in files:
+        if EVAL_LOG in files:
             found.append(directory)
     return found
 
 
+TASK_COLUMN = re.compile(r'^evaluation/task(.+)_success$')
+
+
 def read_json(path: Optional[str]) -> Optional[dict]:
-    if path is None:
-        return None
-    with open(path) as f:
-        return json.load(f)
+    return None if path is None else atomic_io.read_json(path)
 
 
 def read_eval_rows(path: str, metric: str) -> List[dict]:
@@ -165,15 +192,15 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
     runs, seen = [], {}
     for root in roots:
         for directory in eval_dirs(root):
-            flags = read_json(find_upward(directory, root, 'flags.json'))
-            config = read_json(find_upward(directory, root, 'config.json'))
+            flags = read_json(find_upward(directory, root, FLAGS_FILE))
+            config = read_json(find_upward(directory, root, CONFIG_FILE))
             if flags is None or config is None:
                 warn(f'skipped {directory}: eval.csv without flags.json / config.json (not a main.py run directory).')
                 continue
-            rows = read_eval_rows(os.path.join(directory, 'eval.csv'), metric)
-            done = find_upward(directory, root, 'DONE') is not None
+            rows = read_eval_rows(os.path.join(directory, EVAL_LOG), metric)
+            done = find_upward(directory, root, DONE_FILE) is not None
             env = re.sub(r'-v\d+$', '', flags['env_name'])
-            method = config.get('preset') or config['agent_name']
+            method = method_of(config.get('preset') or config['agent_name'])
             setting = {k: v for k, v in flatten(config).items() if k.split('.')[0] not in NON_SETTING_CONFIG}
             setting.update({k: hashable(flags[k]) for k in PROTOCOL_FLAGS if k in flags})
             by_seed = defaultdict(list)
@@ -188,10 +215,14 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                     seed_rows.sort(key=lambda r: int(r['step']))
                     steps = np.array([int(r['step']) for r in seed_rows], dtype=np.int64)
                     values = np.array([float(r[metric]) for r in seed_rows], dtype=np.float64)
+                    task_columns = [(m.group(1), c) for c in (seed_rows[0] if seed_rows else {}) if (m := TASK_COLUMN.match(c))]
+                    # A row without a task's value (blank) reads as NaN; per-task means skip it.
+                    task_values = {task: np.array([float(r[c]) if r.get(c) not in (None, '') else np.nan for r in seed_rows])
+                                   for task, c in task_columns}
                 except (KeyError, TypeError, ValueError) as e:
                     raise ValueError(f'{directory}/eval.csv: unreadable row ({type(e).__name__}: {e}); '
                                      f'expected integer `step` and numeric {metric!r} columns.') from e
-                run = SeedRun(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'))
+                run = SeedRun(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'), task_values)
                 key = (env, method, tuple(sorted(setting.items())), seed)
                 if key in seen:
                     raise ValueError(
@@ -208,6 +239,32 @@ def seed_score(run: SeedRun, last_n: int = 3, scale: float = 100.0) -> Optional[
     if len(run.values) == 0:
         return None
     return float(np.mean(run.values[-last_n:])) * scale
+
+
+def bootstrap_ci(scores, confidence: float = 0.95, resamples: int = 10000, seed: int = 0) -> Tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean over seeds: resample the seeds with
+    replacement `resamples` times (seeded, so a table is reproducible), take each resample's mean, and
+    return the (1 - confidence) / 2 and (1 + confidence) / 2 quantiles. NaN without scores; a single
+    seed gives the degenerate interval (score, score), which says nothing about seed variance."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.size == 0:
+        return float('nan'), float('nan')
+    rng = np.random.default_rng(seed)
+    means = scores[rng.integers(0, scores.size, size=(resamples, scores.size))].mean(axis=1)
+    tail = (1.0 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def task_scores(runs: Sequence[SeedRun], last_n: int = 3, scale: float = 100.0) -> Dict[str, np.ndarray]:
+    """task id -> one score per seed (mean of its last `last_n` evaluations of that task, scaled), for
+    the tasks every seed logged; seeds without evaluations are left out."""
+    tasks = set.intersection(*(set(run.task_values) for run in runs)) if runs else set()
+    scores = {}
+    for task in sorted(tasks, key=lambda t: (not t.isdigit(), int(t) if t.isdigit() else 0, t)):
+        per_seed = [np.nanmean(run.task_values[task][-last_n:]) * scale for run in runs if len(run.task_values[task])]
+        scores[task] = np.array(per_seed, dtype=np.float64)
+    return scores
 
 
 def setting_sort_key(setting):
@@ -316,7 +373,24 @@ def _number(value: float, decimals: int) -> str:
     return f'{value:.{decimals}f}'
 
 
-def format_markdown(table: Table, decimals: int = 0) -> str:
+@dataclasses.dataclass(frozen=True)
+class BootstrapOptions:
+    """How `bootstrap_ci` is called for tables: confidence level, resamples, RNG seed."""
+
+    confidence: float = 0.95
+    resamples: int = 10000
+    seed: int = 0
+
+    def interval(self, scores) -> Tuple[float, float]:
+        return bootstrap_ci(scores, self.confidence, self.resamples, self.seed)
+
+
+def format_interval(low: float, high: float, decimals: int) -> str:
+    return f'[{_number(low, decimals)}, {_number(high, decimals)}]'
+
+
+def format_markdown(table: Table, decimals: int = 0, ci: Optional[BootstrapOptions] = None) -> str:
+    """The paper's table; cells are mean ± std over seeds, or mean [bootstrap CI] with `ci`."""
     lines = ['| dataset | ' + ' | '.join(method_label(m) for m in table.methods) + ' |',
              '|---|' + '---|' * len(table.methods)]
     for env in table.envs:
@@ -329,7 +403,8 @@ def format_markdown(table: Table, decimals: int = 0) -> str:
                 entries.append('·')
                 continue
             mean = _number(cell.mean, decimals)
-            entry = f'**{mean}** ± {_number(cell.std, decimals)}' if marks[method] else f'{mean} ± {_number(cell.std, decimals)}'
+            spread = format_interval(*ci.interval(cell.scores), decimals) if ci else f'± {_number(cell.std, decimals)}'
+            entry = f'**{mean}** {spread}' if marks[method] else f'{mean} {spread}'
             if cell.n < table.seed_count:
                 entry += f' (n={cell.n})'
             if cell.unfinished:
@@ -382,6 +457,43 @@ def format_latex(table: Table, decimals: int = 0) -> str:
     lines.append(r'\bottomrule')
     lines.append(r'\end{tabular}')
     return '\n'.join(lines)
+
+
+def format_task_table(table: Table, last_n: int = 3, scale: float = 100.0, decimals: int = 0,
+                      ci: Optional[BootstrapOptions] = None) -> str:
+    """Long form, one row per (dataset, method) at the table's chosen setting: seeds, mean, bootstrap
+    CI of the mean over seeds, then each task's mean over seeds (its last `last_n` evaluations)."""
+    ci = ci or BootstrapOptions()
+    rows = []
+    for env in table.envs:
+        for method in table.methods:
+            if (env, method) in table.cells:
+                cell = table.cells[(env, method)]
+                rows.append((env, method, cell, task_scores(cell.runs, last_n, scale)))
+    tasks = ordered({t for *_, per_task in rows for t in per_task}, [str(i) for i in range(1, 100)])
+    level = f'{ci.confidence:.0%} CI'
+    lines = ['| dataset | method | setting | seeds | mean | ' + level + ' | ' + ' | '.join(f'task {t}' for t in tasks) + ' |',
+             '|---|---|---|---|---|---|' + '---|' * len(tasks)]
+    for env, method, cell, per_task in rows:
+        task_entries = [_number(float(np.mean(per_task[t])), decimals) if t in per_task and per_task[t].size else '·'
+                        for t in tasks]
+        lines.append(f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {cell.n} | '
+                     f'{_number(cell.mean, decimals)} | {format_interval(*ci.interval(cell.scores), decimals)} | '
+                     + ' | '.join(task_entries) + ' |')
+    return '\n'.join(lines)
+
+
+def curve_interval(runs: Sequence[SeedRun], scale: float = 100.0, ci: Optional[BootstrapOptions] = None):
+    """Steps (union over seeds) and the bootstrap CI of the mean over the seeds evaluated at each step."""
+    ci = ci or BootstrapOptions()
+    steps = np.unique(np.concatenate([run.steps for run in runs])) if runs else np.zeros(0, dtype=np.int64)
+    lows, highs = [], []
+    for step in steps:
+        values = [run.values[run.steps == step][-1] * scale for run in runs if np.any(run.steps == step)]
+        low, high = ci.interval(values)
+        lows.append(low)
+        highs.append(high)
+    return steps, np.array(lows), np.array(highs)
 
 
 def format_settings(table: Table, latex: bool = False) -> str:

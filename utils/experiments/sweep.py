@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from utils.errors import ConfigError
+from utils.rundir import RunDir
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_MAIN = os.path.join(REPO_ROOT, 'main.py')
@@ -72,10 +73,10 @@ class Run:
 
     @property
     def run_dir(self) -> str:
-        return os.path.join(self.save_dir, self.sweep, self.name)
+        return RunDir.at(self.save_dir, self.sweep, self.name).path
 
     def is_finished(self) -> bool:
-        return os.path.exists(os.path.join(self.run_dir, 'DONE'))
+        return RunDir(self.run_dir).is_done()
 
 
 @dataclasses.dataclass(frozen=True)

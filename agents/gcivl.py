@@ -1,0 +1,97 @@
+"""GCIVL: goal-conditioned implicit V-learning with an AWR actor (OGBench's GCIVL; Park et al. 2024,
+arXiv:2410.20092, appendix on the reference agents).
+
+Per gradient step, on one batch and one parameter tree:
+
+* value: `utils.rl_losses.implicit_v_loss` -- expectile regression of V_e(s, g), e = 1, 2, towards
+  r + gamma * m * Vbar_e(s', g), with the expectile's side chosen by the target network's advantage
+  r + gamma * m * min_e Vbar_e(s', g) - mean_e Vbar_e(s, g). Value goals are a mixture of the current
+  state (reward 0, no bootstrap), geometric future states and random states (the sampler's
+  `rewards`, `masks`). Vbar is an EMA of V (rate `tau`).
+* actor: AWR with the one-step advantage A = V(s', g) - V(s, g) (ensemble mean), weights
+  min(exp(alpha * A), 100), on actor goals. V is read without gradient.
+
+No Q function is learned: the advantage of the dataset action is estimated from the value of the next
+state, which assumes (near-)deterministic dynamics.
+"""
+
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from utils.agent_base import copy_to_target, ema_target_update
+from utils.networks import GaussianActor, ValueEnsemble
+from utils.rl_agent import GoalConditionedRLAgent
+from utils.rl_losses import implicit_v_loss
+
+
+class GCIVLAgent(GoalConditionedRLAgent):
+    def values(self, observations, goals, params=None, name='value'):
+        """V_e(s, g) for both ensemble members, [2, B]."""
+        return self.network(observations, goals, name=name, params=params)
+
+    def value_loss(self, batch, params):
+        values = self.values(batch['observations'], batch['value_goals'], params)
+        target_values = self.values(batch['observations'], batch['value_goals'], name='target_value')
+        next_target_values = self.values(batch['next_observations'], batch['value_goals'], name='target_value')
+        loss, _ = implicit_v_loss(values, target_values, next_target_values, batch['rewards'], batch['masks'],
+                                  self.config['discount'], self.config['expectile'])
+        v = jnp.mean(values, axis=0)
+        return loss, {'v_mean': jnp.mean(v), 'v_min': jnp.min(v), 'v_max': jnp.max(v)}
+
+    def actor_loss(self, batch, params):
+        v = jnp.mean(self.values(batch['observations'], batch['actor_goals']), axis=0)
+        next_v = jnp.mean(self.values(batch['next_observations'], batch['actor_goals']), axis=0)
+        means, log_stds = self.actor_distribution(batch['observations'], batch['actor_goals'], params)
+        return self.awr_actor_loss(means, log_stds, batch['actions'], next_v - v, self.config['alpha'])
+
+    def loss_terms(self, batch, params, rng):
+        return {'value': self.value_loss(batch, params), 'actor': self.actor_loss(batch, params)}
+
+    def update_targets(self, network):
+        return ema_target_update(network, 'value', 'target_value', self.config['tau'])
+
+    @classmethod
+    def create(cls, seed, ex_observations, ex_actions, config):
+        value = ValueEnsemble(config.value_hidden_dims, num_members=2, layer_norm=config.layer_norm)
+        modules = {
+            'value': value,
+            'target_value': value.clone(),
+            'actor': GaussianActor(config.actor_hidden_dims, ex_actions.shape[-1], const_std=config.const_std),
+        }
+        ex_goals = ex_observations
+        example_args = {
+            'value': (ex_observations, ex_goals),
+            'target_value': (ex_observations, ex_goals),
+            'actor': (jnp.concatenate([ex_observations, ex_goals], axis=-1),),
+        }
+        agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
+        params = copy_to_target(agent.network.params, 'value', 'target_value')
+        return agent.replace(network=agent.network.replace(params=params))
+
+
+def get_config():
+    return ml_collections.ConfigDict(
+        dict(
+            agent_name='gcivl',  # Agent name (registry key).
+            lr=3e-4,  # Adam learning rate.
+            batch_size=1024,  # Batch size.
+            actor_hidden_dims=(512, 512, 512),  # Actor MLP hidden sizes (input concat(s, g)).
+            value_hidden_dims=(512, 512, 512),  # Value MLP hidden sizes (input concat(s, g)), two members.
+            layer_norm=True,  # Layer norm in the value MLPs.
+            const_std=True,  # Actor log-std fixed at 0 (OGBench: True); False learns a state-independent log-std.
+            discount=0.99,  # gamma of the value target and of geometric goal offsets.
+            tau=0.005,  # EMA rate of the target value: target <- tau * online + (1 - tau) * target.
+            expectile=0.9,  # Expectile tau of the value regression (0.5 = mean regression).
+            alpha=10.0,  # AWR temperature: weights min(exp(alpha * A), 100).
+            gc_negative=True,  # Rewards -1 until the goal (True) or 1 at the goal (False).
+            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
+            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
+            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
+            actor_geom_sample=False,  # Actor goals: geometric (True) or uniform (False) trajectory offsets.
+            value_p_curgoal=0.2,  # Value goals: probability of the current state (reward 0, no bootstrap).
+            value_p_trajgoal=0.5,  # Value goals: probability of a future state of the same trajectory.
+            value_p_randomgoal=0.3,  # Value goals: probability of a random dataset state.
+            value_geom_sample=True,  # Value goals: geometric (True) or uniform (False) trajectory offsets.
+        )
+    )

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Stitching benchmark on CPU: the paper's flat BC methods and HGCBC on one stitch dataset, 8 seeds
+# per cell (two main.py processes of 4 vmapped seeds, --num_seeds=4), then the table (mean and 95%
+# bootstrap CI over seeds of each seed's last-3-evaluation success, per-task success) and one
+# learning-curve PNG with CI bands. Methods: GCBC, GCBC-phi, BYOL-gamma^a (alpha 1 and 6), BYOL,
+# TRA (alpha 10) and TD-SR^a (alpha 0.01), the last two at the authors' loss scales (the agents'
+# defaults), and HGCBC.
+#
+#   bash scripts/stitch_benchmark.sh [extra scripts/sweep.py flags] [-- extra main.py flags]
+#   STITCH_STEPS=150 STITCH_EVAL_EPISODES=2 STITCH_SEEDS=0-3 STITCH_NAME=stitch_smoke \
+#     bash scripts/stitch_benchmark.sh -- --eval_max_steps=50      # tooling check (~20 min on 2 busy cores)
+#
+# Why this setting (measured, 6k steps at batch 256, 3 evaluations x 20 episodes x 5 tasks): on
+# pointmaze-large-stitch BYOL-gamma^a (alpha 1) scores 22 [19, 26] against GCBC's 15 [11, 20] over 8
+# seeds (task 3, which needs stitching: 68 against 13); 4 seeds gave overlapping intervals (21 [15, 28]
+# against 14 [8, 21]). On pointmaze-medium-stitch GCBC wins at this budget (51 [48, 55] against
+# 39 [35, 43], 4 seeds). One job (4 seeds) took 9-19 min for GCBC and 14-25 min for BYOL-gamma^a on
+# the shared 2-core machine, so the whole benchmark (8 cells x 2 jobs) is several hours on 2 cores.
+#
+# Budget knobs (environment variables, defaults in brackets): STITCH_ENV [pointmaze-large-stitch-v0],
+# STITCH_STEPS [6000] gradient steps, STITCH_BATCH [256], STITCH_EVAL_INTERVAL [STEPS / 3: three
+# evaluations, the score's last 3], STITCH_EVAL_EPISODES [20] per task, STITCH_SEEDS [0-7],
+# STITCH_NAME [stitch] (run group), STITCH_SAVE_DIR [runs]. The dataset is generated offline on first
+# use if it is not in main.py's --dataset_dir (pass one after `--`). Finished runs are skipped, so
+# rerunning the command resumes the benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+ENV=${STITCH_ENV:-pointmaze-large-stitch-v0}
+STEPS=${STITCH_STEPS:-6000}
+BATCH=${STITCH_BATCH:-256}
+EVAL_INTERVAL=${STITCH_EVAL_INTERVAL:-$((STEPS / 3))}
+EPISODES=${STITCH_EVAL_EPISODES:-20}
+SEEDS=${STITCH_SEEDS:-0-7}
+NAME=${STITCH_NAME:-stitch}
+SAVE_DIR=${STITCH_SAVE_DIR:-runs}
+LOG_INTERVAL=$(( STEPS / 12 > 0 ? STEPS / 12 : 1 ))
+"$PY" scripts/sweep.py --name="$NAME" --save_dir="$SAVE_DIR" --envs="$ENV" --seeds="$SEEDS" --seeds_per_job=4 \
+  --method=gcbc --method=gcbc_phi --method=byol_gamma_a:alpha=1,6 --method=byol --method=tra:alpha=10 \
+  --method=tdsr_a:alpha=0.01 --method=hgcbc \
+  --backend=local --workers=1 "$@" \
+  -- --train_steps="$STEPS" --agent.batch_size="$BATCH" --log_interval="$LOG_INTERVAL" \
+     --eval_interval="$EVAL_INTERVAL" --save_interval="$EVAL_INTERVAL" --eval_episodes="$EPISODES" --wandb_mode=disabled
+case " $* " in *" --dry_run "*) exit 0 ;; esac
+"$PY" scripts/results.py --runs="$SAVE_DIR/$NAME" --format=markdown --ci --per_task --details
+"$PY" scripts/plot_curves.py --runs="$SAVE_DIR/$NAME" --out="$SAVE_DIR/$NAME/curves.png" --band=ci

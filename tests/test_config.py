@@ -1,0 +1,113 @@
+"""Config contract: every value is validated before anything is built, with one clear paragraph;
+every config field is documented."""
+
+import ast
+import glob
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agents import get_agent_class
+from configs.presets import PRESETS, get_config as preset_config
+from utils.config_checks import validate_config
+from utils.errors import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (preset, field, bad value, words the error must contain). Each breaks a different kind of rule.
+BAD_VALUES = [
+    ('byol_gamma_a', 'discount', 1.0, '[0, 1)'),
+    ('byol_gamma_a', 'discount', -0.1, '[0, 1)'),
+    ('byol_gamma_a', 'loss_type', 'xyz', "'ce', 'l2'"),
+    ('byol_gamma_a', 'batch_size', 0, '>= 1'),
+    ('byol_gamma_a', 'lr', 0.0, '> 0'),
+    ('byol_gamma_a', 'lr', float('nan'), 'finite'),
+    ('byol_gamma_a', 'alpha', -1.0, '>= 0'),
+    ('byol_gamma_a', 'tau', 0.0, '(0, 1]'),
+    ('byol_gamma_a', 'tau', 1.5, '(0, 1]'),
+    ('byol_gamma_a', 'num_ensemble', 0, '>= 1'),
+    ('byol_gamma_a', 'nstep', -1, '>= 0'),
+    ('byol_gamma_a', 'latent_dim', -4, '>= 0'),
+    ('byol_gamma_a', 'encoder_hidden_dims', (), 'layer sizes'),
+    ('byol_gamma_a', 'actor_hidden_dims', (512, 0), 'layer sizes'),
+    ('byol_gamma_a', 'value_p_randomgoal', 1.5, 'probability'),
+    ('byol_gamma_a', 'actor_p_curgoal', -0.5, 'probability'),
+    ('gcbc', 'encoder', 'resnet', "'none', 'phi'"),
+    ('tdsr_a', 'batch_size', 1, '>= 2'),
+    ('tra', 'norm_penalty', -1e-6, '>= 0'),
+    ('fb', 'z_state_ratio', 2.0, 'probability'),
+    ('hgcbc', 'high_lr', -1.0, '> 0'),
+    ('hgcbc', 'replan_every', 0, '>= 1'),
+    ('hgcbc', 'high_p_trajgoal', 0.5, 'must sum to 1'),
+]
+
+
+def checked(config):
+    validate_config(config, getattr(get_agent_class(config.agent_name), 'CONFIG_RULES', None))
+
+
+@pytest.mark.parametrize('preset', sorted(PRESETS))
+def test_every_preset_is_valid(preset):
+    checked(preset_config(preset))
+
+
+@pytest.mark.parametrize('preset,key,value,words', BAD_VALUES)
+def test_bad_value_is_one_paragraph_naming_field_value_and_fix(preset, key, value, words):
+    config = preset_config(preset)
+    config[key] = value
+    with pytest.raises(ConfigError) as error:
+        checked(config)
+    message = str(error.value)
+    assert words in message and key in message and '\n' not in message
+    assert '--agent.' in message  # the fix: an override to pass
+
+
+def test_a_mixture_that_does_not_sum_to_one_names_all_three_fields():
+    config = preset_config('byol_gamma_a')
+    config.value_p_trajgoal, config.value_p_curgoal = 0.5, 0.2
+    with pytest.raises(ConfigError, match='value_p_curgoal=0.2, value_p_trajgoal=0.5, value_p_randomgoal=0.0'):
+        checked(config)
+
+
+@pytest.mark.parametrize('override', [
+    '--agent.discount=1.0', '--agent.loss_type=xyz', '--agent.value_p_trajgoal=0.5', '--agent.batch_size=0',
+])
+def test_main_rejects_bad_values_before_loading_data(override, tmp_path):
+    # An empty dataset dir and no download: the run must stop at the config, before it looks for data.
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, 'main.py'), override, f'--dataset_dir={tmp_path}', '--nodownload',
+         f'--save_dir={tmp_path}', '--wandb_mode=disabled'],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 1
+    paragraph = result.stderr.strip().split('Error: ', 1)[1]
+    assert override.split('=')[0][2:] in paragraph and '\n' not in paragraph and 'Traceback' not in result.stderr
+    assert not any(tmp_path.iterdir()), 'nothing may be written for a rejected config'
+
+
+def agent_modules():
+    names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'agents', '*.py')))
+    return [n for n in names if n != '__init__' and hasattr(importlib.import_module(f'agents.{n}'), 'get_config')]
+
+
+@pytest.mark.parametrize('module', agent_modules())
+def test_every_config_field_has_a_one_line_comment(module):
+    """House style: each field of each agent's get_config() is documented on its own line. Fields an
+    agent inherits from another agent's config are documented there."""
+    config = importlib.import_module(f'agents.{module}').get_config()
+    source = open(os.path.join(ROOT, 'agents', f'{module}.py')).read()
+    # A config built on another agent's get_config() (e.g. hierarchical on byol_gamma) inherits its comments.
+    bases = [name for name in agent_modules() if f'from agents.{name} import get_config' in source]
+    documented = {}
+    for name in [module, *bases]:
+        lines = open(os.path.join(ROOT, 'agents', f'{name}.py')).read().splitlines()
+        for node in ast.walk(ast.parse('\n'.join(lines))):
+            if isinstance(node, ast.keyword) and node.arg is not None:
+                line = lines[node.value.end_lineno - 1]
+                documented.setdefault(node.arg, False)
+                documented[node.arg] |= '#' in line and len(line.split('#', 1)[1].strip()) > 3
+    undocumented = [key for key in config if not documented.get(key)]
+    assert not undocumented, f'agents/{module}.py get_config(): fields without a comment: {undocumented}'
