@@ -7,7 +7,8 @@ same agent, on the same dataset, same hyperparameters, in one process.
 
 OGBench's agents need `distrax` (and its dependencies) importable; nothing of OGBench is copied here:
 its `impls/` directory is imported from the given source distribution. Both codebases name their
-packages `agents` and `utils`, so OGBench's are imported under a temporary swap of `sys.modules`.
+packages `agents` and `utils`, so OGBench's are loaded from its impls/ directory under a temporary swap of
+`sys.modules` (our own import path is left alone).
 
 Three numbers, each the median of `--repeats` timed blocks of `--steps` gradient steps after a warm-up
 block (compilation excluded), the three blocks timed in turn within each round:
@@ -22,6 +23,8 @@ and the ratios ours / ogb_loop and ours / ogb_update.
 
 import argparse
 import importlib
+import importlib.machinery
+import importlib.util
 import os
 import sys
 import time
@@ -49,12 +52,20 @@ def import_ogbench(impls_dir: str, agent: str):
     ours = {name: mod for name, mod in sys.modules.items() if name.split('.')[0] in shadowed}
     for name in ours:
         del sys.modules[name]
-    sys.path.insert(0, impls_dir)
     try:
+        # Register OGBench's own `agents` and `utils` packages (found in impls_dir only) under those names
+        # for the duration of the import, so that their internal absolute imports resolve to each other.
+        specs = {}
+        for package in shadowed:
+            specs[package] = importlib.machinery.PathFinder.find_spec(package, [impls_dir])
+            if specs[package] is None:
+                raise SystemExit(f'{impls_dir} has no {package}/ package: pass --ogbench_src=<unpacked ogbench sdist>.')
+            sys.modules[package] = importlib.util.module_from_spec(specs[package])
+        for package in shadowed:
+            specs[package].loader.exec_module(sys.modules[package])
         agent_module = importlib.import_module(f'agents.{agent}')
         datasets_module = importlib.import_module('utils.datasets')
     finally:
-        sys.path.remove(impls_dir)
         for name in [n for n in sys.modules if n.split('.')[0] in shadowed]:
             del sys.modules[name]
         sys.modules.update(ours)
