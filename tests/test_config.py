@@ -42,6 +42,8 @@ BAD_VALUES = [
     ('hgcbc', 'high_lr', -1.0, '> 0'),
     ('hgcbc', 'replan_every', 0, '>= 1'),
     ('hgcbc', 'high_p_trajgoal', 0.5, 'must sum to 1'),
+    ('gcivl', 'expectile', 1.0, '(0, 1)'),
+    ('gciql', 'actor_loss', 'sac', "'ddpgbc', 'awr'"),
 ]
 
 

@@ -126,6 +126,7 @@ COMMON_RULES = {
     'loss_type': one_of('ce', 'l2'),
     'norm_penalty': non_negative(1e-6),
     'ce_eps': non_negative(1e-6),
+    'expectile': Rule(lambda v: _number(v) and 0.0 < v < 1.0, 'must lie in (0, 1) (0.5 = mean regression)', 0.9),
     'bc_coef': non_negative(1.0),
     'ortho_coef': non_negative(1.0),
     'z_state_ratio': probability(0.5),
