@@ -23,4 +23,4 @@ EVAL=$((STEPS / 4))  # evaluations at 1/4, 2/4, 3/4 and the end: the score is th
   --method=gcbc --method=byol_gamma_a:alpha=1 --backend=local --workers=2 --save_dir="$OUT" \
   -- --dataset_dir="$DATA" --nodownload --train_steps="$STEPS" --steps_per_call=1000 --log_interval=$((STEPS / 10)) \
      --eval_interval=$EVAL --save_interval="$STEPS" --eval_episodes="$EPISODES" --wandb_mode=disabled
-"$PY" scripts/results.py --runs="$OUT/gpu_headline" --format=markdown
+"$PY" scripts/results.py --runs="$OUT/gpu_headline" --format=markdown --ci --per_task
