@@ -3,6 +3,7 @@
     python scripts/results.py --runs=runs/state [--format=markdown|latex] [--metric=evaluation/overall_success]
     python scripts/results.py --runs=runs/state,runs/ablations --seeds=0-3 --methods=byol_gamma_a,byol_gamma_no_a
     python scripts/results.py --runs=runs/stitch --ci --per_task     # bootstrap 95% CIs, per-task success
+    python scripts/results.py --runs=runs/stitch --baseline=gcbc     # every setting minus GCBC, with a CI
 
 Each seed scores the mean of its last 3 evaluations x 100; cells are mean ± std over seeds at the best
 setting (alpha, ...) per dataset and method; non-RL methods within 95% of the row's best non-RL mean
@@ -10,7 +11,8 @@ are bold. Cells with fewer seeds than the most in the table show (n=k); cells wi
 (no DONE) show a dagger, and those runs are listed below the table. --ci shows mean [low, high], a
 percentile bootstrap confidence interval of the mean over seeds (seeds resampled with replacement,
 --ci_resamples times, RNG seed --ci_seed), instead of ± std; --per_task adds a long-form table with
-each task's success at the chosen settings.
+each task's success at the chosen settings; --baseline=<preset> adds every setting of every method with
+its difference from that preset's best setting (several: --baseline=gcbc,gcbc_phi) and a bootstrap CI of the difference.
 """
 
 import argparse
@@ -36,6 +38,8 @@ def parse_args(argv):
     parser.add_argument('--details', action='store_true', help='Also list every setting of every method, not only the best.')
     parser.add_argument('--ci', action='store_true', help='Cells show mean [bootstrap CI over seeds] instead of mean ± std (markdown).')
     parser.add_argument('--per_task', action='store_true', help='Also print per-task success with the mean and CI per (dataset, method).')
+    parser.add_argument('--baseline', default='', help='Comma-separated presets (e.g. gcbc,gcbc_phi): for each, also list '
+                        'every setting of every method with its difference from it and a bootstrap CI of the difference.')
     parser.add_argument('--confidence', type=float, default=0.95, help='Confidence level of the bootstrap intervals.')
     parser.add_argument('--ci_resamples', type=int, default=10000, help='Bootstrap resamples of the seeds.')
     parser.add_argument('--ci_seed', type=int, default=0, help='RNG seed of the bootstrap (tables are reproducible).')
@@ -48,6 +52,8 @@ def parse_args(argv):
         parser.error(f'--ci_resamples must be at least 1, got {args.ci_resamples}.')
     if args.ci and args.format == 'latex':
         parser.error('--ci is for --format=markdown; the LaTeX table reports mean ± std.')
+    if args.baseline and args.format == 'latex':
+        parser.error('--baseline is for --format=markdown.')
     return args
 
 
@@ -82,6 +88,14 @@ def main(argv=None):
     if args.per_task:
         print(f'\n{comment}Per task (success x {args.scale:g}, mean over seeds of the last {args.last_n} evaluations):')
         print(R.format_task_table(table, args.last_n, args.scale, args.decimals, bootstrap))
+    for baseline in split_list(args.baseline):
+        print(f'\nAgainst {R.method_label(baseline)} (every setting; differences of means over seeds with a '
+              f'{args.confidence:.0%} bootstrap CI, the two methods\' seeds resampled independently; an interval that '
+              f'excludes 0 separates the two methods at this budget):')
+        try:
+            print(R.format_comparison(cells, baseline, args.decimals, bootstrap, split_list(args.methods) or None))
+        except ValueError as e:
+            sys.exit(f'Error: {e}')
     print()
     print(f'{comment}Chosen settings:')
     print(R.format_settings(table, latex))

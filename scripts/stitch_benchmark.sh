@@ -20,7 +20,8 @@
 # Budget knobs (environment variables, defaults in brackets): STITCH_ENV [pointmaze-large-stitch-v0],
 # STITCH_STEPS [6000] gradient steps, STITCH_BATCH [256], STITCH_EVAL_INTERVAL [STEPS / 3: three
 # evaluations, the score's last 3], STITCH_EVAL_EPISODES [20] per task, STITCH_SEEDS [0-7],
-# STITCH_NAME [stitch] (run group), STITCH_SAVE_DIR [runs]. The dataset is generated offline on first
+# STITCH_NAME [stitch] (run group), STITCH_SAVE_DIR [runs], STITCH_METHODS [the list above, as
+# space-separated scripts/sweep.py --method values]. The dataset is generated offline on first
 # use if it is not in main.py's --dataset_dir (pass one after `--`). Finished runs are skipped, so
 # rerunning the command resumes the benchmark.
 set -euo pipefail
@@ -35,12 +36,13 @@ SEEDS=${STITCH_SEEDS:-0-7}
 NAME=${STITCH_NAME:-stitch}
 SAVE_DIR=${STITCH_SAVE_DIR:-runs}
 LOG_INTERVAL=$(( STEPS / 12 > 0 ? STEPS / 12 : 1 ))
+METHODS=${STITCH_METHODS:-gcbc gcbc_phi byol_gamma_a:alpha=1,6 byol tra:alpha=10 tdsr_a:alpha=0.01 hgcbc}
+METHOD_FLAGS=()
+for method in $METHODS; do METHOD_FLAGS+=("--method=$method"); done
 "$PY" scripts/sweep.py --name="$NAME" --save_dir="$SAVE_DIR" --envs="$ENV" --seeds="$SEEDS" --seeds_per_job=4 \
-  --method=gcbc --method=gcbc_phi --method=byol_gamma_a:alpha=1,6 --method=byol --method=tra:alpha=10 \
-  --method=tdsr_a:alpha=0.01 --method=hgcbc \
-  --backend=local --workers=1 "$@" \
+  "${METHOD_FLAGS[@]}" --backend=local --workers=1 "$@" \
   -- --train_steps="$STEPS" --agent.batch_size="$BATCH" --log_interval="$LOG_INTERVAL" \
      --eval_interval="$EVAL_INTERVAL" --save_interval="$EVAL_INTERVAL" --eval_episodes="$EPISODES" --wandb_mode=disabled
 case " $* " in *" --dry_run "*) exit 0 ;; esac
-"$PY" scripts/results.py --runs="$SAVE_DIR/$NAME" --format=markdown --ci --per_task --details
+"$PY" scripts/results.py --runs="$SAVE_DIR/$NAME" --format=markdown --ci --per_task --baseline=gcbc,gcbc_phi
 "$PY" scripts/plot_curves.py --runs="$SAVE_DIR/$NAME" --out="$SAVE_DIR/$NAME/curves.png" --band=ci

@@ -269,3 +269,68 @@ def test_plot_curves_with_ci_bands(sweep_dir, tmp_path, capsys):
     assert os.path.getsize(tmp_path / 'antmaze-medium-stitch.png') > 10_000
     steps, low, high = R.curve_interval(R.load_runs([sweep_dir])[:3], ci=R.BootstrapOptions(resamples=200))
     assert np.all(low <= high)
+
+
+def test_bootstrap_difference_ci_matches_the_exact_bootstrap_distribution():
+    """[0, 0, 0, 100] against a constant 10: the difference is 25 k - 10 with k ~ Binomial(4, 1/4), so the
+    exact 95% interval is [0, 75] - 10; swapping the groups negates it."""
+    assert R.bootstrap_difference_ci([0.0, 0.0, 0.0, 100.0], [10.0, 10.0, 10.0]) == (-10.0, 65.0)
+    assert R.bootstrap_difference_ci([10.0, 10.0, 10.0], [0.0, 0.0, 0.0, 100.0]) == (-65.0, 10.0)
+    assert all(np.isnan(R.bootstrap_difference_ci([], [1.0])))
+    assert all(np.isnan(R.bootstrap_difference_ci([1.0], [])))
+
+
+def test_bootstrap_difference_ci_agrees_with_the_normal_interval_for_many_seeds():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(60, 10, size=400), rng.normal(50, 20, size=300)
+    half_width = 1.959964 * np.sqrt(a.var() / a.size + b.var() / b.size)
+    low, high = R.bootstrap_difference_ci(a, b, resamples=20000)
+    difference = a.mean() - b.mean()
+    assert low == pytest.approx(difference - half_width, abs=0.25)
+    assert high == pytest.approx(difference + half_width, abs=0.25)
+
+
+def test_bootstrap_difference_ci_covers_the_true_difference():
+    """Statistical check: 8 seeds against 8, true difference 5, over 300 independent experiments the 95%
+    interval contains 5 about 90-95% of the time (the percentile bootstrap is slightly narrow at n = 8);
+    it excludes 0 in most experiments only when the difference is large (20 = 4 standard errors)."""
+    rng = np.random.default_rng(1)
+
+    def coverage_and_power(true_difference):
+        hits = excludes_zero = 0
+        for trial in range(300):
+            a, b = rng.normal(50 + true_difference, 10, size=8), rng.normal(50, 10, size=8)
+            low, high = R.bootstrap_difference_ci(a, b, resamples=2000, seed=trial)
+            hits += low <= true_difference <= high
+            excludes_zero += low > 0
+        return hits / 300, excludes_zero / 300
+
+    coverage, power_small = coverage_and_power(5.0)
+    assert 0.85 <= coverage <= 0.99, coverage
+    _, power_large = coverage_and_power(20.0)
+    assert power_large > 0.9 > power_small, (power_small, power_large)
+
+
+def test_comparison_against_a_baseline_in_the_cli(tmp_path, capsys):
+    root = str(tmp_path)
+    gcbc = [0.10, 0.20, 0.15, 0.25]
+    byol = {1: [0.30, 0.40, 0.35, 0.45], 6: [0.10, 0.20, 0.20, 0.10]}
+    for seed, value in enumerate(gcbc):
+        write_run(root, MAZE, 'gcbc', seed, [value] * 3)
+    for alpha, values in byol.items():
+        for seed, value in enumerate(values):
+            write_run(root, MAZE, 'byol_gamma_a', seed, [value] * 3, alpha=alpha)
+    assert results_cli.main([f'--runs={root}', '--baseline=gcbc']) == 0
+    out = capsys.readouterr().out
+    reference = 100 * np.array(gcbc)
+    assert '| antmaze-medium-stitch | GCBC | - | 4 | 18 | [12, 22] | (baseline) | |' in out
+    for alpha, values in byol.items():  # every alpha is listed, not only the best one
+        scores = 100 * np.array(values)
+        low, high = R.bootstrap_difference_ci(scores, reference)
+        difference = scores.mean() - reference.mean()
+        ci_low, ci_high = R.bootstrap_ci(scores)
+        assert (f'| antmaze-medium-stitch | BYOL-γ^a | α={alpha} | 4 | {scores.mean():.0f} | [{ci_low:.0f}, {ci_high:.0f}] | '
+                f'{difference:+.0f} | [{low:+.0f}, {high:+.0f}] |') in out
+    assert R.bootstrap_difference_ci(100 * np.array(byol[1]), reference)[0] > 0  # alpha 1 separates from GCBC
+    with pytest.raises(SystemExit, match="Baseline 'tra' has no runs here; methods found: byol_gamma_a, gcbc"):
+        results_cli.main([f'--runs={root}', '--baseline=tra'])

@@ -252,9 +252,41 @@ def test_paper_grid_scripts(tmp_path):
     commands = state.stdout.splitlines()[1:]
     assert len(commands) == 5 * (4 + 1 + 4 + 4 + 1) * 10
     assert sum('--agent=configs/presets.py:tdsr_a --agent.alpha=0.005 ' in c for c in commands) == 50
-    # The visual grid needs an image encoder; without one the script refuses to launch (and says why).
-    if subprocess.run(['grep', '-qi', 'impala', 'agents/byol_gamma.py', 'utils/encoders.py'], cwd=ROOT).returncode:
-        visual = subprocess.run(['bash', 'scripts/sweep_visual.sh', f'--save_dir={tmp_path}'], cwd=ROOT,
-                                capture_output=True, text=True, timeout=60, env=env)
-        assert visual.returncode == 1 and 'visual observations are not supported yet' in visual.stderr
+    visual = subprocess.run(['bash', 'scripts/sweep_visual.sh', '--dry_run', f'--save_dir={tmp_path}'], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert visual.returncode == 0 and not visual.stderr, visual.stderr
+    commands = [c for c in visual.stdout.splitlines() if not c.startswith('#')]
+    assert len(commands) == 3 * (4 + 1 + 4 + 4 + 1) * 4  # 3 datasets, 14 method cells, 4 seeds
+    scene = [c for c in commands if '--env_name=visual-scene-play-v0 ' in c]
+    assert len(scene) == 14 * 4 and all('--agent.p_aug=0.5' in c for c in scene)
+    assert not any('--agent.p_aug' in c for c in commands if c not in scene)
     assert not os.path.exists(tmp_path / 'state') and not os.path.exists(tmp_path / 'visual')
+
+
+def test_stitch_benchmark_script(tmp_path):
+    """The one-command stitching benchmark plans 8 method cells x 8 seeds as 16 four-seed processes at
+    its documented budget; STITCH_* variables change the budget and the method list."""
+    env = dict(os.environ, PYTHON=sys.executable, STITCH_SAVE_DIR=str(tmp_path))
+    plan = subprocess.run(['bash', 'scripts/stitch_benchmark.sh', '--dry_run'], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert plan.returncode == 0 and not plan.stderr, plan.stderr
+    header, *commands = plan.stdout.splitlines()
+    assert '64 runs' in header and '16 jobs' in header
+    cells = ['gcbc', 'gcbc_phi', 'byol_gamma_a_{}_a1', 'byol_gamma_a_{}_a6', 'byol', 'tra_{}_a10', 'tdsr_a_{}_a0.01',
+             'hgcbc']
+    for cell in cells:
+        run_name = cell.format('pointmaze-large-stitch-v0') if '{}' in cell else f'{cell}_pointmaze-large-stitch-v0'
+        assert sum(f' --run_name={run_name} ' in c for c in commands) == 2, cell
+    for command in commands:
+        assert '--env_name=pointmaze-large-stitch-v0 ' in command and '--num_seeds=4 ' in command
+        assert ('--seed=0 ' in command) != ('--seed=4 ' in command)
+        for flag in ('--train_steps=6000', '--agent.batch_size=256', '--eval_interval=2000', '--eval_episodes=20'):
+            assert f' {flag} ' in command, (flag, command)
+    small = subprocess.run(['bash', 'scripts/stitch_benchmark.sh', '--dry_run'], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120, env=dict(env, STITCH_METHODS='gcbc byol_gamma_a:alpha=1', STITCH_SEEDS='0-3',
+                                                 STITCH_STEPS='300', STITCH_ENV='pointmaze-medium-stitch-v0'))
+    assert small.returncode == 0 and not small.stderr, small.stderr
+    header, *commands = small.stdout.splitlines()
+    assert '8 runs' in header and len(commands) == 2
+    assert all(' --train_steps=300 ' in c and ' --eval_interval=100 ' in c and 'medium-stitch' in c for c in commands)
+    assert not os.path.exists(tmp_path / 'stitch')

@@ -241,6 +241,17 @@ def seed_score(run: SeedRun, last_n: int = 3, scale: float = 100.0) -> Optional[
     return float(np.mean(run.values[-last_n:])) * scale
 
 
+def _resampled_means(scores: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Means of `resamples` resamples of the seeds, drawn with replacement."""
+    return scores[rng.integers(0, scores.size, size=(resamples, scores.size))].mean(axis=1)
+
+
+def _percentile_interval(samples: np.ndarray, confidence: float) -> Tuple[float, float]:
+    tail = (1.0 - confidence) / 2
+    low, high = np.quantile(samples, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
 def bootstrap_ci(scores, confidence: float = 0.95, resamples: int = 10000, seed: int = 0) -> Tuple[float, float]:
     """Percentile bootstrap confidence interval of the mean over seeds: resample the seeds with
     replacement `resamples` times (seeded, so a table is reproducible), take each resample's mean, and
@@ -249,11 +260,20 @@ def bootstrap_ci(scores, confidence: float = 0.95, resamples: int = 10000, seed:
     scores = np.asarray(scores, dtype=np.float64)
     if scores.size == 0:
         return float('nan'), float('nan')
+    return _percentile_interval(_resampled_means(scores, np.random.default_rng(seed), resamples), confidence)
+
+
+def bootstrap_difference_ci(scores, baseline, confidence: float = 0.95, resamples: int = 10000,
+                            seed: int = 0) -> Tuple[float, float]:
+    """Percentile bootstrap confidence interval of mean(scores) - mean(baseline). The two groups are
+    resampled independently (seeds of two methods are independent runs, so nothing pairs them); an
+    interval that excludes 0 is the evidence that one method beats the other at this budget."""
+    scores, baseline = (np.asarray(x, dtype=np.float64) for x in (scores, baseline))
+    if scores.size == 0 or baseline.size == 0:
+        return float('nan'), float('nan')
     rng = np.random.default_rng(seed)
-    means = scores[rng.integers(0, scores.size, size=(resamples, scores.size))].mean(axis=1)
-    tail = (1.0 - confidence) / 2
-    low, high = np.quantile(means, [tail, 1.0 - tail])
-    return float(low), float(high)
+    differences = _resampled_means(scores, rng, resamples) - _resampled_means(baseline, rng, resamples)
+    return _percentile_interval(differences, confidence)
 
 
 def task_scores(runs: Sequence[SeedRun], last_n: int = 3, scale: float = 100.0) -> Dict[str, np.ndarray]:
@@ -385,8 +405,51 @@ class BootstrapOptions:
         return bootstrap_ci(scores, self.confidence, self.resamples, self.seed)
 
 
+    def difference_interval(self, scores, baseline) -> Tuple[float, float]:
+        return bootstrap_difference_ci(scores, baseline, self.confidence, self.resamples, self.seed)
+
+
 def format_interval(low: float, high: float, decimals: int) -> str:
     return f'[{_number(low, decimals)}, {_number(high, decimals)}]'
+
+
+def _signed(value: float, decimals: int) -> str:
+    return ('+' if value > 0 else '') + _number(value, decimals)
+
+
+def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, decimals: int = 0,
+                      ci: Optional[BootstrapOptions] = None, methods: Optional[Sequence[str]] = None) -> str:
+    """Every setting of every method against `baseline` on each dataset that has it (at the baseline's
+    best setting): seeds, mean and bootstrap CI, then the difference of means and its bootstrap CI.
+    Listing every setting, not only the best, keeps the choice of alpha visible."""
+    ci = ci or BootstrapOptions()
+    if not any(method == baseline for _, method in cells):
+        found = sorted({method for _, method in cells})
+        raise ValueError(f'Baseline {baseline!r} has no runs here; methods found: {", ".join(found)}.')
+    level = f'{ci.confidence:.0%} CI'
+    lines = [f'| dataset | method | setting | seeds | mean | {level} | − {method_label(baseline)} | {level} of the difference |',
+             '|---|---|---|---|---|---|---|---|']
+    for env in sorted({env for env, _ in cells}):
+        if (env, baseline) not in cells:
+            continue
+        reference = best_cells({(env, baseline): cells[(env, baseline)]}).get((env, baseline))
+        if reference is None:
+            continue
+        present = [m for m in (methods or ordered({m for e, m in cells if e == env}, list(METHOD_NAMES))) if (env, m) in cells]
+        for method in present:
+            for cell in cells[(env, method)]:
+                if not cell.n or (method == baseline and cell is not reference):
+                    continue
+                row = (f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {cell.n} | '
+                       f'{_number(cell.mean, decimals)} | {format_interval(*ci.interval(cell.scores), decimals)} | ')
+                if method == baseline:
+                    row += '(baseline) | |'
+                else:
+                    low, high = ci.difference_interval(cell.scores, reference.scores)
+                    row += (f'{_signed(cell.mean - reference.mean, decimals)} | '
+                            f'[{_signed(low, decimals)}, {_signed(high, decimals)}] |')
+                lines.append(row)
+    return '\n'.join(lines)
 
 
 def format_markdown(table: Table, decimals: int = 0, ci: Optional[BootstrapOptions] = None) -> str:
