@@ -38,7 +38,9 @@ def output_path(template: str, env: str) -> str:
 def plot_environment(env, method_cells, path, metric, scale, bootstrap=None):
     """method_cells: [(method, [Cell, ...])] in legend order; writes one PNG. Bands: ± std over seeds,
     or with `bootstrap` (R.BootstrapOptions) the bootstrap CI of the mean over seeds at each step."""
-    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    lines = sum(len(cells) for _, cells in method_cells)
+    outside = lines > 4  # a legend inside the axes would cover the bands
+    figure, axes = plt.subplots(figsize=(8.6 if outside else 6.4, 4.2))
     colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
     for index, (method, cells) in enumerate(method_cells):
         color = colors[index % len(colors)]
@@ -49,7 +51,7 @@ def plot_environment(env, method_cells, path, metric, scale, bootstrap=None):
             setting = R.setting_label(cell.setting)
             label += f' ({setting}, n={cell.n})' if setting else f' (n={cell.n})'
             style = LINE_STYLES[style_index % len(LINE_STYLES)]
-            axes.plot(steps, mean, style, color=color, label=label, marker='o' if len(steps) < 3 else None)
+            axes.plot(steps, mean, style, color=color, label=label, marker='o' if len(steps) <= 10 else None)
             if bootstrap is None:
                 low, high = mean - std, mean + std
             else:
@@ -63,7 +65,10 @@ def plot_environment(env, method_cells, path, metric, scale, bootstrap=None):
     if scale == 100:
         axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize='small', loc='best')
+    if outside:
+        axes.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        axes.legend(fontsize='small', loc='best')
     figure.tight_layout()
     save_figure(figure, path)
     plt.close(figure)

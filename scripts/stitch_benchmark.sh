@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Stitching benchmark on CPU: the paper's flat BC methods and HGCBC on one stitch dataset, 8 seeds
 # per cell (two main.py processes of 4 vmapped seeds, --num_seeds=4), then the table (mean and 95%
-# bootstrap CI over seeds of each seed's last-3-evaluation success, per-task success) and one
-# learning-curve PNG with CI bands. Methods: GCBC, GCBC-phi, BYOL-gamma^a (alpha 1 and 6), BYOL,
-# TRA (alpha 10) and TD-SR^a (alpha 0.01), the last two at the authors' loss scales (the agents'
-# defaults), and HGCBC.
+# bootstrap CI over seeds of each seed's last-3-evaluation success, per-task success, every setting's
+# difference from GCBC and from GCBC-phi with a bootstrap CI) and one learning-curve PNG with CI
+# bands. Methods: GCBC, GCBC-phi, BYOL-gamma^a (alpha 1 and 6), BYOL, TRA (alpha 10) and TD-SR^a
+# (alpha 0.01), the last two at the authors' loss scales (the agents' defaults), and HGCBC.
 #
 #   bash scripts/stitch_benchmark.sh [extra scripts/sweep.py flags] [-- extra main.py flags]
+#   bash scripts/stitch_benchmark.sh --workers=2                    # two processes at a time (2+ cores)
 #   STITCH_STEPS=150 STITCH_EVAL_EPISODES=2 STITCH_SEEDS=0-3 STITCH_NAME=stitch_smoke \
 #     bash scripts/stitch_benchmark.sh -- --eval_max_steps=50      # tooling check (~20 min on 2 busy cores)
 #
-# Why this setting (measured, 6k steps at batch 256, 3 evaluations x 20 episodes x 5 tasks): on
-# pointmaze-large-stitch BYOL-gamma^a (alpha 1) scores 22 [19, 26] against GCBC's 15 [11, 20] over 8
-# seeds (task 3, which needs stitching: 68 against 13); 4 seeds gave overlapping intervals (21 [15, 28]
-# against 14 [8, 21]). On pointmaze-medium-stitch GCBC wins at this budget (51 [48, 55] against
-# 39 [35, 43], 4 seeds). One job (4 seeds) took 9-19 min for GCBC and 14-25 min for BYOL-gamma^a on
-# the shared 2-core machine, so the whole benchmark (8 cells x 2 jobs) is several hours on 2 cores.
+# Why this setting (measured): on pointmaze-large-stitch at this budget BYOL-gamma^a (alpha 1) scores
+# 22 [19, 26] against GCBC's 15 [11, 20] and GCBC-phi's 17 [15, 20] over 8 seeds (differences +7 [+2, +13]
+# and +6 [+1, +10]), and on 8 fresh seeds (8-15) with alpha fixed at 1 by +11 [+6, +15] and +13 [+9, +17];
+# on pointmaze-medium-stitch GCBC already solves the short tasks early and wins at this budget (README,
+# "Results on CPU"). The whole benchmark took 71 min in a fresh clone on 2 CPU
+# cores with --workers=2 (two 4-seed processes at a time), dataset generation included.
 #
 # Budget knobs (environment variables, defaults in brackets): STITCH_ENV [pointmaze-large-stitch-v0],
 # STITCH_STEPS [6000] gradient steps, STITCH_BATCH [256], STITCH_EVAL_INTERVAL [STEPS / 3: three

@@ -334,3 +334,18 @@ def test_comparison_against_a_baseline_in_the_cli(tmp_path, capsys):
     assert R.bootstrap_difference_ci(100 * np.array(byol[1]), reference)[0] > 0  # alpha 1 separates from GCBC
     with pytest.raises(SystemExit, match="Baseline 'tra' has no runs here; methods found: byol_gamma_a, gcbc"):
         results_cli.main([f'--runs={root}', '--baseline=tra'])
+
+
+def test_hierarchical_bc_alpha_is_not_a_setting(tmp_path, capsys):
+    """HGCBC's config carries BYOL-gamma's alpha, which it ignores: the table must not label it α=1."""
+    for seed in range(2):
+        write_run(str(tmp_path), MAZE, 'hgcbc', seed, [0.5] * 3, alpha=1)
+        write_run(str(tmp_path), MAZE, 'hbyol_gamma_a', seed, [0.5] * 3, alpha=1)
+    cells = R.group_cells(R.load_runs([str(tmp_path)]))
+    assert [cell.setting for cell in cells[('antmaze-medium-stitch', 'hgcbc')]] == [()]
+    assert [cell.setting for cell in cells[('antmaze-medium-stitch', 'hbyol_gamma_a')]] == [(('alpha', 1.0),)]
+
+
+def test_signed_differences_never_print_minus_zero():
+    assert [R._signed(v, 0) for v in (-0.2, 0.2, 0.6, -1.4)] == ['0', '0', '+1', '-1']
+    assert R._signed(-0.04, 1) == '0.0' and R._signed(0.06, 1) == '+0.1'

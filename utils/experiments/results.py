@@ -82,6 +82,9 @@ ENV_ORDER = (
     'antsoccer-arena-stitch', 'visual-antmaze-medium-stitch', 'visual-antmaze-large-stitch', 'visual-scene-play',
 )
 SETTING_ABBREVIATIONS = {'alpha': 'α'}
+# Presets whose config carries BYOL-gamma's alpha without using it (the hierarchical agents share its
+# config): their alpha is a setting only when it varies between runs.
+ALPHA_UNUSED = frozenset({'hgcbc', 'hgcbc_phi'})
 
 
 @dataclasses.dataclass
@@ -301,7 +304,8 @@ def group_cells(runs: Sequence[SeedRun], last_n: int = 3, scale: float = 100.0) 
     cells = {}
     for key, method_runs in by_method.items():
         keys = sorted({k for run in method_runs for k in run.config})
-        varying = [k for k in keys if k == 'alpha' or len({run.config.get(k) for run in method_runs}) > 1]
+        shows_alpha = key[1] not in ALPHA_UNUSED
+        varying = [k for k in keys if (k == 'alpha' and shows_alpha) or len({run.config.get(k) for run in method_runs}) > 1]
         by_setting = defaultdict(list)
         for run in method_runs:
             by_setting[tuple((k, run.config.get(k)) for k in varying if k in run.config)].append(run)
@@ -414,7 +418,10 @@ def format_interval(low: float, high: float, decimals: int) -> str:
 
 
 def _signed(value: float, decimals: int) -> str:
-    return ('+' if value > 0 else '') + _number(value, decimals)
+    text = _number(value, decimals)
+    if float(text) == 0:
+        return _number(0.0, decimals)  # neither '+0' nor '-0' for a difference that rounds to zero
+    return ('+' if value > 0 else '') + text
 
 
 def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, decimals: int = 0,
