@@ -12,7 +12,8 @@ are bold. Cells with fewer seeds than the most in the table show (n=k); cells wi
 percentile bootstrap confidence interval of the mean over seeds (seeds resampled with replacement,
 --ci_resamples times, RNG seed --ci_seed), instead of ± std; --per_task adds a long-form table with
 each task's success at the chosen settings; --baseline=<preset> adds every setting of every method with
-its difference from that preset's best setting (several: --baseline=gcbc,gcbc_phi) and a bootstrap CI of the difference.
+its difference from that preset's best setting and a bootstrap CI of the difference (several baselines:
+--baseline=gcbc,gcbc_phi).
 """
 
 import argparse

@@ -408,7 +408,6 @@ class BootstrapOptions:
     def interval(self, scores) -> Tuple[float, float]:
         return bootstrap_ci(scores, self.confidence, self.resamples, self.seed)
 
-
     def difference_interval(self, scores, baseline) -> Tuple[float, float]:
         return bootstrap_difference_ci(scores, baseline, self.confidence, self.resamples, self.seed)
 
