@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import BCAgent, copy_to_target, ema_target_update
+from utils.agent_base import BCAgent, ema_target_update
 from utils.encoders import check_encoder, phi_policy_inputs, state_encoder
 from utils.losses import byol_gamma_loss, nstep_prediction_loss
 from utils.networks import EnsemblePredictor, GaussianActor
@@ -112,11 +112,8 @@ class BYOLGammaAgent(BCAgent):
             example_args['target_encoder'] = (ex_observations,)
         if config.loss_type not in ('ce', 'l2'):
             raise ValueError(f'loss_type must be "ce" (f_CE) or "l2" (f_l2), got {config.loss_type!r}.')
-        agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
-        if config.tau != 1.0:
-            params = copy_to_target(agent.network.params, 'encoder', 'target_encoder')
-            agent = agent.replace(network=agent.network.replace(params=params))
-        return agent
+        targets = {'target_encoder': 'encoder'} if config.tau != 1.0 else None
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr), targets=targets)
 
 
 def get_config():

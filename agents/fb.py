@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import BCAgent, copy_to_target, ema_target_update
+from utils.agent_base import BCAgent, ema_target_update
 from utils.encoders import check_encoder, latent_dim_for
 from utils.errors import ConfigError
 from utils.losses import bc_loss, forward_backward_loss, orthonormality_loss
@@ -264,10 +264,8 @@ class FBAgent(BCAgent):
             example_args['actor_encoder'] = (ex_observations,)
             ex_actor_features = jnp.zeros(jax.eval_shape(modules['actor_encoder'].init_with_output, jax.random.PRNGKey(0), ex_observations)[0].shape)
         example_args['actor'] = (jnp.concatenate([ex_actor_features, ex_latents], axis=-1),)
-        agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
-        params = copy_to_target(agent.network.params, 'forward', 'target_forward')
-        params = copy_to_target(params, 'backward', 'target_backward')
-        return agent.replace(network=agent.network.replace(params=params))
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
+                                targets={'target_forward': 'forward', 'target_backward': 'backward'})
 
 
 def get_config():

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import copy_to_target, ema_target_update
+from utils.agent_base import ema_target_update
 from utils.config_checks import one_of
 from utils.networks import GaussianActor, ValueEnsemble
 from utils.rl_agent import GoalConditionedRLAgent
@@ -74,9 +74,8 @@ class GCIQLAgent(GoalConditionedRLAgent):
             'target_critic': (ex_observations, ex_goals, ex_actions),
             'actor': (jnp.concatenate([ex_observations, ex_goals], axis=-1),),
         }
-        agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
-        params = copy_to_target(agent.network.params, 'critic', 'target_critic')
-        return agent.replace(network=agent.network.replace(params=params))
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
+                                targets={'target_critic': 'critic'})
 
 
 def get_config():

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import copy_to_target, ema_target_update
+from utils.agent_base import ema_target_update
 from utils.networks import GaussianActor, ValueEnsemble
 from utils.rl_agent import GoalConditionedRLAgent
 from utils.rl_losses import implicit_v_loss
@@ -65,9 +65,8 @@ class GCIVLAgent(GoalConditionedRLAgent):
             'target_value': (ex_observations, ex_goals),
             'actor': (jnp.concatenate([ex_observations, ex_goals], axis=-1),),
         }
-        agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
-        params = copy_to_target(agent.network.params, 'value', 'target_value')
-        return agent.replace(network=agent.network.replace(params=params))
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
+                                targets={'target_value': 'value'})
 
 
 def get_config():

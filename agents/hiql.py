@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import copy_to_target, ema_target_update
+from utils.agent_base import ema_target_update
 from utils.config_checks import at_least
 from utils.networks import GaussianActor, GoalRepresentation, ValueEnsemble, length_normalize, sample_gaussian
 from utils.rl_agent import GoalConditionedRLAgent
@@ -110,9 +110,8 @@ class HIQLAgent(GoalConditionedRLAgent):
             'low_actor': (jnp.concatenate([ex_observations, ex_reps], axis=-1),),
             'high_actor': (jnp.concatenate([ex_observations, ex_goals], axis=-1),),
         }
-        agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
-        params = copy_to_target(agent.network.params, 'value', 'target_value')
-        return agent.replace(network=agent.network.replace(params=params))
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
+                                targets={'target_value': 'value'})
 
 
 def get_config():

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import BCAgent, copy_to_target, ema_target_update
+from utils.agent_base import BCAgent, ema_target_update
 from utils.config_checks import at_least, one_of
 from utils.encoders import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
 from utils.losses import orthonormality_loss, td_sr_loss
@@ -98,10 +98,8 @@ class TDSRAgent(BCAgent):
             'target_psi_encoder': ex_psi_input,
             'actor': (jnp.zeros((1, 2 * d)),),
         }
-        agent = cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
-        params = copy_to_target(agent.network.params, 'encoder', 'target_encoder')
-        params = copy_to_target(params, 'psi_encoder', 'target_psi_encoder')
-        return agent.replace(network=agent.network.replace(params=params))
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
+                                targets={'target_encoder': 'encoder', 'target_psi_encoder': 'psi_encoder'})
 
 
 def get_config():

@@ -132,6 +132,17 @@ def test_learned_values_rank_chain_states_by_distance_to_the_goal(agent_name, st
 # ---- gradient routing -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize('agent_name,online,target', [('gcivl', 'value', 'target_value'),
+                                                       ('gciql', 'critic', 'target_critic'),
+                                                       ('hiql', 'value', 'target_value')])
+def test_target_networks_start_as_copies_of_their_online_networks(agent_name, online, target):
+    params = make_agent(tiny(preset_config(agent_name))).network.params
+    assert leaves_equal(params[f'modules_{online}'], params[f'modules_{target}'])
+    # Copies, not shared buffers: the update donates them.
+    assert all(a is not b for a, b in zip(jax.tree_util.tree_leaves(params[f'modules_{online}']),
+                                          jax.tree_util.tree_leaves(params[f'modules_{target}'])))
+
+
 def test_value_loss_trains_the_value_only_never_its_target(data):
     """The EMA update itself is the shared `utils.agent_base.ema_target_update` (tested in test_agents.py)."""
     config = tiny(preset_config('gcivl'))

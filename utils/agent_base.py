@@ -70,13 +70,17 @@ class BCAgent(flax.struct.PyTreeNode):
         return jnp.clip(sample_gaussian(seed, means, log_stds, temperature), -1.0, 1.0)
 
     @classmethod
-    def from_modules(cls, seed, modules, example_args, config, optimizer):
-        """Initialise a ModuleDict of `modules` on `example_args` and wrap it in a train state."""
+    def from_modules(cls, seed, modules, example_args, config, optimizer, targets=None):
+        """Initialise a ModuleDict of `modules` on `example_args` and wrap it in a train state.
+        `targets` maps each target network's module name to its online module's; targets start as
+        exact copies of their online networks."""
         from utils.networks import ModuleDict
 
         rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
         model = ModuleDict(modules)
         params = model.init(init_rng, example_args)['params']
+        for target, online in (targets or {}).items():
+            params = copy_to_target(params, online, target)
         network = TrainState.create(model, params, optimizer)
         return cls(rng=rng, network=network, config=flax.core.FrozenDict(config.to_dict()))
 
