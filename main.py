@@ -20,6 +20,7 @@ import tqdm
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+import datagen
 from agents import get_agent_class
 from utils.checkpoints import load_checkpoint, save_checkpoint
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
@@ -181,7 +182,7 @@ def train():
     runs = [SeedRun(seed, {name: FLAGS[name].value for name in RUN_FLAGS}, config) for seed in seeds]
 
     # Data: validated numpy arrays -> device.
-    train_path, val_path = ensure_dataset(FLAGS.env_name, FLAGS.dataset_dir, download=FLAGS.download)
+    train_path, val_path = ensure_dataset(FLAGS.env_name, FLAGS.dataset_dir, download=FLAGS.download, generator=datagen)
     check_dataset_fits([train_path, val_path])
     eval_envs = make_eval_envs(FLAGS.env_name, FLAGS.eval_episodes, num_workers=FLAGS.eval_workers or usable_cpus())
     spaces = env_spaces(eval_envs)

@@ -28,7 +28,7 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent, ema_target_update
-from utils.encoders import check_encoder, phi_policy_inputs, state_encoder
+from utils.representation import check_encoder, phi_policy_inputs, state_encoder
 from utils.losses import byol_gamma_loss, nstep_prediction_loss
 from utils.networks import EnsemblePredictor, GaussianActor
 

@@ -54,7 +54,7 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent, ema_target_update
-from utils.encoders import check_encoder, latent_dim_for
+from utils.representation import check_encoder, latent_dim_for
 from utils.errors import ConfigError
 from utils.losses import bc_loss, forward_backward_loss, orthonormality_loss
 from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize, visual_encoder

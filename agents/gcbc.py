@@ -18,7 +18,7 @@ import optax
 
 from utils.agent_base import BCAgent
 from utils.config_checks import one_of
-from utils.encoders import check_encoder, phi_policy_inputs, state_encoder
+from utils.representation import check_encoder, phi_policy_inputs, state_encoder
 from utils.networks import VISUAL_ENCODERS, GaussianActor, visual_encoder
 
 

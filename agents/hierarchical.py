@@ -47,11 +47,12 @@ from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
 from utils.checkpoints import load_checkpoint
-from utils.encoders import phi_policy_inputs, state_encoder
+from utils.representation import phi_policy_inputs, state_encoder
 from utils.errors import ConfigError
 from utils.flax_utils import TrainState, nonpytree_field
 from utils.losses import bc_loss
-from utils.networks import GaussianActor, ModuleDict, sample_gaussian
+from utils.distributions import sample_gaussian
+from utils.networks import GaussianActor, ModuleDict
 
 
 class HierarchicalAgent(flax.struct.PyTreeNode):
@@ -274,7 +275,7 @@ class LatentSubgoalAgent(HierarchicalAgent):
     """Subgoals are the low level's representations phibar(l): pi_l(a | phi(s), z_l) acts on them."""
 
     def low_representation(self, x):
-        """phibar(x): the ensemble mean the low-level actor reads (as in utils.encoders)."""
+        """phibar(x): the ensemble mean the low-level actor reads (as in utils.representation)."""
         return self.low.network(x, name='encoder').mean(axis=0)
 
     def subgoal_targets(self, subgoal_states):

@@ -24,7 +24,8 @@ import optax
 
 from utils.agent_base import ema_target_update
 from utils.config_checks import at_least
-from utils.networks import GaussianActor, GoalRepresentation, ValueEnsemble, length_normalize, sample_gaussian
+from utils.distributions import sample_gaussian
+from utils.networks import GaussianActor, GoalRepresentation, ValueEnsemble, length_normalize
 from utils.rl_agent import GoalConditionedRLAgent
 from utils.rl_losses import implicit_v_loss
 

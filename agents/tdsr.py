@@ -29,7 +29,7 @@ import optax
 
 from utils.agent_base import BCAgent, ema_target_update
 from utils.config_checks import at_least, one_of
-from utils.encoders import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
+from utils.representation import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
 from utils.losses import orthonormality_loss, td_sr_loss
 from utils.networks import GaussianActor, length_normalize
 

@@ -24,7 +24,7 @@ import optax
 
 from utils.agent_base import BCAgent
 from utils.config_checks import one_of
-from utils.encoders import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
+from utils.representation import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
 from utils.losses import representation_norm_penalty, symmetric_infonce
 from utils.networks import GaussianActor
 

@@ -12,7 +12,7 @@ import numpy as np
 from absl import app, flags
 
 
-from utils.datagen.pointmaze import (
+from datagen.pointmaze import (
     generate_pointmaze_dataset,
     generate_pointmaze_dataset_reference,
 )

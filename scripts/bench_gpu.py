@@ -27,6 +27,7 @@ import numpy as np
 
 from agents import get_agent_class
 from configs.presets import get_config as preset_config
+import datagen
 from utils.datasets import ensure_dataset, load_dataset
 from utils.evaluation import env_spaces, evaluate, make_eval_envs, usable_cpus
 from utils.sampler import DeviceDataset, SamplerConfig
@@ -127,7 +128,7 @@ def main(argv=None):
     device = jax.devices()[0]
     print(f'# bench_gpu: jax {jax.__version__}, backend {jax.default_backend()}, device {device.device_kind} '
           f'(x{jax.device_count()}), {usable_cpus()} usable CPU cores{", --quick" if args.quick else ""}', flush=True)
-    train_path, _ = ensure_dataset(args.env_name, args.dataset_dir, download=False, log=print)
+    train_path, _ = ensure_dataset(args.env_name, args.dataset_dir, download=False, generator=datagen, log=print)
     eval_workers = min(args.eval_workers or usable_cpus(), args.eval_episodes)
     # Worker processes start now and build their envs while training is measured.
     pool = make_eval_envs(args.env_name, args.eval_episodes, num_workers=eval_workers) if eval_workers > 1 else None

@@ -2,7 +2,7 @@
 
     MUJOCO_GL=egl python scripts/bench_visual.py [--presets=gcbc_visual,byol_gamma_a_visual] [--steps=20]
 
-Rendering: frames/s of `utils.datagen.visual.FrameRenderer` (set qpos/qvel, render 64x64 with the
+Rendering: frames/s of `datagen.visual.FrameRenderer` (set qpos/qvel, render 64x64 with the
 visual env's camera) on states of a random-action antmaze rollout, i.e. what building a visual
 dataset costs per row. Training: gradient steps/s of `utils.training.train_steps` (fused, on-device
 sampling) for each preset at batch 256 on random uint8 frames (speed does not depend on the
@@ -29,7 +29,7 @@ def rendering_frames_per_second(num_frames):
     import gymnasium
     import ogbench.locomaze  # noqa: F401
 
-    from utils.datagen.visual import FrameRenderer
+    from datagen.visual import FrameRenderer
 
     env = gymnasium.make('antmaze-medium-v0').unwrapped
     env.reset(seed=0)

@@ -10,7 +10,7 @@ Defaults are OGBench's sizes (e.g. 5000 + 500 episodes of 201 rows for stitch).
 from absl import app, flags
 
 
-from utils.datagen import GENERATABLE_DATASETS, write_dataset
+from datagen import GENERATABLE_DATASETS, write_dataset
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('env_name', None, GENERATABLE_DATASETS, 'OGBench dataset name to generate.')

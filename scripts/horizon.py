@@ -27,8 +27,8 @@ import matplotlib
 matplotlib.use('Agg')  # Files only: no display on clusters.
 import matplotlib.pyplot as plt
 
-from utils.experiments import analysis
-from utils.datagen.pointmaze import STITCH_GOAL_DISTANCE
+from experiments import analysis
+from datagen.pointmaze import STITCH_GOAL_DISTANCE
 from utils.atomic_io import atomic_open, save_figure, write_json
 from utils.errors import ConfigError
 from utils.evaluation import evaluate, make_eval_envs

@@ -20,10 +20,10 @@ matplotlib.use('Agg')  # Files only: no display on clusters.
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
-from utils.experiments import results as R
+from experiments import results as R
 from utils.atomic_io import save_figure
 from utils.errors import ConfigError
-from utils.experiments.sweep import parse_seeds
+from experiments.sweep import parse_seeds
 
 LINE_STYLES = ('-', '--', ':', '-.')
 

@@ -24,7 +24,7 @@ matplotlib.use('Agg')  # Files only: no display on clusters.
 import matplotlib.pyplot as plt
 from mpl_toolkits.axes_grid1 import make_axes_locatable
 
-from utils.experiments import analysis
+from experiments import analysis
 from utils.atomic_io import save_figure
 from utils.errors import ConfigError, DatasetError
 

@@ -20,9 +20,9 @@ import argparse
 import sys
 
 
-from utils.experiments import results as R
+from experiments import results as R
 from utils.errors import ConfigError
-from utils.experiments.sweep import parse_seeds
+from experiments.sweep import parse_seeds
 
 
 def parse_args(argv):

@@ -27,7 +27,7 @@ import matplotlib
 matplotlib.use('Agg')  # Files only: no display on clusters.
 import matplotlib.pyplot as plt
 
-from utils.experiments import analysis
+from experiments import analysis
 from utils.atomic_io import atomic_open, save_figure, write_json
 from utils.errors import ConfigError, DatasetError
 from utils.rundir import RunDir

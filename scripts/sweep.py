@@ -17,7 +17,7 @@ import shlex
 import sys
 
 
-from utils.experiments import sweep
+from experiments import sweep
 from utils.errors import ConfigError
 
 

@@ -3,7 +3,7 @@
 # (configs/presets.py: OGBench's impala_small CNN before the encoder, batch 256, 64-D encoder output;
 # BYOL-gamma variants with an EMA target, tau 0.99, and BYOL-gamma^a gamma 0.66) for 500k steps, with
 # the paper's visual alpha grid {1, 6, 10, 20} for BYOL-gamma^a (add discount=0.66,0.99 to sweep gamma).
-# visual-antmaze-* are rendered offline from the antmaze state data on first use (utils/datagen/visual.py;
+# visual-antmaze-* are rendered offline from the antmaze state data on first use (datagen/visual.py;
 # hours on a CPU, about half an hour with EGL on a GPU); visual-scene-play must be downloaded from OGBench.
 # Scene runs use OGBench's random-crop augmentation (p_aug 0.5), the antmaze ones none (as OGBench).
 #   scripts/sweep_visual.sh --dry_run

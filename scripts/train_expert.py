@@ -32,10 +32,10 @@ from absl import app, flags
 from ogbench.online_locomotion.wrappers import GymXYWrapper
 from tqdm import tqdm
 
-from agents.sac import SACAgent, export_actor, get_config
+from datagen.sac import SACAgent, export_actor, get_config
 from utils.atomic_io import atomic_open
 from utils.checkpoints import load_checkpoint, save_checkpoint
-from utils.datagen.antmaze import evaluate_subgoal_following
+from datagen.antmaze import evaluate_subgoal_following
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('run_dir', 'runs/ant_expert', 'Checkpoints, logs and evaluation records.')

@@ -21,7 +21,7 @@ POINTMAZE = 'pointmaze-medium-stitch-v0'
 @pytest.fixture(scope='session')
 def pointmaze_data_dir(tmp_path_factory):
     """A small pointmaze-medium-stitch dataset (500 + 50 episodes of 201 rows), generated once per session."""
-    from utils.datagen.pointmaze import write_dataset
+    from datagen.pointmaze import write_dataset
 
     path = tmp_path_factory.mktemp('pointmaze-data')
     write_dataset(POINTMAZE, str(path), seed=0, num_train_episodes=500, num_val_episodes=50, progress=False)

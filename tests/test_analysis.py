@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from scripts import horizon, rep_heatmap, sp_correlation
-from utils.experiments import analysis
+from experiments import analysis
 from utils.evaluation import evaluate, make_eval_envs, pointmaze_oracle_policy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""Tests for the committed ant expert and the antmaze generator (utils/datagen/antmaze.py)."""
+"""Tests for the committed ant expert and the antmaze generator (datagen/antmaze.py)."""
 
 import gymnasium
 import numpy as np
@@ -6,8 +6,8 @@ import ogbench
 import pytest
 from ogbench.online_locomotion.wrappers import GymXYWrapper
 
-from utils import datagen
-from utils.datagen import antmaze
+import datagen
+from datagen import antmaze
 from utils.maze import MazeOracle
 
 STITCH = 'antmaze-medium-stitch-v0'

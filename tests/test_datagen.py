@@ -1,4 +1,4 @@
-"""Tests for the offline pointmaze dataset generator (utils/datagen/pointmaze.py)."""
+"""Tests for the offline pointmaze dataset generator (datagen/pointmaze.py)."""
 
 import os
 
@@ -7,9 +7,9 @@ import ogbench
 import pytest
 from ogbench.utils import load_dataset
 
-from utils.datagen import pointmaze
+from datagen import pointmaze
 from utils.maze import MazeOracle
-from utils.datagen.pointmaze import (
+from datagen.pointmaze import (
     GENERATABLE_DATASETS,
     can_generate,
     dataset_spec,

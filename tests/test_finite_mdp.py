@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from utils.experiments import finite_mdp as F
+from experiments import finite_mdp as F
 
 
 @pytest.fixture(scope='module')

@@ -9,7 +9,7 @@ import pytest
 
 from scripts import plot_curves
 from scripts import results as results_cli
-from utils.experiments import results as R
+from experiments import results as R
 
 MAZE = 'antmaze-medium-stitch-v0'
 HUMANOID = 'humanoidmaze-medium-stitch-v0'

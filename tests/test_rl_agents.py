@@ -13,7 +13,7 @@ from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, toy_dataset
 from utils.checkpoints import load_checkpoint, save_checkpoint
 from utils.errors import ConfigError
 from utils.evaluation import evaluate, make_eval_envs
-from utils.experiments.results import RL_METHODS, method_of, row_marks
+from experiments.results import RL_METHODS, method_of, row_marks
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import stack_trees, train_steps, train_steps_multi
 

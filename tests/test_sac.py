@@ -1,4 +1,4 @@
-"""Tests for the SAC agent that trains the ant expert (agents/sac.py), on tiny networks and batches."""
+"""Tests for the SAC agent that trains the ant expert (datagen/sac.py), on tiny networks and batches."""
 
 import math
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.sac import SACAgent, get_config, tanh_gaussian_sample
+from datagen.sac import SACAgent, get_config, tanh_gaussian_sample
 
 OBSERVATION_DIM, ACTION_DIM, BATCH = 5, 2, 8
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from scripts import sweep as sweep_cli
-from utils.experiments import sweep
+from experiments import sweep
 from utils.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,8 +12,8 @@ from scipy import stats
 
 from agents import get_agent_class
 from configs.presets import PRESETS, get_config
-from utils.datagen import visual
-from utils.datagen.pointmaze import _save_npz_atomic
+from datagen import visual
+from datagen.pointmaze import _save_npz_atomic
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import ConfigError, DatasetError
 from utils.evaluation import FrameStackPolicy, evaluate, make_eval_envs
@@ -255,7 +255,7 @@ def visual_data_dir(tmp_path_factory):
     """A tiny visual-antmaze-medium-stitch dataset rendered by the project: one train and one val
     episode of the antmaze generator (the committed expert), each cut to its first 12 rows (two
     6-row episodes) so that rendering takes about a second."""
-    from utils.datagen import antmaze
+    from datagen import antmaze
 
     directory = str(tmp_path_factory.mktemp('visual-data'))
     state_name = visual.state_dataset_name(VISUAL_DATASET)
@@ -378,7 +378,7 @@ def test_scene_play_generated_then_rendered_equals_the_live_visual_scene(tmp_pat
     (OGBench's own way of making the visual dataset), up to the rounding of the rows' float32 qpos:
     rendered from the exact float64 state the frames are identical; from the stored float32 one, a few
     percent of pixels move by a few intensity levels."""
-    from utils.datagen import scene
+    from datagen import scene
 
     directory = str(tmp_path)
     scene.write_dataset('scene-play-v0', directory, seed=0, num_train_episodes=1, num_val_episodes=1, progress=False, episode_length=6)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from utils.flax_utils import TrainState, nonpytree_field
 from utils.losses import bc_loss
-from utils.networks import sample_gaussian
+from utils.distributions import sample_gaussian
 
 
 class BCAgent(flax.struct.PyTreeNode):

@@ -1,7 +1,7 @@
 """Finding, generating, loading and validating OGBench-format datasets.
 
 Files are OGBench's own `.npz` layout (docs/method.md, section 2), so downloaded OGBench files and files
-written by `utils/datagen` are interchangeable.
+written by `datagen` are interchangeable.
 """
 
 import logging
@@ -68,14 +68,15 @@ def _try_download(dataset_name: str, dataset_dir: str) -> str:
         socket.setdefaulttimeout(previous_timeout)
 
 
-def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, log=logging.info) -> Tuple[str, str]:
+def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, generator=None,
+                   log=logging.info) -> Tuple[str, str]:
     """Paths of the train and validation files, obtaining them if needed.
 
     Order: existing files (downloaded from OGBench or generated earlier) -> OGBench's download ->
-    the offline generator when one exists for this dataset -> a DatasetError saying how to get it.
+    `generator` (an object with `can_generate(name)` and `write_dataset(name, dataset_dir)`, e.g. the
+    `datagen` package; the caller chooses, so this core module never imports the generators) when it
+    knows this dataset -> a DatasetError saying how to get it.
     """
-    from utils.datagen import can_generate, write_dataset
-
     env_id_for(dataset_name)
     train_path, val_path = dataset_paths(dataset_name, dataset_dir)
     if os.path.exists(train_path) and os.path.exists(val_path):
@@ -87,12 +88,12 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, l
         failure = _try_download(dataset_name, dataset_dir)
         if not failure:
             return train_path, val_path
-    if can_generate(dataset_name):
+    if generator is not None and generator.can_generate(dataset_name):
         log(f'OGBench download unavailable ({failure}); generating {dataset_name} offline into '
             f'{os.path.dirname(train_path)} as OGBench collected it (pointmaze: scripted oracle, about 1-3 min; '
             f'antmaze: the committed ant expert, about 10+ min; scene: OGBench\'s scripted oracles; visual-*: the state '
             f'data rendered, ~27 frames/s on a CPU with MUJOCO_GL=egl, i.e. hours -- see the estimate below). This is done once.')
-        write_dataset(dataset_name, dataset_dir)
+        generator.write_dataset(dataset_name, dataset_dir)
         return train_path, val_path
     raise DatasetError(
         f'Dataset file {train_path} (and {os.path.basename(val_path)}) not found, the OGBench download failed '

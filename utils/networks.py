@@ -12,6 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from utils.distances import iqe_distance
+
 
 def default_init(scale: float = 1.0):
     """Variance-scaling init with fan_avg/uniform (the initialisation OGBench's agents use)."""
@@ -151,18 +153,6 @@ class GaussianActor(nn.Module):
         return means, log_stds
 
 
-def gaussian_log_prob(means, log_stds, actions):
-    """log N(actions; means, diag(exp(log_stds))^2), summed over the action dimension."""
-    z = (actions - means) * jnp.exp(-log_stds)
-    return jnp.sum(-0.5 * z**2 - log_stds - 0.5 * jnp.log(2.0 * jnp.pi), axis=-1)
-
-
-def sample_gaussian(rng, means, log_stds, temperature: float = 1.0):
-    """Sample with the std scaled by `temperature`; temperature 0 gives the mean exactly."""
-    noise = jax.random.normal(rng, means.shape)
-    return means + temperature * jnp.exp(log_stds) * noise
-
-
 class ModuleDict(nn.Module):
     """Holds named sub-modules under one parameter tree.
 
@@ -275,7 +265,7 @@ class BilinearValue(nn.Module):
 
 
 class QuasimetricValue(nn.Module):
-    """QRL's distance d(s, g) = IQE(z(s), z(g)) (`utils.rl_losses.iqe_distance`), z an MLP to
+    """QRL's distance d(s, g) = IQE(z(s), z(g)) (`utils.distances.iqe_distance`), z an MLP to
     `latent_dim` coordinates grouped in components of `component_dim`; the mean/max mix is
     sigmoid(w), w learned (initially 0.5).
 
@@ -289,8 +279,6 @@ class QuasimetricValue(nn.Module):
 
     @nn.compact
     def __call__(self, x, y=None, encoded=False):
-        from utils.rl_losses import iqe_distance
-
         mix = jax.nn.sigmoid(self.param('mix_logit', nn.initializers.zeros, ()))
         if not encoded:
             encoder = MLP((*self.hidden_dims, self.latent_dim), layer_norm=self.layer_norm)

@@ -9,7 +9,7 @@ keeps target networks, `update_targets`; the jitted `update` and `sample_actions
 import jax.numpy as jnp
 
 from utils.agent_base import BCAgent
-from utils.networks import gaussian_log_prob
+from utils.distributions import gaussian_log_prob
 from utils.rl_losses import awr_loss, awr_weights, ddpg_bc_loss
 
 

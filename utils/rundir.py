@@ -8,8 +8,8 @@
         checkpoint.msgpack  agent (params, optimizer state, RNG) and step, rewritten atomically
         DONE                present once the run reached --train_steps
 
-`main.py` writes it; the sweep launcher (`utils/experiments/sweep.py`) asks whether it is done; the
-results tables (`utils/experiments/results.py`) and the analyses (`utils/experiments/analysis.py`)
+`main.py` writes it; the sweep launcher (`experiments/sweep.py`) asks whether it is done; the
+results tables (`experiments/results.py`) and the analyses (`experiments/analysis.py`)
 read it. With `--num_seeds N` every seed gets its own directory of this same layout.
 """
 

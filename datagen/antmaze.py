@@ -4,7 +4,7 @@ Follows OGBench's ``data_gen_scripts/generate_locomaze.py`` with ``--restore_pat
 
 - env: ``gymnasium.make('antmaze-<maze>-v0', terminate_at_goal=False, max_episode_steps=T)``;
 - start/goal cells exactly as for pointmaze (stitch: a cell 4 BFS steps away; navigate: vertex
-  cells, re-drawn after each success), via ``utils.datagen.pointmaze``;
+  cells, re-drawn after each success), via ``datagen.pointmaze``;
 - each step: the BFS-oracle subgoal (``MazeOracle``), its unit direction from the ant's xy, the
   expert's deterministic action on ``concat(state[2:], direction)`` (the direction-following
   observation it was trained on), plus N(0, 0.2^2) noise, clipped to [-1, 1];
@@ -23,7 +23,7 @@ import ogbench.locomaze  # noqa: F401  (registers the antmaze envs with gymnasiu
 from tqdm import tqdm
 
 from utils.maze import MazeOracle
-from utils.datagen.pointmaze import (
+from datagen.pointmaze import (
     DATASET_TYPES,
     _random_cell,
     _sample_task,
@@ -48,7 +48,7 @@ _LOCKSTEP_ENVS = 100
 # MuJoCo-bound; measured 500-2500 on this project's shared 2-core machines. For the log's time estimate.
 _APPROX_ENV_STEPS_PER_SECOND = 1500
 
-EXPERT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'experts')
+EXPERT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'experts')
 EXPERT_WEIGHTS = os.path.join(EXPERT_DIR, 'ant_xy_expert.msgpack')
 EXPERT_RECORD = os.path.join(EXPERT_DIR, 'ant_xy_expert.json')
 
@@ -62,7 +62,7 @@ def dataset_spec(dataset_name):
 
 
 def load_expert():
-    from agents.sac import load_actor
+    from datagen.sac import load_actor
 
     if not (os.path.exists(EXPERT_WEIGHTS) and os.path.exists(EXPERT_RECORD)):
         raise FileNotFoundError(

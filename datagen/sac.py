@@ -22,7 +22,8 @@ import numpy as np
 import optax
 
 from utils.flax_utils import TrainState, ema_update, nonpytree_field
-from utils.networks import MLP, ModuleDict, default_init, ensemblize, gaussian_log_prob
+from utils.distributions import gaussian_log_prob
+from utils.networks import MLP, ModuleDict, default_init, ensemblize
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 

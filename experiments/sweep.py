@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from utils.errors import ConfigError
 from utils.rundir import RunDir
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MAIN = os.path.join(REPO_ROOT, 'main.py')
 PRESETS_FILE = 'configs/presets.py'  # Relative to REPO_ROOT, where every command runs.
 PREEMPTED_EXIT_CODE = 143  # main.py's exit status after a SIGTERM (checkpoint saved).

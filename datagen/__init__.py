@@ -4,8 +4,8 @@
 knows the dataset; a new generator (e.g. antmaze with a trained expert) registers here.
 """
 
-from utils.datagen import antmaze, pointmaze, scene
-from utils.datagen import visual  # after antmaze and scene: renders their datasets
+from datagen import antmaze, pointmaze, scene
+from datagen import visual  # after antmaze and scene: renders their datasets
 
 _GENERATORS = {name: pointmaze for name in pointmaze.GENERATABLE_DATASETS}
 _GENERATORS.update({name: antmaze for name in antmaze.GENERATABLE_DATASETS})

@@ -26,7 +26,7 @@ import numpy as np
 import ogbench.manipspace  # noqa: F401  (registers the manipulation envs with gymnasium)
 from tqdm import tqdm
 
-from utils.datagen.pointmaze import _seeded_global_np_random, save_train_val
+from datagen.pointmaze import _seeded_global_np_random, save_train_val
 
 GENERATABLE_DATASETS = ('scene-play-v0',)
 NUM_TRAIN_EPISODES = 1000

@@ -5,7 +5,7 @@ observation replaced by the 64x64x3 image of the environment's own camera (`visu
 ant, the tracking 'back' camera, a floor coloured by position, one white leg; for the scene, its
 'front_pixels' camera, with the buttons coloured by their states, which the scene rows carry). So
 `visual-antmaze-<maze>-<type>-v0` is made from `antmaze-<maze>-<type>-v0` (downloaded, or generated
-by `utils.datagen.antmaze`) without re-running any dynamics: for each row, set the visual env's
+by `datagen.antmaze`) without re-running any dynamics: for each row, set the visual env's
 qpos / qvel to the row's and render. Actions, terminals, qpos and qvel are copied unchanged.
 
 Rendering from qpos gives the image of exactly that state (MuJoCo's forward kinematics are rerun).
@@ -33,8 +33,8 @@ import gymnasium
 import numpy as np
 from tqdm import tqdm
 
-from utils.datagen import antmaze, scene
-from utils.datagen.pointmaze import _save_npz_atomic
+from datagen import antmaze, scene
+from datagen.pointmaze import _save_npz_atomic
 from utils.errors import DatasetError
 
 IMAGE_SHAPE = (64, 64, 3)
