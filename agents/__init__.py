@@ -1,36 +1,24 @@
-"""Agent registry: `agent_name` in a config -> agent class. A new agent is one file here plus one line below."""
+"""One file per agent. Each agent module defines its agent class(es), a module-level `get_config()` and
+`AGENTS = {agent_name: class}`; `get_agent_class` finds an `agent_name` in whichever module declares it,
+so a new agent file needs no edit here."""
 
-from agents.byol_gamma import BYOLGammaAgent
-from agents.crl import CRLAgent
-from agents.fb import FBAgent
-from agents.gcbc import GCBCAgent
-from agents.gciql import GCIQLAgent
-from agents.gcivl import GCIVLAgent
-from agents.hierarchical import HBYOLGammaAgent, HGCBCAgent, HGCBCPhiAgent
-from agents.hiql import HIQLAgent
-from agents.qrl import QRLAgent
-from agents.tdsr import TDSRAgent
-from agents.tra import TRAAgent
+import importlib
+import pkgutil
+
 from utils.errors import ConfigError
 
-AGENTS = {
-    'gcbc': GCBCAgent,
-    'byol_gamma': BYOLGammaAgent,
-    'tra': TRAAgent,
-    'tdsr': TDSRAgent,
-    'hgcbc': HGCBCAgent,
-    'hgcbc_phi': HGCBCPhiAgent,
-    'hbyol_gamma': HBYOLGammaAgent,
-    'fb': FBAgent,
-    'gcivl': GCIVLAgent,
-    'gciql': GCIQLAgent,
-    'qrl': QRLAgent,
-    'crl': CRLAgent,
-    'hiql': HIQLAgent,
-}
+
+def agent_classes():
+    """{agent_name: class} over every module of this package."""
+    classes = {}
+    for module_info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f'{__name__}.{module_info.name}')
+        classes.update(getattr(module, 'AGENTS', {}))
+    return classes
 
 
 def get_agent_class(agent_name: str):
-    if agent_name not in AGENTS:
-        raise ConfigError(f'Unknown agent {agent_name!r}. Valid agents: {", ".join(sorted(AGENTS))}.')
-    return AGENTS[agent_name]
+    classes = agent_classes()
+    if agent_name not in classes:
+        raise ConfigError(f'Unknown agent {agent_name!r}. Valid agents: {", ".join(sorted(classes))}.')
+    return classes[agent_name]

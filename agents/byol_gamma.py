@@ -27,23 +27,23 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import BCAgent, ema_target_update
+from utils.agent_base import BCAgent
 from utils.representation import check_encoder, phi_policy_inputs, state_encoder
 from utils.losses import byol_gamma_loss, nstep_prediction_loss
 from utils.networks import EnsemblePredictor, GaussianActor
 
 
 class BYOLGammaAgent(BCAgent):
-    def policy_inputs(self, observations, goals, params=None):
+    def policy_inputs(self, observations, goals, params):
         return phi_policy_inputs(self.network, observations, goals, params)
 
     def target_encode(self, x, params, online=None):
-        """phibar(x): the online encoder without gradient (tau = 1) or the EMA target encoder.
+        """phibar(x): the online encoder without gradient (tau = 1) or its EMA target (tau < 1).
         `online`, phi(x) when already computed, is reused for tau = 1 instead of re-encoding x."""
         if self.config['tau'] == 1.0:
             online = self.network(x, name='encoder', params=params) if online is None else online
             return jax.lax.stop_gradient(online)
-        return jax.lax.stop_gradient(self.network(x, name='target_encoder', params=params))
+        return self.target(x, name='encoder')
 
     def forward(self, z, actions, params):
         return self.network(z, actions if self.config['action_conditioned'] else None, name='forward_predictor', params=params)
@@ -79,13 +79,9 @@ class BYOLGammaAgent(BCAgent):
         return loss, info
 
     def representations(self, observations, actions, goals):
-        prediction = self.forward(self.network(observations, name='encoder'), actions, None)
-        return prediction.mean(0), self.network(goals, name='encoder').mean(0)
-
-    def update_targets(self, network):
-        if self.config['tau'] == 1.0:
-            return network
-        return ema_target_update(network, 'encoder', 'target_encoder', self.config['tau'])
+        params = self.network.params
+        prediction = self.forward(self.network(observations, name='encoder', params=params), actions, params)
+        return prediction.mean(0), self.network(goals, name='encoder', params=params).mean(0)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
@@ -107,13 +103,11 @@ class BYOLGammaAgent(BCAgent):
         if config.backward_predictor:
             modules['backward_predictor'] = predictor.clone()
             example_args['backward_predictor'] = (ex_z,)
-        if config.tau != 1.0:
-            modules['target_encoder'] = encoder.clone()
-            example_args['target_encoder'] = (ex_observations,)
-        if config.loss_type not in ('ce', 'l2'):
-            raise ValueError(f'loss_type must be "ce" (f_CE) or "l2" (f_l2), got {config.loss_type!r}.')
-        targets = {'target_encoder': 'encoder'} if config.tau != 1.0 else None
+        targets = ('encoder',) if config.tau != 1.0 else ()
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr), targets=targets)
+
+
+AGENTS = {'byol_gamma': BYOLGammaAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():
@@ -136,7 +130,7 @@ def get_config():
             loss_type='ce',  # f: 'ce' (softmax cross-entropy, f_CE) or 'l2' (normalized L2, f_l2).
             ce_eps=1e-6,  # f_CE uses log(softmax + ce_eps) as the authors' code does; 0 = the printed log-softmax.
             action_conditioned=True,  # psi_f(phi(s_t), a_t) (BYOL-gamma^a) instead of psi_f(phi(s_t)).
-            backward_predictor=True,  # Add the backward term f(sg phibar(s_t), psi_b(phi(s_{t+k}))).
+            backward_predictor=True,  # Add the backward term f(psi_b(phi(s_{t+k})), sg phibar(s_t)).
             tau=1.0,  # Target encoder: 1 = stop-gradient online encoder; < 1 = EMA rate (0.99 visual).
             nstep=0,  # > 0: n-step BYOL (recurrent prediction of s_{t+1..t+n}) instead of geometric.
             discount=0.99,  # gamma: representation targets s_{t+k}, k ~ Geometric(1 - gamma).

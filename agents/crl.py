@@ -18,6 +18,7 @@ import ml_collections
 import optax
 
 from utils.config_checks import at_least, one_of
+from utils.flax_utils import frozen
 from utils.networks import BilinearValue, GaussianActor
 from utils.rl_agent import GoalConditionedRLAgent
 from utils.rl_losses import binary_nce_loss, contrastive_logits
@@ -26,7 +27,7 @@ from utils.rl_losses import binary_nce_loss, contrastive_logits
 class CRLAgent(GoalConditionedRLAgent):
     CONFIG_RULES = {'actor_loss': one_of('ddpgbc', 'awr'), 'latent_dim': at_least(1, 512), 'batch_size': at_least(2, 1024)}
 
-    def critic(self, observations, goals, actions=None, params=None, name='critic'):
+    def critic(self, observations, goals, actions, params, name='critic'):
         """(f [E, B], phi [E, B, d], psi [E, B, d]) for x = concat(s, a), or s when `actions` is None."""
         x = observations if actions is None else jnp.concatenate([observations, actions], axis=-1)
         return self.network(x, goals, name=name, params=params)
@@ -46,10 +47,10 @@ class CRLAgent(GoalConditionedRLAgent):
     def actor_loss(self, batch, params):
         observations, goals = batch['observations'], batch['actor_goals']
         if self.config['actor_loss'] == 'ddpgbc':
-            q_fn = lambda actions: jnp.min(self.critic(observations, goals, actions)[0], axis=0)
+            q_fn = lambda actions, critic_params: jnp.min(self.critic(observations, goals, actions, critic_params)[0], axis=0)
             return self.ddpg_bc_actor_loss(batch, params, q_fn, self.config['alpha'])
-        q = jnp.min(self.critic(observations, goals, batch['actions'])[0], axis=0)
-        v = self.critic(observations, goals, name='value')[0][0]
+        q = jnp.min(self.critic(observations, goals, batch['actions'], frozen(params))[0], axis=0)
+        v = self.critic(observations, goals, None, frozen(params), name='value')[0][0]
         means, log_stds = self.actor_distribution(observations, goals, params)
         return self.awr_actor_loss(means, log_stds, batch['actions'], q - v, self.config['alpha'])
 
@@ -76,6 +77,9 @@ class CRLAgent(GoalConditionedRLAgent):
             modules['value'] = bilinear(1)
             example_args['value'] = (ex_observations, ex_goals)
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
+
+
+AGENTS = {'crl': CRLAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

@@ -27,9 +27,8 @@ Choices, following Meta Motivo's FB (Tirinzoni et al. 2025) unless noted:
 * BC term (the paper's addition, coefficient 1): log-likelihood of the dataset action under
   N(tanh(mean), I), i.e. 0.5 * ||a - pi(s, z)||^2 + const, with the same z as the RL term. Q is used
   raw, as in Meta Motivo and as "coefficient 1" reads; M is of order 1 / (1 - gamma), so BC is a
-  light regulariser. `normalize_q` divides Q by sg(mean |Q|) instead (TD3+BC): on
-  pointmaze-medium-stitch (batch 256) that let BC dominate and the policy ignore z (mean cosine with
-  the oracle action 0.21 after 20k steps, against 0.36 with raw Q after 10k).
+  light regulariser. `normalize_q` divides Q by sg(mean |Q|) instead (TD3+BC), which lets BC
+  dominate, so that the policy can learn to ignore z.
 * Loss scale (`loss_scale`): 'metamotivo' (default) is Meta Motivo's, which the paper's FB appendix
   follows: TD loss 1/2 sum_e td_e - sum_e mean_i (M_e - T)_ii (the same gradients as 'paper' for 2
   members) and orthonormality regulariser 1/2 E_{i != j}[(B_i . B_j)^2] - E_i[|B_i|^2] with
@@ -39,8 +38,8 @@ Choices, following Meta Motivo's FB (Tirinzoni et al. 2025) unless noted:
   orthonormality_loss.
 * EMA rate tau = 0.01 (their `fb_target_tau`), lr 1e-4 (the paper sweeps 1e-4, 1e-5, 1e-6).
 
-Expect `critic/m_diag_mean` = M(s_t, a_t, s_{t+1}) to keep growing on continuous, deterministic
-dynamics (pointmaze, measured with ortho_coef = 0: ~740 after 20k steps, against ~80 off the diagonal): the true successor measure
+Expect `critic/m_diag_mean` = M(s_t, a_t, s_{t+1}) to keep growing, and to grow far above the
+off-diagonal mean, on continuous, deterministic dynamics such as pointmaze: the true successor measure
 has a Dirac mass at s_{t+1}, so only the networks' smoothness bounds it. The critic loss therefore
 keeps decreasing below zero; it is no convergence signal.
 """
@@ -53,11 +52,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import BCAgent, ema_target_update
-from utils.representation import check_encoder, latent_dim_for
-from utils.errors import ConfigError
+from utils.agent_base import Agent, LossFn
+from utils.config_checks import Rule, at_least, one_of
+from utils.flax_utils import frozen
 from utils.losses import bc_loss, forward_backward_loss, orthonormality_loss
 from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize, visual_encoder
+from utils.representation import check_encoder, latent_dim_for
 
 # Under the square root of the norm, so that projecting a zero vector gives 0 instead of NaN.
 SPHERE_EPS = 1e-12
@@ -110,23 +110,6 @@ class BackwardMap(nn.Module):
         return project_to_sphere(Encoder(self.hidden_dims, self.latent_dim, self.layer_norm)(x))
 
 
-def check_config(config):
-    """Clear errors for FB settings that would otherwise fail deep inside jit or silently give NaN."""
-    if len(config.encoder_hidden_dims) < 2:
-        raise ConfigError(
-            f'FB needs at least 2 hidden layers in encoder_hidden_dims (embeddings, then trunk), got '
-            f'{config.encoder_hidden_dims}.'
-        )
-    if config.num_forward < 1:
-        raise ConfigError(f'num_forward must be >= 1, got {config.num_forward}.')
-    if config.batch_size < 2:
-        raise ConfigError(f'FB pairs each sample with the others in its batch: batch_size must be >= 2, got {config.batch_size}.')
-    if config.loss_scale not in ('metamotivo', 'paper'):
-        raise ConfigError(f"loss_scale must be 'metamotivo' or 'paper', got {config.loss_scale!r}.")
-    if not 0.0 <= config.z_state_ratio <= 1.0:
-        raise ConfigError(f'z_state_ratio is a probability in [0, 1], got {config.z_state_ratio}.')
-
-
 def pessimistic_mean(values, penalty):
     """mean_e v_e - penalty * mean_{e != e'} |v_e - v_e'| over the ensemble axis 0 (Meta Motivo's
     `get_targets_uncertainty`); for one member, the value itself."""
@@ -137,22 +120,30 @@ def pessimistic_mean(values, penalty):
     return jnp.mean(values, axis=0) - penalty * spread
 
 
-class FBAgent(BCAgent):
-    def policy_inputs(self, observations, goals, params=None):
+class FBAgent(Agent):
+    CONFIG_RULES = {
+        # F's (s, a) and (s, z) embeddings take all hidden sizes but the last, the trunk the last one.
+        'encoder_hidden_dims': Rule(lambda v: len(v) >= 2 and all(isinstance(d, int) and d >= 1 for d in v),
+                                    'must hold at least 2 positive layer sizes (embeddings, then trunk)', (64, 64, 64)),
+        'batch_size': at_least(2, 1024),  # the TD loss pairs each sample with the others in its batch
+        'loss_scale': one_of('metamotivo', 'paper'),
+    }
+
+    def policy_inputs(self, observations, goals, params):
         """Goal reaching: the actor on concat(s, z) with z = B(g)."""
         return self.policy_features(observations, self.network(goals, name='backward', params=params), params)
 
-    def policy_features(self, observations, latents, params=None):
+    def policy_features(self, observations, latents, params):
         """The actor's input concat(s, z); with pixels, s is first encoded by the actor's own image encoder."""
         if self.config['encoder'] != 'none':
             observations = self.network(observations, name='actor_encoder', params=params)
         return jnp.concatenate([observations, latents], axis=-1)
 
-    def policy_actions(self, observations, latents, params=None):
+    def policy_actions(self, observations, latents, params):
         """(pi(s, z) = tanh(mean), log_stds)."""
         return self.actor_head(self.policy_features(observations, latents, params), params)
 
-    def actor_head(self, inputs, params=None):
+    def actor_head(self, inputs, params):
         """The actor on concat(s, z): (tanh(mean), log_stds)."""
         means, log_stds = self.network(inputs, name='actor', params=params)
         return jnp.tanh(means), log_stds
@@ -175,10 +166,10 @@ class FBAgent(BCAgent):
 
     def critic_loss(self, batch, params, latents, noise_key):
         """FB TD loss (+ orthonormality); trains F and B only."""
-        next_actions, _ = self.policy_actions(batch['next_observations'], latents, jax.lax.stop_gradient(params))
+        next_actions, _ = self.policy_actions(batch['next_observations'], latents, frozen(params))
         next_actions = self.smoothed(next_actions, noise_key)
-        target_forward = self.network(batch['next_observations'], next_actions, latents, name='target_forward', params=params)
-        target_backward = self.network(batch['next_observations'], name='target_backward', params=params)
+        target_forward = self.target(batch['next_observations'], next_actions, latents, name='forward')
+        target_backward = self.target(batch['next_observations'], name='backward')
         forward = self.network(batch['observations'], batch['actions'], latents, name='forward', params=params)
         backward = self.network(batch['next_observations'], name='backward', params=params)
         scale = self.config['loss_scale']
@@ -193,7 +184,7 @@ class FBAgent(BCAgent):
         parameters, so this loss trains the actor only (z is already stop-gradient)."""
         actions, log_stds = self.policy_actions(batch['observations'], latents, params)
         smoothed = self.smoothed(actions, noise_key)
-        forward = self.network(batch['observations'], smoothed, latents, name='forward', params=jax.lax.stop_gradient(params))
+        forward = self.network(batch['observations'], smoothed, latents, name='forward', params=frozen(params))
         q = pessimistic_mean(jnp.sum(forward * latents, axis=-1), self.config['actor_pessimism'])
         q_scale = jax.lax.stop_gradient(jnp.mean(jnp.abs(q))) if self.config['normalize_q'] else 1.0
         q_loss = -jnp.mean(q) / jnp.maximum(q_scale, 1e-6)
@@ -206,40 +197,38 @@ class FBAgent(BCAgent):
         }
         return q_loss + self.config['bc_coef'] * bc, info
 
-    def total_loss(self, batch, grad_params, rng=None):
-        """Critic + actor loss; each trains its own networks (F, B) and pi. Without `rng` (validation)
-        the agent's own key draws z and the noise."""
-        rng = self.rng if rng is None else rng
+    def total_loss(self, batch, params, rng):
+        """Critic + actor loss; each trains its own networks (F, B) and pi; `rng` draws z and the noise."""
         latent_key, target_noise_key, actor_noise_key = jax.random.split(rng, 3)
-        latents = self.sample_latents(latent_key, batch['value_goals'], grad_params)
-        critic, info = self.critic_loss(batch, grad_params, latents, target_noise_key)
-        actor, actor_info = self.actor_loss(batch, grad_params, latents, actor_noise_key)
+        latents = self.sample_latents(latent_key, batch['value_goals'], params)
+        critic, info = self.critic_loss(batch, params, latents, target_noise_key)
+        actor, actor_info = self.actor_loss(batch, params, latents, actor_noise_key)
         info.update(actor_info)
         info['critic/loss'] = critic
         info['total_loss'] = critic + actor
         return critic + actor, info
 
-    def update_targets(self, network):
-        network = ema_target_update(network, 'forward', 'target_forward', self.config['tau'])
-        return ema_target_update(network, 'backward', 'target_backward', self.config['tau'])
+    def loss_fn(self, batch, rng) -> LossFn:
+        return lambda params: self.total_loss(batch, params, rng)
 
     @jax.jit
     def sample_actions(self, observations, goals, seed=None, temperature=1.0):
         """pi(s, B(g)) = tanh(mean), plus N(0, (temperature * actor_noise)^2) noise, clipped to [-1, 1]."""
-        actions, _ = self.actor_head(self.policy_inputs(observations, goals))
+        params = self.network.params
+        actions, _ = self.actor_head(self.policy_inputs(observations, goals, params), params)
         seed = self.rng if seed is None else seed
         noise = temperature * self.config['actor_noise'] * jax.random.normal(seed, actions.shape)
         return jnp.clip(actions + noise, -1.0, 1.0)
 
     def representations(self, observations, actions, goals):
         """(mean_e F_e(s, a, B(g)), B(g)): their dot product is the successor measure M(s, a, g)."""
-        latents = self.network(goals, name='backward')
-        return self.network(observations, actions, latents, name='forward').mean(axis=0), latents
+        params = self.network.params
+        latents = self.network(goals, name='backward', params=params)
+        return self.network(observations, actions, latents, name='forward', params=params).mean(axis=0), latents
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
         action_dim = ex_actions.shape[-1]
-        check_config(config)
         check_encoder(config, ex_observations)
         d = latent_dim_for(config, ex_observations)
         forward = ensemblize(ForwardMap, config.num_forward)(config.encoder_hidden_dims, d, config.encoder_layer_norm, config.encoder)
@@ -248,24 +237,22 @@ class FBAgent(BCAgent):
         ex_actor_features = ex_observations
         modules = {
             'forward': forward,
-            'target_forward': forward.clone(),
             'backward': backward,
-            'target_backward': backward.clone(),
             'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm),
         }
         example_args = {
             'forward': (ex_observations, ex_actions, ex_latents),
-            'target_forward': (ex_observations, ex_actions, ex_latents),
             'backward': (ex_observations,),
-            'target_backward': (ex_observations,),
         }
         if config.encoder != 'none':  # the actor's own CNN, trained by the actor loss
             modules['actor_encoder'] = visual_encoder(config.encoder)
             example_args['actor_encoder'] = (ex_observations,)
             ex_actor_features = jnp.zeros(jax.eval_shape(modules['actor_encoder'].init_with_output, jax.random.PRNGKey(0), ex_observations)[0].shape)
         example_args['actor'] = (jnp.concatenate([ex_actor_features, ex_latents], axis=-1),)
-        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
-                                targets={'target_forward': 'forward', 'target_backward': 'backward'})
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr), targets=('forward', 'backward'))
+
+
+AGENTS = {'fb': FBAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

@@ -23,12 +23,12 @@ from utils.networks import VISUAL_ENCODERS, GaussianActor, visual_encoder
 
 
 class GCBCAgent(BCAgent):
-    CONFIG_RULES = {'encoder': one_of('none', 'phi', 'impala_small', 'phi_impala_small', 'impala', 'phi_impala', 'impala_debug', 'phi_impala_debug')}
+    CONFIG_RULES = {'encoder': one_of('none', 'phi', *VISUAL_ENCODERS, *(f'phi_{name}' for name in VISUAL_ENCODERS))}
 
     def uses_phi(self):
         return self.config['encoder'].startswith('phi')
 
-    def policy_inputs(self, observations, goals, params=None):
+    def policy_inputs(self, observations, goals, params):
         if self.uses_phi():
             return phi_policy_inputs(self.network, observations, goals, params)
         if self.config['encoder'] in VISUAL_ENCODERS:
@@ -39,7 +39,8 @@ class GCBCAgent(BCAgent):
         if not self.uses_phi():
             return super().representations(observations, actions, goals)
         # GCBC-phi has no predictor: compare phi(s) with phi(g).
-        return self.network(observations, name='encoder').mean(0), self.network(goals, name='encoder').mean(0)
+        params = self.network.params
+        return self.network(observations, name='encoder', params=params).mean(0), self.network(goals, name='encoder', params=params).mean(0)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
@@ -58,6 +59,9 @@ class GCBCAgent(BCAgent):
         else:
             example_args = {'actor': (ex_inputs,)}
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
+
+
+AGENTS = {'gcbc': GCBCAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

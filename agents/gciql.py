@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import ema_target_update
 from utils.config_checks import one_of
+from utils.flax_utils import frozen
 from utils.networks import GaussianActor, ValueEnsemble
 from utils.rl_agent import GoalConditionedRLAgent
 from utils.rl_losses import iql_critic_loss, iql_value_loss
@@ -28,12 +28,12 @@ class GCIQLAgent(GoalConditionedRLAgent):
 
     def value_loss(self, batch, params):
         v = self.network(batch['observations'], batch['value_goals'], name='value', params=params)[0]
-        target_q = self.network(batch['observations'], batch['value_goals'], batch['actions'], name='target_critic')
+        target_q = self.target(batch['observations'], batch['value_goals'], batch['actions'], name='critic')
         loss = iql_value_loss(v, target_q, self.config['expectile'])
         return loss, {'v_mean': jnp.mean(v), 'v_min': jnp.min(v), 'v_max': jnp.max(v)}
 
     def critic_loss(self, batch, params):
-        next_v = self.network(batch['next_observations'], batch['value_goals'], name='value')[0]
+        next_v = self.network(batch['next_observations'], batch['value_goals'], name='value', params=frozen(params))[0]
         q = self.network(batch['observations'], batch['value_goals'], batch['actions'], name='critic', params=params)
         loss = iql_critic_loss(q, next_v, batch['rewards'], batch['masks'], self.config['discount'])
         return loss, {'q_mean': jnp.mean(q), 'q_min': jnp.min(q), 'q_max': jnp.max(q)}
@@ -41,10 +41,10 @@ class GCIQLAgent(GoalConditionedRLAgent):
     def actor_loss(self, batch, params):
         observations, goals = batch['observations'], batch['actor_goals']
         if self.config['actor_loss'] == 'ddpgbc':
-            q_fn = lambda actions: jnp.min(self.network(observations, goals, actions, name='critic'), axis=0)
+            q_fn = lambda actions, critic_params: jnp.min(self.network(observations, goals, actions, name='critic', params=critic_params), axis=0)
             return self.ddpg_bc_actor_loss(batch, params, q_fn, self.config['alpha'])
-        v = self.network(observations, goals, name='value')[0]
-        q = jnp.min(self.network(observations, goals, batch['actions'], name='critic'), axis=0)
+        v = self.network(observations, goals, name='value', params=frozen(params))[0]
+        q = jnp.min(self.network(observations, goals, batch['actions'], name='critic', params=frozen(params)), axis=0)
         means, log_stds = self.actor_distribution(observations, goals, params)
         return self.awr_actor_loss(means, log_stds, batch['actions'], q - v, self.config['alpha'])
 
@@ -55,27 +55,24 @@ class GCIQLAgent(GoalConditionedRLAgent):
             'actor': self.actor_loss(batch, params),
         }
 
-    def update_targets(self, network):
-        return ema_target_update(network, 'critic', 'target_critic', self.config['tau'])
-
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
         critic = ValueEnsemble(config.value_hidden_dims, num_members=2, layer_norm=config.layer_norm)
         modules = {
             'value': ValueEnsemble(config.value_hidden_dims, num_members=1, layer_norm=config.layer_norm),
             'critic': critic,
-            'target_critic': critic.clone(),
             'actor': GaussianActor(config.actor_hidden_dims, ex_actions.shape[-1], const_std=config.const_std),
         }
         ex_goals = ex_observations
         example_args = {
             'value': (ex_observations, ex_goals),
             'critic': (ex_observations, ex_goals, ex_actions),
-            'target_critic': (ex_observations, ex_goals, ex_actions),
             'actor': (jnp.concatenate([ex_observations, ex_goals], axis=-1),),
         }
-        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
-                                targets={'target_critic': 'critic'})
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr), targets=('critic',))
+
+
+AGENTS = {'gciql': GCIQLAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

@@ -19,54 +19,51 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import ema_target_update
+from utils.flax_utils import frozen
 from utils.networks import GaussianActor, ValueEnsemble
 from utils.rl_agent import GoalConditionedRLAgent
 from utils.rl_losses import implicit_v_loss
 
 
 class GCIVLAgent(GoalConditionedRLAgent):
-    def values(self, observations, goals, params=None, name='value'):
+    def values(self, observations, goals, params):
         """V_e(s, g) for both ensemble members, [2, B]."""
-        return self.network(observations, goals, name=name, params=params)
+        return self.network(observations, goals, name='value', params=params)
 
     def value_loss(self, batch, params):
         values = self.values(batch['observations'], batch['value_goals'], params)
-        target_values = self.values(batch['observations'], batch['value_goals'], name='target_value')
-        next_target_values = self.values(batch['next_observations'], batch['value_goals'], name='target_value')
+        target_values = self.target(batch['observations'], batch['value_goals'], name='value')
+        next_target_values = self.target(batch['next_observations'], batch['value_goals'], name='value')
         loss, _ = implicit_v_loss(values, target_values, next_target_values, batch['rewards'], batch['masks'],
                                   self.config['discount'], self.config['expectile'])
         v = jnp.mean(values, axis=0)
         return loss, {'v_mean': jnp.mean(v), 'v_min': jnp.min(v), 'v_max': jnp.max(v)}
 
     def actor_loss(self, batch, params):
-        v = jnp.mean(self.values(batch['observations'], batch['actor_goals']), axis=0)
-        next_v = jnp.mean(self.values(batch['next_observations'], batch['actor_goals']), axis=0)
+        v = jnp.mean(self.values(batch['observations'], batch['actor_goals'], frozen(params)), axis=0)
+        next_v = jnp.mean(self.values(batch['next_observations'], batch['actor_goals'], frozen(params)), axis=0)
         means, log_stds = self.actor_distribution(batch['observations'], batch['actor_goals'], params)
         return self.awr_actor_loss(means, log_stds, batch['actions'], next_v - v, self.config['alpha'])
 
     def loss_terms(self, batch, params, rng):
         return {'value': self.value_loss(batch, params), 'actor': self.actor_loss(batch, params)}
 
-    def update_targets(self, network):
-        return ema_target_update(network, 'value', 'target_value', self.config['tau'])
-
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
         value = ValueEnsemble(config.value_hidden_dims, num_members=2, layer_norm=config.layer_norm)
         modules = {
             'value': value,
-            'target_value': value.clone(),
             'actor': GaussianActor(config.actor_hidden_dims, ex_actions.shape[-1], const_std=config.const_std),
         }
         ex_goals = ex_observations
         example_args = {
             'value': (ex_observations, ex_goals),
-            'target_value': (ex_observations, ex_goals),
             'actor': (jnp.concatenate([ex_observations, ex_goals], axis=-1),),
         }
-        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
-                                targets={'target_value': 'value'})
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr), targets=('value',))
+
+
+AGENTS = {'gcivl': GCIVLAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

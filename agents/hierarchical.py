@@ -46,22 +46,23 @@ import optax
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
+from utils.agent_base import Agent
 from utils.checkpoints import load_checkpoint
-from utils.representation import phi_policy_inputs, state_encoder
-from utils.errors import ConfigError
-from utils.flax_utils import TrainState, nonpytree_field
-from utils.losses import bc_loss
+from utils.config_checks import Rule
 from utils.distributions import sample_gaussian
+from utils.errors import ConfigError
+from utils.flax_utils import TrainState, frozen
+from utils.losses import bc_loss
 from utils.networks import GaussianActor, ModuleDict
+from utils.representation import phi_policy_inputs, state_encoder
 
 
-class HierarchicalAgent(flax.struct.PyTreeNode):
-    """Shared by the three variants; a variant defines how the levels meet (the hooks below)."""
+class HierarchicalAgent(Agent):
+    """Shared by the three variants; a variant defines how the levels meet (the hooks below).
+    `network` is the high level (its own train state); the low level is a whole flat agent, `low`,
+    whose target networks (if any) are its own, so the high level keeps `targets` empty."""
 
-    rng: Any
-    network: TrainState  # the high level; `network` like every agent, so main.py validates it alike
     low: Any  # the low level: a flat agent (GCBCAgent or BYOLGammaAgent)
-    config: Any = nonpytree_field()
 
     @classmethod
     def create_low(cls, seed, ex_observations, ex_actions, config):
@@ -73,8 +74,8 @@ class HierarchicalAgent(flax.struct.PyTreeNode):
         """(modules, example_args) of the high level; it must hold a 'high_actor'."""
         raise NotImplementedError
 
-    def high_inputs(self, observations, goals, params=None):
-        """The high-level actor's input for (s, g)."""
+    def high_inputs(self, observations, goals, params):
+        """The high-level actor's input for (s, g), with the high level's `params`."""
         raise NotImplementedError
 
     def subgoal_targets(self, subgoal_states):
@@ -111,12 +112,12 @@ class HierarchicalAgent(flax.struct.PyTreeNode):
             return ~self.in_stage2(), self.in_stage2()
         return not self.config['stage1_checkpoint'], True
 
-    def total_loss(self, batch, grad_params, rng=None):
+    def total_loss(self, batch, params):
         """The objective of the levels the next update trains -- the low level's L_BC + alpha * L_aux at
-        its current parameters and/or the high level's L_BC at `grad_params` (high-level parameters) --
+        its current parameters and/or the high level's L_BC at `params` (high-level parameters) --
         and the metrics of both levels."""
         low_loss, info = self.low.total_loss(self.low_batch(batch), self.low.network.params)
-        high_loss, high_info = self.high_loss(batch, grad_params)
+        high_loss, high_info = self.high_loss(batch, params)
         info.update({f'high_actor/{k}': v for k, v in high_info.items()})
         info['total_loss'] = objective(low_loss, high_loss, *self.trained_levels())
         return info['total_loss'], info
@@ -128,7 +129,7 @@ class HierarchicalAgent(flax.struct.PyTreeNode):
         if train_low:
             low, info = self.low.update(low_batch)
         else:
-            low, (_, info) = self.low, self.low.total_loss(low_batch, self.low.network.params)
+            low, info = self.low, self.low.metrics(low_batch)
             info['grad_norm'] = frozen_grad_norm
         if train_high:
             network, high_info = self.network.apply_loss_fn(lambda params: self.high_loss(batch, params))
@@ -138,6 +139,9 @@ class HierarchicalAgent(flax.struct.PyTreeNode):
         info.update({f'high_actor/{k}': v for k, v in high_info.items()})
         info['total_loss'] = objective(info['total_loss'], high_info['bc_loss'], train_low, train_high)
         return self.replace(low=low, network=network), info
+
+    def loss_fn(self, batch, rng):
+        return lambda params: self.total_loss(batch, params)
 
     @jax.jit
     def update(self, batch):
@@ -154,11 +158,13 @@ class HierarchicalAgent(flax.struct.PyTreeNode):
         return agent, info
 
     def propose_subgoals(self, observations, goals, seed, temperature=1.0):
-        means, log_stds = self.network(self.high_inputs(observations, goals), name='high_actor')
+        params = self.network.params
+        means, log_stds = self.network(self.high_inputs(observations, goals, params), name='high_actor', params=params)
         return sample_gaussian(seed, means, log_stds, temperature)
 
     def act_on_subgoals(self, observations, subgoals, seed, temperature=1.0):
-        means, log_stds = self.low.network(self.low_policy_inputs(observations, subgoals), name='actor')
+        inputs = self.low_policy_inputs(observations, subgoals)
+        means, log_stds = self.low.network(inputs, name='actor', params=self.low.network.params)
         return jnp.clip(sample_gaussian(seed, means, log_stds, temperature), -1.0, 1.0)
 
     @jax.jit
@@ -178,14 +184,10 @@ class HierarchicalAgent(flax.struct.PyTreeNode):
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        if config.subgoal_steps <= 0:
-            raise ConfigError(f'Hierarchical agents need subgoal_steps > 0 (paper: 25), got {config.subgoal_steps}.')
-        if config.stage1_steps < 0:
-            raise ConfigError(f'stage1_steps must be >= 0 (0 = train both levels together), got {config.stage1_steps}.')
         low = cls.create_low(seed, ex_observations, ex_actions, config)
         frozen_config = flax.core.FrozenDict(config.to_dict())
         # A placeholder high level lets the hooks (which read the low level) size the real one.
-        agent = cls(rng=None, network=None, low=low, config=frozen_config)
+        agent = cls(rng=None, network=None, targets={}, low=low, config=frozen_config)
         subgoal_dim = agent.subgoal_targets(ex_observations).shape[-1]
         modules, example_args = cls.high_modules(config, ex_observations, subgoal_dim)
         rng, init_rng = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1))
@@ -246,14 +248,15 @@ def load_low_level(path, agent):
 class HGCBCAgent(HierarchicalAgent):
     """Subgoals are states: pi_h(l | s, g) on concat(s, g), a GCBC low level on concat(s, l)."""
 
+    CONFIG_RULES = {
+        'encoder': Rule(lambda v: v == 'none',
+                        "must be 'none': HGCBC's subgoals are states, so on images it would predict pixels (the paper "
+                        "does not run it on images either); use agent_name=hgcbc_phi or hbyol_gamma (presets "
+                        "hgcbc_phi_visual, hbyol_gamma_a_visual), whose subgoals are representations", 'none'),
+    }
+
     @classmethod
     def create_low(cls, seed, ex_observations, ex_actions, config):
-        if config.encoder != 'none':
-            raise ConfigError(
-                f'HGCBC predicts subgoal states, which for encoder={config.encoder!r} would be predicting pixels '
-                f'(the paper does not run it on images either): use --agent.agent_name=hgcbc_phi or hbyol_gamma '
-                f'(presets hgcbc_phi_visual, hbyol_gamma_a_visual), whose subgoals are representations.'
-            )
         return GCBCAgent.create(seed, ex_observations, ex_actions, with_fields(config, encoder='none'))
 
     @classmethod
@@ -261,14 +264,14 @@ class HGCBCAgent(HierarchicalAgent):
         actor = GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm)
         return {'high_actor': actor}, {'high_actor': (jnp.concatenate([ex_observations, ex_observations], axis=-1),)}
 
-    def high_inputs(self, observations, goals, params=None):
+    def high_inputs(self, observations, goals, params):
         return jnp.concatenate([observations, goals], axis=-1)
 
     def subgoal_targets(self, subgoal_states):
         return subgoal_states
 
     def low_policy_inputs(self, observations, subgoals):
-        return self.low.policy_inputs(observations, subgoals)
+        return self.low.policy_inputs(observations, subgoals, self.low.network.params)
 
 
 class LatentSubgoalAgent(HierarchicalAgent):
@@ -276,7 +279,7 @@ class LatentSubgoalAgent(HierarchicalAgent):
 
     def low_representation(self, x):
         """phibar(x): the ensemble mean the low-level actor reads (as in utils.representation)."""
-        return self.low.network(x, name='encoder').mean(axis=0)
+        return self.low.network(x, name='encoder', params=self.low.network.params).mean(axis=0)
 
     def subgoal_targets(self, subgoal_states):
         return jax.lax.stop_gradient(self.low_representation(subgoal_states))
@@ -302,7 +305,7 @@ class HGCBCPhiAgent(LatentSubgoalAgent):
         }
         return modules, {'high_encoder': (ex_observations,), 'high_actor': (jnp.zeros((1, 2 * latent_dim)),)}
 
-    def high_inputs(self, observations, goals, params=None):
+    def high_inputs(self, observations, goals, params):
         return phi_policy_inputs(self.network, observations, goals, params, encoder_name='high_encoder')
 
 
@@ -318,8 +321,8 @@ class HBYOLGammaAgent(LatentSubgoalAgent):
         actor = GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm)
         return {'high_actor': actor}, {'high_actor': (jnp.zeros((1, 2 * subgoal_dim)),)}
 
-    def high_inputs(self, observations, goals, params=None):
-        return jax.lax.stop_gradient(phi_policy_inputs(self.low.network, observations, goals))
+    def high_inputs(self, observations, goals, params):
+        return phi_policy_inputs(self.low.network, observations, goals, frozen(self.low.network.params))
 
 
 def with_fields(config, **fields):
@@ -327,6 +330,9 @@ def with_fields(config, **fields):
     config = ml_collections.ConfigDict(config.to_dict())
     config.update(fields)
     return config
+
+
+AGENTS = {'hgcbc': HGCBCAgent, 'hgcbc_phi': HGCBCPhiAgent, 'hbyol_gamma': HBYOLGammaAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import ema_target_update
 from utils.config_checks import at_least
 from utils.distributions import sample_gaussian
+from utils.flax_utils import frozen
 from utils.networks import GaussianActor, GoalRepresentation, ValueEnsemble, length_normalize
 from utils.rl_agent import GoalConditionedRLAgent
 from utils.rl_losses import implicit_v_loss
@@ -33,23 +33,26 @@ from utils.rl_losses import implicit_v_loss
 class HIQLAgent(GoalConditionedRLAgent):
     CONFIG_RULES = {'subgoal_steps': at_least(1, 25), 'rep_dim': at_least(1, 10)}
 
-    def goal_representation(self, observations, goals, params=None):
+    def goal_representation(self, observations, goals, params):
         return self.network(jnp.concatenate([observations, goals], axis=-1), name='goal_rep', params=params)
 
-    def values(self, observations, goals, params=None, name='value'):
-        """V_e(s, phi([s, g])), [2, B]. With `params`, gradients reach both V and phi; the target
-        network reads the stored phi (no gradient)."""
-        rep_params = params if name == 'value' else None
-        reps = self.goal_representation(observations, goals, rep_params)
-        return self.network(observations, reps, name=name, params=params)
+    def values(self, observations, goals, params):
+        """V_e(s, phi([s, g])), [2, B]; gradients reach both V and phi through `params`."""
+        reps = self.goal_representation(observations, goals, params)
+        return self.network(observations, reps, name='value', params=params)
 
-    def mean_value(self, observations, goals):
-        return jnp.mean(self.values(observations, goals), axis=0)
+    def target_values(self, observations, goals, params):
+        """Vbar_e(s, phi([s, g])): the EMA target value on the online phi, read without gradient."""
+        return self.target(observations, self.goal_representation(observations, goals, frozen(params)), name='value')
+
+    def mean_value(self, observations, goals, params):
+        """The ensemble-mean value, read without gradient (the actors' advantages)."""
+        return jnp.mean(self.values(observations, goals, frozen(params)), axis=0)
 
     def value_loss(self, batch, params):
         values = self.values(batch['observations'], batch['value_goals'], params)
-        target_values = self.values(batch['observations'], batch['value_goals'], name='target_value')
-        next_target_values = self.values(batch['next_observations'], batch['value_goals'], name='target_value')
+        target_values = self.target_values(batch['observations'], batch['value_goals'], params)
+        next_target_values = self.target_values(batch['next_observations'], batch['value_goals'], params)
         loss, _ = implicit_v_loss(values, target_values, next_target_values, batch['rewards'], batch['masks'],
                                   self.config['discount'], self.config['expectile'])
         v = jnp.mean(values, axis=0)
@@ -57,7 +60,8 @@ class HIQLAgent(GoalConditionedRLAgent):
 
     def low_actor_loss(self, batch, params):
         subgoals = batch['low_goals']
-        advantages = self.mean_value(batch['next_observations'], subgoals) - self.mean_value(batch['observations'], subgoals)
+        advantages = (self.mean_value(batch['next_observations'], subgoals, params)
+                      - self.mean_value(batch['observations'], subgoals, params))
         reps = self.goal_representation(batch['observations'], subgoals, params)
         if not self.config['low_actor_rep_grad']:
             reps = jax.lax.stop_gradient(reps)
@@ -66,8 +70,8 @@ class HIQLAgent(GoalConditionedRLAgent):
 
     def high_actor_loss(self, batch, params):
         goals, targets = batch['high_goals'], batch['high_targets']
-        advantages = self.mean_value(targets, goals) - self.mean_value(batch['observations'], goals)
-        target_reps = self.goal_representation(batch['observations'], targets)
+        advantages = self.mean_value(targets, goals, params) - self.mean_value(batch['observations'], goals, params)
+        target_reps = self.goal_representation(batch['observations'], targets, frozen(params))
         means, log_stds = self.actor_distribution(batch['observations'], goals, params, name='high_actor')
         return self.awr_actor_loss(means, log_stds, target_reps, advantages, self.config['high_alpha'])
 
@@ -78,18 +82,16 @@ class HIQLAgent(GoalConditionedRLAgent):
             'high_actor': self.high_actor_loss(batch, params),
         }
 
-    def update_targets(self, network):
-        return ema_target_update(network, 'value', 'target_value', self.config['tau'])
-
     @jax.jit
     def sample_actions(self, observations, goals, seed=None, temperature=1.0):
         """Subgoal representation z ~ pi_h(s, g) (std scaled by `temperature`), rescaled to length
         sqrt(rep_dim), then a ~ pi_l(s, z), clipped to [-1, 1]; temperature 0 uses both means."""
         seed = self.rng if seed is None else seed
         high_seed, low_seed = jax.random.split(seed)
-        means, log_stds = self.actor_distribution(observations, goals, None, name='high_actor')
+        params = self.network.params
+        means, log_stds = self.actor_distribution(observations, goals, params, name='high_actor')
         subgoals = length_normalize(sample_gaussian(high_seed, means, log_stds, temperature))
-        means, log_stds = self.actor_distribution(observations, subgoals, None, name='low_actor')
+        means, log_stds = self.actor_distribution(observations, subgoals, params, name='low_actor')
         return jnp.clip(sample_gaussian(low_seed, means, log_stds, temperature), -1.0, 1.0)
 
     @classmethod
@@ -98,7 +100,6 @@ class HIQLAgent(GoalConditionedRLAgent):
         modules = {
             'goal_rep': GoalRepresentation(config.value_hidden_dims, config.rep_dim, config.layer_norm),
             'value': value,
-            'target_value': value.clone(),
             'low_actor': GaussianActor(config.actor_hidden_dims, ex_actions.shape[-1], const_std=config.const_std),
             'high_actor': GaussianActor(config.actor_hidden_dims, config.rep_dim, const_std=config.const_std),
         }
@@ -107,12 +108,13 @@ class HIQLAgent(GoalConditionedRLAgent):
         example_args = {
             'goal_rep': (jnp.concatenate([ex_observations, ex_goals], axis=-1),),
             'value': (ex_observations, ex_reps),
-            'target_value': (ex_observations, ex_reps),
             'low_actor': (jnp.concatenate([ex_observations, ex_reps], axis=-1),),
             'high_actor': (jnp.concatenate([ex_observations, ex_goals], axis=-1),),
         }
-        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
-                                targets={'target_value': 'value'})
+        return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr), targets=('value',))
+
+
+AGENTS = {'hiql': HIQLAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

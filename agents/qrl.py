@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.config_checks import at_least, one_of, positive
-from utils.errors import ConfigError
+from utils.config_checks import Rule, at_least, one_of, positive
+from utils.flax_utils import frozen
 from utils.networks import MLP, GaussianActor, PositiveScalar, QuasimetricValue
 from utils.rl_agent import GoalConditionedRLAgent
 from utils.rl_losses import latent_dynamics_loss, qrl_value_loss
@@ -34,15 +34,19 @@ class QRLAgent(GoalConditionedRLAgent):
         'component_dim': at_least(1, 8),
         'eps': positive(0.05),
         'latent_dim': at_least(1, 512),
+        # The latent is split into IQE components of component_dim coordinates.
+        ('latent_dim', 'component_dim'): Rule(lambda latent, component: latent % component == 0,
+                                              'must split into whole IQE components (latent_dim a multiple of component_dim)',
+                                              '--agent.latent_dim=512 --agent.component_dim=8'),
     }
 
-    def distance(self, x, y, params=None, encoded=False):
+    def distance(self, x, y, params, encoded=False):
         return self.network(x, y, encoded=encoded, name='value', params=params)
 
-    def encode(self, x, params=None):
+    def encode(self, x, params):
         return self.network(x, name='value', params=params)
 
-    def predict_next_latent(self, latents, actions, params=None):
+    def predict_next_latent(self, latents, actions, params):
         return latents + self.network(jnp.concatenate([latents, actions], axis=-1), name='dynamics', params=params)
 
     def value_loss(self, batch, params):
@@ -64,13 +68,15 @@ class QRLAgent(GoalConditionedRLAgent):
     def actor_loss(self, batch, params):
         observations, goals = batch['observations'], batch['actor_goals']
         if self.config['actor_loss'] == 'ddpgbc':
-            latents, goal_latents = self.encode(observations), self.encode(goals)
+            latents, goal_latents = self.encode(observations, frozen(params)), self.encode(goals, frozen(params))
 
-            def q_fn(actions):
-                return -self.distance(self.predict_next_latent(latents, actions), goal_latents, encoded=True)
+            def q_fn(actions, model_params):
+                next_latents = self.predict_next_latent(latents, actions, model_params)
+                return -self.distance(next_latents, goal_latents, model_params, encoded=True)
 
             return self.ddpg_bc_actor_loss(batch, params, q_fn, self.config['alpha'])
-        advantages = self.distance(observations, goals) - self.distance(batch['next_observations'], goals)
+        value_params = frozen(params)
+        advantages = self.distance(observations, goals, value_params) - self.distance(batch['next_observations'], goals, value_params)
         means, log_stds = self.actor_distribution(observations, goals, params)
         return self.awr_actor_loss(means, log_stds, batch['actions'], advantages, self.config['alpha'])
 
@@ -83,11 +89,6 @@ class QRLAgent(GoalConditionedRLAgent):
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        if config.latent_dim % config.component_dim:
-            raise ConfigError(
-                f'QRL splits its latent into IQE components: latent_dim ({config.latent_dim}) must be a multiple of '
-                f'component_dim ({config.component_dim}), e.g. --agent.latent_dim=512 --agent.component_dim=8.'
-            )
         modules = {
             'value': QuasimetricValue(config.value_hidden_dims, config.latent_dim, config.component_dim, config.layer_norm),
             'lam': PositiveScalar(1.0),
@@ -102,6 +103,9 @@ class QRLAgent(GoalConditionedRLAgent):
             modules['dynamics'] = MLP((*config.value_hidden_dims, config.latent_dim), layer_norm=config.layer_norm)
             example_args['dynamics'] = (jnp.zeros((1, config.latent_dim + ex_actions.shape[-1])),)
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
+
+
+AGENTS = {'qrl': QRLAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import BCAgent, ema_target_update
+from utils.agent_base import BCAgent
 from utils.config_checks import at_least, one_of
 from utils.representation import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
 from utils.losses import orthonormality_loss, td_sr_loss
@@ -40,27 +40,29 @@ class TDSRAgent(BCAgent):
         'loss_scale': one_of('authors', 'paper'),
     }
 
-    def policy_inputs(self, observations, goals, params=None):
+    def policy_inputs(self, observations, goals, params):
         if not self.config['normalize_goal']:
             return phi_policy_inputs(self.network, observations, goals, params)
         z_s = self.network(observations, name='encoder', params=params).mean(axis=0)
-        z_g = self.goal_encode(goals, 'encoder', params).mean(axis=0)
+        z_g = self.goal_encode(goals, params).mean(axis=0)
         return jnp.concatenate([z_s, z_g], axis=-1)
 
-    def goal_encode(self, x, name, params=None):
-        """Goal-side representation phi(x) (or phibar), rescaled to norm sqrt(d) with `normalize_goal`."""
-        z = self.network(x, name=name, params=params)
+    def goal_side(self, z):
+        """A goal-side representation phi(x) (or phibar(x)), rescaled to norm sqrt(d) with `normalize_goal`."""
         return length_normalize(z) if self.config['normalize_goal'] else z
+
+    def goal_encode(self, x, params):
+        return self.goal_side(self.network(x, name='encoder', params=params))
 
     def psi_inputs(self, observations, actions):
         return psi_inputs(observations, actions, self.config['action_conditioned'])
 
     def representation_loss(self, batch, params):
         psi = self.network(*self.psi_inputs(batch['observations'], batch['actions']), name='psi_encoder', params=params)
-        phi_next = self.goal_encode(batch['next_observations'], 'encoder', params)
+        phi_next = self.goal_encode(batch['next_observations'], params)
         next_psi_inputs = self.psi_inputs(batch['next_observations'], batch['next_actions'])
-        target_psi_next = self.network(*next_psi_inputs, name='target_psi_encoder', params=params)
-        target_phi_next = self.goal_encode(batch['next_observations'], 'target_encoder', params)
+        target_psi_next = self.target(*next_psi_inputs, name='psi_encoder')
+        target_phi_next = self.goal_side(self.target(batch['next_observations'], name='encoder'))
         scale = self.config['loss_scale']
         loss, info = td_sr_loss(psi, phi_next, target_psi_next, target_phi_next, self.config['discount'], scale=scale)
         if self.config['ortho_coef'] > 0:
@@ -70,13 +72,10 @@ class TDSRAgent(BCAgent):
             loss = loss + self.config['ortho_coef'] * ortho
         return loss, info
 
-    def update_targets(self, network):
-        network = ema_target_update(network, 'encoder', 'target_encoder', self.config['tau'])
-        return ema_target_update(network, 'psi_encoder', 'target_psi_encoder', self.config['tau'])
-
     def representations(self, observations, actions, goals):
-        psi = self.network(*self.psi_inputs(observations, actions), name='psi_encoder')
-        return psi.mean(0), self.goal_encode(goals, 'encoder').mean(0)
+        params = self.network.params
+        psi = self.network(*self.psi_inputs(observations, actions), name='psi_encoder', params=params)
+        return psi.mean(0), self.goal_encode(goals, params).mean(0)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
@@ -87,19 +86,18 @@ class TDSRAgent(BCAgent):
         modules = {
             'encoder': encoder,
             'psi_encoder': encoder.clone(),
-            'target_encoder': encoder.clone(),
-            'target_psi_encoder': encoder.clone(),
             'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm),
         }
         example_args = {
             'encoder': (ex_observations,),
             'psi_encoder': ex_psi_input,
-            'target_encoder': (ex_observations,),
-            'target_psi_encoder': ex_psi_input,
             'actor': (jnp.zeros((1, 2 * d)),),
         }
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
-                                targets={'target_encoder': 'encoder', 'target_psi_encoder': 'psi_encoder'})
+                                targets=('encoder', 'psi_encoder'))
+
+
+AGENTS = {'tdsr': TDSRAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

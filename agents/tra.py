@@ -32,7 +32,7 @@ from utils.networks import GaussianActor
 class TRAAgent(BCAgent):
     CONFIG_RULES = {'loss_scale': one_of('authors', 'paper')}
 
-    def policy_inputs(self, observations, goals, params=None):
+    def policy_inputs(self, observations, goals, params):
         if self.config['action_conditioned']:
             return phi_policy_inputs(self.network, observations, goals, params)
         z_s = self.network(observations, name='psi_encoder', params=params).mean(axis=0)
@@ -50,8 +50,8 @@ class TRAAgent(BCAgent):
         return jnp.mean(contrastive) + penalty, info
 
     def representations(self, observations, actions, goals):
-        inputs = psi_inputs(observations, actions, self.config['action_conditioned'])
-        return self.network(*inputs, name='psi_encoder').mean(0), self.network(goals, name='encoder').mean(0)
+        inputs, params = psi_inputs(observations, actions, self.config['action_conditioned']), self.network.params
+        return self.network(*inputs, name='psi_encoder', params=params).mean(0), self.network(goals, name='encoder', params=params).mean(0)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
@@ -66,6 +66,9 @@ class TRAAgent(BCAgent):
         }
         example_args = {'encoder': (ex_observations,), 'psi_encoder': ex_psi_input, 'actor': (jnp.zeros((1, 2 * d)),)}
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
+
+
+AGENTS = {'tra': TRAAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
 def get_config():

@@ -21,7 +21,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from utils.flax_utils import TrainState, ema_update, nonpytree_field
+from utils.flax_utils import TrainState, ema_update, frozen, nonpytree_field
 from utils.distributions import gaussian_log_prob
 from utils.networks import MLP, ModuleDict, default_init, ensemblize
 
@@ -128,15 +128,15 @@ class SACAgent(flax.struct.PyTreeNode):
         network = TrainState.create(model, params, optax.adam(config.lr))
         return cls(rng=rng, network=network, target_critic_params=params['modules_critic'], config=config)
 
-    def temperature(self, params=None):
+    def temperature(self, params):
         return jnp.exp(self.network(name='log_temperature', params=params))
 
     def critic_loss(self, batch, params, rng):
         """E[(Q_i(s, a) - y)^2], y = r + gamma * mask * (min_i Qbar_i(s', a') - alpha log pi(a'|s'))."""
-        next_actions, next_log_probs = tanh_gaussian_sample(rng, *self.network(batch['next_observations'], name='actor'))
-        target_params = dict(self.network.params, modules_critic=self.target_critic_params)
+        next_actions, next_log_probs = tanh_gaussian_sample(rng, *self.network(batch['next_observations'], name='actor', params=frozen(params)))
+        target_params = {'modules_critic': self.target_critic_params}
         next_q = jnp.min(self.network(batch['next_observations'], next_actions, name='critic', params=target_params), axis=0)
-        soft_next_q = next_q - self.temperature() * next_log_probs
+        soft_next_q = next_q - self.temperature(frozen(params)) * next_log_probs
         target_q = jax.lax.stop_gradient(batch['rewards'] + self.config.discount * batch['masks'] * soft_next_q)
         q = self.network(batch['observations'], batch['actions'], name='critic', params=params)
         loss = jnp.mean((q - target_q) ** 2)
@@ -145,8 +145,8 @@ class SACAgent(flax.struct.PyTreeNode):
     def actor_loss(self, batch, params, rng):
         """E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi; the critics are held fixed."""
         actions, log_probs = tanh_gaussian_sample(rng, *self.network(batch['observations'], name='actor', params=params))
-        q = jnp.min(self.network(batch['observations'], actions, name='critic'), axis=0)
-        loss = jnp.mean(self.temperature() * log_probs - q)
+        q = jnp.min(self.network(batch['observations'], actions, name='critic', params=frozen(params)), axis=0)
+        loss = jnp.mean(self.temperature(frozen(params)) * log_probs - q)
         return loss, log_probs
 
     def temperature_loss(self, log_probs, params):
@@ -184,12 +184,12 @@ class SACAgent(flax.struct.PyTreeNode):
 
     @jax.jit
     def sample_actions(self, observations, rng):
-        actions, _ = tanh_gaussian_sample(rng, *self.network(observations, name='actor'))
+        actions, _ = tanh_gaussian_sample(rng, *self.network(observations, name='actor', params=self.network.params))
         return actions
 
     @jax.jit
     def deterministic_actions(self, observations):
-        means, _ = self.network(observations, name='actor')
+        means, _ = self.network(observations, name='actor', params=self.network.params)
         return jnp.tanh(means)
 
     def actor_params(self):

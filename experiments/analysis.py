@@ -26,7 +26,7 @@ _NON_AGENT_CONFIG_KEYS = ('sampler',)
 
 
 @dataclasses.dataclass
-class Run:
+class TrainedRun:
     run_dir: str
     agent: Any
     step: int
@@ -60,7 +60,7 @@ def example_batch(space):
     return np.zeros((1, *space.shape), dtype=dtype)
 
 
-def load_run(run_dir: str) -> Run:
+def load_run(run_dir: str) -> TrainedRun:
     """Restore the agent of a main.py run directory at its checkpoint, with one env of its dataset's environment."""
     from agents import get_agent_class
 
@@ -91,7 +91,7 @@ def load_run(run_dir: str) -> Run:
     except ValueError as e:
         raise ConfigError(f'The checkpoint of {run_dir} does not match the agent rebuilt from its config.json: {e}') from e
     # On the device once: numpy leaves would be copied over again at every jitted call.
-    return Run(run_dir, jax.device_put(agent), step, config, flags, env)
+    return TrainedRun(run_dir, jax.device_put(agent), step, config, flags, env)
 
 
 @jax.jit
@@ -99,7 +99,7 @@ def _agent_representations(agent, observations, actions, goals):
     return agent.representations(observations, actions, goals)
 
 
-def representation_fn(run: Run):
+def representation_fn(run: TrainedRun):
     """`(observations, actions, goals) -> (prediction, goal_representation)` of the run's agent, jitted; a clear
     error for agents without a learned representation (plain GCBC, ...)."""
     agent = run.agent
@@ -139,7 +139,7 @@ def representation_similarities(representations, observations, actions, goals, b
     return similarities
 
 
-def load_states(run: Run, dataset_dir: str = '') -> Dict[str, np.ndarray]:
+def load_states(run: TrainedRun, dataset_dir: str = '') -> Dict[str, np.ndarray]:
     """The run's training dataset: observations, actions and the agent's xy position of every row.
 
     xy comes from the file's `qpos` (OGBench files and this repository's generated ones have it), else from the

@@ -225,7 +225,7 @@ def train_byol_gamma(key, M, phi0, *, steps, lr, psi_mode='closed', psi_lr_ratio
     return phi, psi, losses, phis
 
 
-def evaluate(phi, psi, P, M_ref, M_train, d):
+def representation_errors(phi, psi, P, M_ref, M_train, d):
     """Errors of the learned decomposition Phi Psi Phi^T against the rank-d truncations of M~ (M_ref,
     the SR for the reported gamma) and of P, whatever the training target M_train was."""
     phi = np.asarray(phi, np.float64)
@@ -277,8 +277,8 @@ def run_spectral(cfg, train_gamma, batch_size=0):
     phi, psi, phis = jax.block_until_ready((phi, psi, phis))
     _, U, _ = top_eigen(M_ref, cfg.d)
     return {
-        'final': evaluate(phi, psi, P, M_ref, M_train, cfg.d),
-        'init': evaluate(phi0, closed_form_psi(phi0, M_train_j), P, M_ref, M_train, cfg.d),
+        'final': representation_errors(phi, psi, P, M_ref, M_train, cfg.d),
+        'init': representation_errors(phi0, closed_form_psi(phi0, M_train_j), P, M_ref, M_train, cfg.d),
         'steps_to_1deg': steps_to_angle(np.asarray(phis), U),
         'losses': np.asarray(losses), 'P': P, 'M_ref': M_ref, 'M_train': M_train,
         'phi': np.asarray(phi), 'psi': np.asarray(psi), 'steps': steps, 'lr': lr,

@@ -21,27 +21,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from configs.presets import METHODS, method_of, methods_of_kind
 from utils import atomic_io
 from utils.rundir import CONFIG_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE
 
 METRIC = 'evaluation/overall_success'
-# Bolding compares non-RL (behavioral cloning) methods only; the offline RL baselines are shown as the
-# paper shows OGBench's numbers, for reference.
-RL_METHODS = frozenset({'fb', 'gcivl', 'gciql', 'qrl', 'crl', 'hiql'})
-# Presets `<agent>_<family>` (configs/presets.py: OGBench's per-environment hyperparameters) are one
-# method per agent in tables: a dataset's runs use its family's preset.
-RL_FAMILY_SUFFIXES = ('_pointmaze', '_antmaze', '_humanoidmaze', '_antsoccer')
-
-
-def method_of(preset: str) -> str:
-    """The table column of a preset: an offline RL agent for its per-family presets, else the preset;
-    a `<preset>_visual` preset (pixels) shares `<preset>`'s column, on the visual rows."""
-    if preset.endswith('_visual'):
-        preset = preset[: -len('_visual')]
-    for suffix in RL_FAMILY_SUFFIXES:
-        if preset.endswith(suffix) and preset[: -len(suffix)] in RL_METHODS:
-            return preset[: -len(suffix)]
-    return preset
+# Bolding compares non-RL (behavioral cloning) methods only; the offline RL baselines and FB are shown as
+# the paper shows OGBench's numbers, for reference.
+RL_METHODS = methods_of_kind('rl')
 
 
 BOLD_FRACTION = 0.95
@@ -49,42 +36,11 @@ BOLD_FRACTION = 0.95
 PROTOCOL_FLAGS = ('train_steps', 'eval_interval', 'eval_episodes', 'eval_tasks', 'eval_max_steps')
 # Config entries that do not identify a setting: the method itself, and the sampler (derived from the rest).
 NON_SETTING_CONFIG = ('preset', 'agent_name', 'sampler')
-# name -> (plain-text / Markdown / plot label, LaTeX label); the order is the paper's column order.
-METHOD_NAMES = {
-    'byol_gamma_a': ('BYOL-γ^a', r'BYOL-$\gamma^a$'),
-    'byol': ('BYOL', 'BYOL'),
-    'tra': ('TRA', 'TRA'),
-    'tdsr_a': ('TD-SR^a', r'TD-SR$^a$'),
-    'gcbc': ('GCBC', 'GCBC'),
-    'byol_gamma_no_a': ('BYOL-γ −a', r'BYOL-$\gamma$ $-a$'),
-    'byol_gamma_l2': ('BYOL-γ f_l2', r'BYOL-$\gamma$ $f_{l_2}$'),
-    'byol_gamma_no_psi_b': ('BYOL-γ −ψ_b', r'BYOL-$\gamma$ $-\psi_b$'),
-    'byol_gamma_gamma0': ('BYOL-γ γ=0', r'BYOL-$\gamma$ $\gamma=0$'),
-    'byol_gamma_no_psi_b_gamma0': ('BYOL-γ −ψ_b γ=0', r'BYOL-$\gamma$ $-\psi_b,\gamma=0$'),
-    'byol_nstep1_a': ('BYOL^a n=1', r'BYOL$^a_{n=1}$'),
-    'byol_nstep3_a': ('BYOL^a n=3', r'BYOL$^a_{n=3}$'),
-    'byol_nstep5_a': ('BYOL^a n=5', r'BYOL$^a_{n=5}$'),
-    'tra_a': ('TRA^a', r'TRA$^a$'),
-    'tdsr': ('TD-SR', 'TD-SR'),
-    'gcbc_phi': ('GCBC-φ', r'GCBC-$\phi$'),
-    'hgcbc': ('HGCBC', 'HGCBC'),
-    'hgcbc_phi': ('HGCBC-φ', r'HGCBC-$\phi$'),
-    'hbyol_gamma_a': ('HBYOL-γ^a', r'HBYOL-$\gamma^a$'),
-    'fb': ('FB', 'FB'),
-    'gcivl': ('GCIVL', 'GCIVL'),
-    'gciql': ('GCIQL', 'GCIQL'),
-    'qrl': ('QRL', 'QRL'),
-    'crl': ('CRL', 'CRL'),
-    'hiql': ('HIQL', 'HIQL'),
-}
 ENV_ORDER = (
     'antmaze-medium-stitch', 'antmaze-large-stitch', 'humanoidmaze-medium-stitch', 'humanoidmaze-large-stitch',
     'antsoccer-arena-stitch', 'visual-antmaze-medium-stitch', 'visual-antmaze-large-stitch', 'visual-scene-play',
 )
 SETTING_ABBREVIATIONS = {'alpha': 'α'}
-# Presets whose config carries BYOL-gamma's alpha without using it (the hierarchical agents share its
-# config): their alpha is a setting only when it varies between runs.
-ALPHA_UNUSED = frozenset({'hgcbc', 'hgcbc_phi'})
 
 
 @dataclasses.dataclass
@@ -304,7 +260,7 @@ def group_cells(runs: Sequence[SeedRun], last_n: int = 3, scale: float = 100.0) 
     cells = {}
     for key, method_runs in by_method.items():
         keys = sorted({k for run in method_runs for k in run.config})
-        shows_alpha = key[1] not in ALPHA_UNUSED
+        shows_alpha = key[1] not in METHODS or METHODS[key[1]].alpha_applies
         varying = [k for k in keys if (k == 'alpha' and shows_alpha) or len({run.config.get(k) for run in method_runs}) > 1]
         by_setting = defaultdict(list)
         for run in method_runs:
@@ -334,8 +290,8 @@ def setting_label(setting: Sequence[Tuple[str, object]]) -> str:
 
 
 def method_label(method: str, latex: bool = False) -> str:
-    if method in METHOD_NAMES:
-        return METHOD_NAMES[method][1 if latex else 0]
+    if method in METHODS:
+        return METHODS[method].latex if latex else METHODS[method].label
     return method.replace('_', r'\_') if latex else method
 
 
@@ -376,7 +332,7 @@ def build_table(best: Dict[Tuple[str, str], Cell], methods: Optional[Sequence[st
             raise ValueError(f'No results for method(s) {", ".join(missing)}; found: {", ".join(sorted(present))}.')
         columns = list(methods)
     else:
-        columns = ordered(present, list(METHOD_NAMES))
+        columns = ordered(present, list(METHODS))
     groups = [('state', [e for e in envs if not e.startswith('visual-')]), ('visual', [e for e in envs if e.startswith('visual-')])]
     groups = [(name, group) for name, group in groups if group]
     if len(groups) > 1:
@@ -441,7 +397,7 @@ def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, d
         reference = best_cells({(env, baseline): cells[(env, baseline)]}).get((env, baseline))
         if reference is None:
             continue
-        present = [m for m in (methods or ordered({m for e, m in cells if e == env}, list(METHOD_NAMES))) if (env, m) in cells]
+        present = [m for m in (methods or ordered({m for e, m in cells if e == env}, list(METHODS))) if (env, m) in cells]
         for method in present:
             for cell in cells[(env, method)]:
                 if not cell.n or (method == baseline and cell is not reference):

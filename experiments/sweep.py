@@ -40,7 +40,7 @@ NAME_ABBREVIATIONS = {'alpha': 'a'}
 
 
 @dataclasses.dataclass(frozen=True)
-class Method:
+class MethodSpec:
     """A preset and its agent overrides: key -> candidate values (several values = a grid axis)."""
 
     preset: str
@@ -56,7 +56,7 @@ class Method:
 
 
 @dataclasses.dataclass(frozen=True)
-class Run:
+class SweepRun:
     """One (method setting, environment, seed): one main.py run directory."""
 
     sweep: str
@@ -83,7 +83,7 @@ class Run:
 class Job:
     """One main.py process: one run, or several consecutive seeds of one setting (--num_seeds)."""
 
-    runs: Tuple[Run, ...]
+    runs: Tuple[SweepRun, ...]
     command: Tuple[str, ...]
 
     @property
@@ -114,11 +114,11 @@ def split_top_level(text: str, separator: str) -> List[str]:
     return parts
 
 
-def parse_method(spec: str) -> Method:
-    """`byol_gamma_a:alpha=1,6:tau=0.99` -> Method('byol_gamma_a', (('alpha', ('1', '6')), ('tau', ('0.99',))))."""
+def parse_method(spec: str) -> MethodSpec:
+    """`byol_gamma_a:alpha=1,6:tau=0.99` -> MethodSpec('byol_gamma_a', (('alpha', ('1', '6')), ('tau', ('0.99',))))."""
     preset, *fields = split_top_level(spec.strip(), ':')
     if not re.fullmatch(r'[A-Za-z0-9_]+', preset):
-        raise ConfigError(f'Method spec {spec!r} must start with a preset name, e.g. byol_gamma_a:alpha=1,6,40,100.')
+        raise ConfigError(f'MethodSpec spec {spec!r} must start with a preset name, e.g. byol_gamma_a:alpha=1,6,40,100.')
     overrides, seen = [], set()
     for field in fields:
         key, equals, values_text = field.partition('=')
@@ -132,7 +132,7 @@ def parse_method(spec: str) -> Method:
             raise ConfigError(f'Key {key!r} appears twice in method spec {spec!r}.')
         seen.add(key)
         overrides.append((key, values))
-    return Method(preset, tuple(overrides))
+    return MethodSpec(preset, tuple(overrides))
 
 
 def parse_seeds(text: str) -> List[int]:
@@ -177,7 +177,7 @@ def check_main_flags(main_flags: Sequence[str]):
             )
 
 
-def build_runs(sweep: str, methods: Sequence[Method], envs: Sequence[str], seeds: Sequence[int], save_dir: str) -> List[Run]:
+def build_runs(sweep: str, methods: Sequence[MethodSpec], envs: Sequence[str], seeds: Sequence[int], save_dir: str) -> List[SweepRun]:
     """The whole grid, in a stable order (method, setting, environment, seed); names must be unique."""
     if not re.fullmatch(r'[A-Za-z0-9_.-]+', sweep):
         raise ConfigError(f'Sweep name {sweep!r} must be letters, digits, "_", "-" or "." (it is a directory name).')
@@ -190,7 +190,7 @@ def build_runs(sweep: str, methods: Sequence[Method], envs: Sequence[str], seeds
             for env in envs:
                 base = base_run_name(method.preset, env, setting, method.named_keys())
                 for seed in seeds:
-                    run = Run(sweep, method.preset, env, seed, tuple(setting.items()), base, save_dir)
+                    run = SweepRun(sweep, method.preset, env, seed, tuple(setting.items()), base, save_dir)
                     if run.name in names:
                         raise ConfigError(f'Run {run.name} appears twice in the grid: remove the duplicate method or value.')
                     names.add(run.name)
@@ -198,7 +198,7 @@ def build_runs(sweep: str, methods: Sequence[Method], envs: Sequence[str], seeds
     return runs
 
 
-def job_command(runs: Sequence[Run], main_flags: Sequence[str], python: str, main_path: str) -> Tuple[str, ...]:
+def job_command(runs: Sequence[SweepRun], main_flags: Sequence[str], python: str, main_path: str) -> Tuple[str, ...]:
     first = runs[0]
     command = [python, main_path, f'--env_name={first.env}', f'--agent={PRESETS_FILE}:{first.preset}']
     command += [f'--agent.{key}={value}' for key, value in first.overrides]
@@ -212,7 +212,7 @@ def job_command(runs: Sequence[Run], main_flags: Sequence[str], python: str, mai
     return tuple(command)
 
 
-def build_jobs(runs: Sequence[Run], main_flags: Sequence[str] = (), seeds_per_job: int = 1,
+def build_jobs(runs: Sequence[SweepRun], main_flags: Sequence[str] = (), seeds_per_job: int = 1,
                python: str = sys.executable, main_path: str = DEFAULT_MAIN) -> List[Job]:
     """Jobs for the unfinished runs; with seeds_per_job > 1, consecutive seeds of one setting share a job."""
     if seeds_per_job < 1:
@@ -238,7 +238,7 @@ def build_jobs(runs: Sequence[Run], main_flags: Sequence[str] = (), seeds_per_jo
     return jobs
 
 
-def check_grid(methods: Sequence[Method], envs: Sequence[str], main_flags: Sequence[str]) -> List[str]:
+def check_grid(methods: Sequence[MethodSpec], envs: Sequence[str], main_flags: Sequence[str]) -> List[str]:
     """Problems that would make runs fail at start: unknown presets, config keys or environments."""
     from configs.presets import PRESETS, get_config
     from utils.datasets import env_id_for
@@ -261,7 +261,7 @@ def check_grid(methods: Sequence[Method], envs: Sequence[str], main_flags: Seque
     return problems
 
 
-def describe(runs: Sequence[Run], jobs: Sequence[Job]) -> str:
+def describe(runs: Sequence[SweepRun], jobs: Sequence[Job]) -> str:
     pending = sum(len(job.runs) for job in jobs)
     return f'{len(runs)} runs: {len(runs) - pending} finished (skipped), {pending} to run in {len(jobs)} jobs.'
 

@@ -47,7 +47,7 @@ def plot_environment(env, method_cells, path, metric, scale, bootstrap=None):
         for style_index, cell in enumerate(cells):
             steps, mean, std, counts = R.mean_curve(cell.runs, scale)
             # The LaTeX names are valid matplotlib mathtext (gamma^a, psi_b, ...).
-            label = R.METHOD_NAMES[method][1] if method in R.METHOD_NAMES else method
+            label = R.METHODS[method].latex if method in R.METHODS else method
             setting = R.setting_label(cell.setting)
             label += f' ({setting}, n={cell.n})' if setting else f' (n={cell.n})'
             style = LINE_STYLES[style_index % len(LINE_STYLES)]
@@ -104,7 +104,7 @@ def main(argv=None):
     best = R.best_cells(cells)
     wanted = [m.strip() for m in args.methods.split(',') if m.strip()]
     for env in R.ordered({env for env, _ in cells}, R.ENV_ORDER):
-        methods = wanted or R.ordered({m for e, m in cells if e == env}, list(R.METHOD_NAMES))
+        methods = wanted or R.ordered({m for e, m in cells if e == env}, list(R.METHODS))
         method_cells = []
         for method in methods:
             if args.all_settings:

@@ -11,12 +11,9 @@
 #   STITCH_STEPS=150 STITCH_EVAL_EPISODES=2 STITCH_SEEDS=0-3 STITCH_NAME=stitch_smoke \
 #     bash scripts/stitch_benchmark.sh -- --eval_max_steps=50      # tooling check (~20 min on 2 busy cores)
 #
-# Why this setting (measured): on pointmaze-large-stitch at this budget BYOL-gamma^a (alpha 1) scores
-# 22 [19, 26] against GCBC's 15 [11, 20] and GCBC-phi's 17 [15, 20] over 8 seeds (differences
-# +7 [+2, +13] and +6 [+1, +10]), and beats them on 8 fresh seeds (8-15, alpha fixed at 1) by
-# +11 [+6, +15] and +13 [+9, +17]; on pointmaze-medium-stitch GCBC already solves the short tasks early
-# and wins at this budget (README, "Results on CPU"). The whole benchmark took 71 min in a fresh clone
-# on 2 CPU cores with --workers=2 (two 4-seed processes at a time), dataset generation included.
+# Why this setting: at this budget (0.6% of the paper's gradient steps, batch 256) pointmaze-large-stitch
+# separates the methods on two of its five tasks within a CPU afternoon; docs/results.md has the numbers
+# and the command that produced them.
 #
 # Budget knobs (environment variables, defaults in brackets): STITCH_ENV [pointmaze-large-stitch-v0],
 # STITCH_STEPS [6000] gradient steps, STITCH_BATCH [256], STITCH_EVAL_INTERVAL [STEPS / 3: three

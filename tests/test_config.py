@@ -70,7 +70,7 @@ def test_bad_value_is_one_paragraph_naming_field_value_and_fix(preset, key, valu
 def test_a_mixture_that_does_not_sum_to_one_names_all_three_fields():
     config = preset_config('byol_gamma_a')
     config.value_p_trajgoal, config.value_p_curgoal = 0.5, 0.2
-    with pytest.raises(ConfigError, match='value_p_curgoal=0.2, value_p_trajgoal=0.5, value_p_randomgoal=0.0'):
+    with pytest.raises(ConfigError, match='agent.value_p_curgoal=0.2, agent.value_p_trajgoal=0.5, agent.value_p_randomgoal=0.0'):
         checked(config)
 
 

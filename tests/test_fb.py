@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from agents.fb import get_config, pessimistic_mean
+from agents.fb import FBAgent, get_config, pessimistic_mean
 from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_dataset
 from utils import losses
+from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import evaluate, make_eval_envs
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
@@ -130,7 +131,7 @@ def test_default_critic_uses_metamotivo_orthonormality_with_coefficient_1(agent,
     params = agent.network.params
     latents = agent.sample_latents(jax.random.PRNGKey(3), batch['value_goals'], params)
     loss, info = agent.critic_loss(batch, params, latents, jax.random.PRNGKey(4))
-    backward = np.float64(agent.network(batch['next_observations'], name='backward'))
+    backward = np.float64(agent.network(batch['next_observations'], name='backward', params=agent.network.params))
     cov = backward @ backward.T
     size = cov.shape[0]
     expected = 0.5 * np.sum((cov * (1 - np.eye(size))) ** 2) / (size * (size - 1)) - np.mean(np.diag(cov))
@@ -152,7 +153,7 @@ def test_latents_mix_dataset_embeddings_and_sphere_samples(agent):
     d = agent.config['latent_dim']
     states = jax.random.normal(jax.random.PRNGKey(1), (4000, OBS_DIM))
     latents = np.asarray(agent.sample_latents(jax.random.PRNGKey(2), states, agent.network.params))
-    embeddings = np.asarray(agent.network(states, name='backward'))
+    embeddings = np.asarray(agent.network(states, name='backward', params=agent.network.params))
     # B is projected to the same sphere as the sphere samples, so every z has norm sqrt(d).
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=-1), np.sqrt(d), rtol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(latents, axis=-1), np.sqrt(d), rtol=1e-5)
@@ -169,7 +170,7 @@ def test_latent_ratio_extremes(ratio, agent, data):
     agent = agent.replace(config=flax.core.FrozenDict({**agent.config, 'z_state_ratio': ratio}))
     states = data.observations[:200]
     latents = agent.sample_latents(jax.random.PRNGKey(0), states, agent.network.params)
-    matches = np.all(np.isclose(latents, agent.network(states, name='backward'), atol=1e-6), axis=-1)
+    matches = np.all(np.isclose(latents, agent.network(states, name='backward', params=agent.network.params), atol=1e-6), axis=-1)
     assert matches.mean() == ratio
 
 
@@ -187,11 +188,10 @@ def test_actor_loss_trains_only_the_actor_and_critic_loss_only_f_and_b(agent, ba
     latents = agent.sample_latents(jax.random.PRNGKey(0), batch['value_goals'], params)
     actor_grads = jax.jit(jax.grad(lambda p: agent.actor_loss(batch, p, latents, jax.random.PRNGKey(1))[0]))(params)
     critic_grads = jax.jit(jax.grad(lambda p: agent.critic_loss(batch, p, latents, jax.random.PRNGKey(1))[0]))(params)
-    for name in ('forward', 'backward', 'target_forward', 'target_backward'):
+    for name in ('forward', 'backward'):
         assert tree_abs_sum(actor_grads[f'modules_{name}']) == 0.0, name
     assert tree_abs_sum(actor_grads['modules_actor']) > 0.0
-    for name in ('actor', 'target_forward', 'target_backward'):
-        assert tree_abs_sum(critic_grads[f'modules_{name}']) == 0.0, name
+    assert tree_abs_sum(critic_grads['modules_actor']) == 0.0
     assert tree_abs_sum(critic_grads['modules_forward']) > 0.0
     assert tree_abs_sum(critic_grads['modules_backward']) > 0.0
     _, info = jax.jit(lambda p: agent.actor_loss(batch, p, latents, jax.random.PRNGKey(1)))(params)
@@ -204,19 +204,21 @@ def test_actor_loss_trains_only_the_actor_and_critic_loss_only_f_and_b(agent, ba
 def test_ema_targets_follow_tau(agent, batch):
     tau = agent.config['tau']
     params = agent.network.params
+    assert sorted(agent.targets) == ['backward', 'forward']
     for online in ('forward', 'backward'):
-        jax.tree_util.tree_map(np.testing.assert_array_equal, params[f'modules_{online}'], params[f'modules_target_{online}'])
-    old = {name: jax.tree_util.tree_map(np.asarray, params[f'modules_target_{name}']) for name in ('forward', 'backward')}
-    new_params = agent.update(batch)[0].network.params
+        jax.tree_util.tree_map(np.testing.assert_array_equal, params[f'modules_{online}'], agent.targets[online])
+    old = {name: jax.tree_util.tree_map(np.asarray, agent.targets[name]) for name in ('forward', 'backward')}
+    new_agent = agent.update(batch)[0]
     for online in ('forward', 'backward'):
-        expected = jax.tree_util.tree_map(lambda o, t: tau * np.asarray(o) + (1 - tau) * t, new_params[f'modules_{online}'], old[online])
+        expected = jax.tree_util.tree_map(lambda o, t: tau * np.asarray(o) + (1 - tau) * t, new_agent.network.params[f'modules_{online}'], old[online])
         jax.tree_util.tree_map(
-            lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new_params[f'modules_target_{online}'], expected
+            lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new_agent.targets[online], expected
         )
 
 
-def test_validation_contract_total_loss_without_rng(agent, batch):
-    loss, info = jax.jit(lambda p: agent.total_loss(batch, p))(agent.network.params)
+def test_validation_metrics_use_the_agents_own_key(agent, batch):
+    info = jax.jit(lambda a: a.metrics(batch))(agent)
+    loss, _ = jax.jit(lambda p: agent.total_loss(batch, p, agent.rng))(agent.network.params)
     np.testing.assert_allclose(float(info['total_loss']), float(loss))
     np.testing.assert_allclose(float(loss), float(info['critic/loss']) + float(info['actor/q_loss']) + float(info['actor/bc_loss']), rtol=1e-5)
 
@@ -278,8 +280,8 @@ def test_sample_actions_uses_z_equal_to_b_of_goal(agent):
     observations = jax.random.normal(jax.random.PRNGKey(0), (5, OBS_DIM))
     goals = jax.random.normal(jax.random.PRNGKey(1), (5, OBS_DIM))
     actions = np.asarray(agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(2), temperature=0.0))
-    latents = agent.network(goals, name='backward')
-    means, _ = agent.network(jnp.concatenate([observations, latents], axis=-1), name='actor')
+    latents = agent.network(goals, name='backward', params=agent.network.params)
+    means, _ = agent.network(jnp.concatenate([observations, latents], axis=-1), name='actor', params=agent.network.params)
     np.testing.assert_allclose(actions, np.tanh(np.asarray(means)), rtol=1e-5, atol=1e-6)
     noisy = np.asarray(agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(2), temperature=1.0))
     assert noisy.shape == (5, ACTION_DIM) and np.all(np.abs(noisy) <= 1.0) and not np.allclose(noisy, actions)
@@ -312,5 +314,5 @@ def test_bad_config_gives_clear_error(key, value, match):
     config = small(get_config())
     config[key] = value
     with pytest.raises(ConfigError, match=match):
-        make_agent(config)
+        validate_config(config, FBAgent.CONFIG_RULES)
 

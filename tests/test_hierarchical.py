@@ -14,6 +14,7 @@ from agents.hierarchical import with_fields
 from configs.presets import get_config as preset_config
 from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_dataset
 from utils.checkpoints import load_checkpoint, save_checkpoint
+from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.sampler import SamplerConfig, sample_batch
 from utils.training import stack_trees, train_steps, train_steps_multi
@@ -103,10 +104,11 @@ def test_hierarchical_batch_reaches_the_right_losses(preset, trained, data):
         if preset == 'hgcbc':
             targets, inputs = batch['high_targets'], jnp.concatenate([batch['observations'], batch['high_goals']], -1)
         else:
-            targets = agent.low.network(batch['high_targets'], name='encoder').mean(0)
+            low_params = agent.low.network.params
+            targets = agent.low.network(batch['high_targets'], name='encoder', params=low_params).mean(0)
             owner, name = (agent.network, 'high_encoder') if preset == 'hgcbc_phi' else (agent.low.network, 'encoder')
-            inputs = jnp.concatenate([owner(batch[k], name=name).mean(0) for k in ('observations', 'high_goals')], -1)
-        means, _ = agent.network(inputs, name='high_actor')
+            inputs = jnp.concatenate([owner(batch[k], name=name, params=owner.params).mean(0) for k in ('observations', 'high_goals')], -1)
+        means, _ = agent.network(inputs, name='high_actor', params=agent.network.params)
         return jnp.mean((means - targets) ** 2)
 
     np.testing.assert_allclose(base['high_actor/mse'], expected_mse(batch), rtol=1e-5)
@@ -227,8 +229,9 @@ def test_bad_stage1_checkpoints_are_clear_errors(tmp_path):
 
 @pytest.mark.parametrize('field,value', [('subgoal_steps', 0), ('stage1_steps', -1)])
 def test_bad_schedule_is_a_clear_error(field, value):
+    config = tiny('hgcbc', **{field: value})
     with pytest.raises(ConfigError, match=field):
-        make_agent(tiny('hgcbc', **{field: value}))
+        validate_config(config, get_agent_class('hgcbc').CONFIG_RULES)
 
 
 @pytest.fixture(scope='module')
@@ -257,8 +260,8 @@ def test_acting_runs_the_low_level_on_the_proposed_subgoal(preset, pointmaze):
     if preset == 'hgcbc':
         low_inputs = jnp.concatenate([observations, subgoals], -1)
     else:
-        low_inputs = jnp.concatenate([agent.low.network(observations, name='encoder').mean(0), subgoals], -1)
-    expected = jnp.clip(agent.low.network(low_inputs, name='actor')[0], -1.0, 1.0)
+        low_inputs = jnp.concatenate([agent.low.network(observations, name='encoder', params=agent.low.network.params).mean(0), subgoals], -1)
+    expected = jnp.clip(agent.low.network(low_inputs, name='actor', params=agent.low.network.params)[0], -1.0, 1.0)
     np.testing.assert_allclose(agent.sample_actions(observations, goals, temperature=0.0), expected, rtol=1e-5, atol=1e-6)
     noisy = agent.sample_actions(observations, goals, temperature=1.0)
     assert noisy.shape == expected.shape and np.all(np.abs(noisy) <= 1.0)

@@ -602,12 +602,12 @@ def test_tdsr_default_scale_and_options_in_the_agent():
     np.testing.assert_allclose(float(loss), float(info['td_loss'] - 2 * info['m_diag_mean']), rtol=1e-5, atol=1e-6)
 
     options = agent.replace(config={**agent.config, 'normalize_goal': True, 'ortho_coef': 1.0})
-    goals = options.goal_encode(batch['actor_goals'], 'encoder', params)
+    goals = options.goal_encode(batch['actor_goals'], params)
     np.testing.assert_allclose(np.linalg.norm(np.asarray(goals), axis=-1), np.sqrt(goals.shape[-1]), rtol=1e-5)
     inputs = np.asarray(options.policy_inputs(batch['observations'], batch['actor_goals'], params))
     d = goals.shape[-1]
     np.testing.assert_allclose(inputs[:, d:], np.asarray(goals.mean(0)), rtol=1e-5, atol=1e-6)
     loss, info = options.representation_loss(batch, params)
-    phi_next = np.asarray(options.goal_encode(batch['next_observations'], 'encoder', params))
+    phi_next = np.asarray(options.goal_encode(batch['next_observations'], params))
     np.testing.assert_allclose(float(info['ortho_loss']), np_orthonormality(phi_next, 'all_entries'), rtol=1e-4)
     np.testing.assert_allclose(float(loss), float(info['td_loss'] - info['m_diag_mean'] + info['ortho_loss']), rtol=1e-5, atol=1e-5)

@@ -1,5 +1,6 @@
 """The repository installs as one package and stands alone."""
 
+import ast
 import os
 import re
 import subprocess
@@ -35,4 +36,36 @@ def test_no_file_points_outside_the_repository_or_patches_sys_path():
         for pattern in ('../' + 'shared', 'sys.path.' + 'insert', 'SP' + 'EC section'):
             if pattern in text:
                 offenders.append(f'{name}: {pattern}')
+    assert not offenders, offenders
+
+
+# The layers, bottom up: utils/ (the core library) may import only itself; the layers above may import
+# anything below them, never above.
+LAYERS = {'utils': 0, 'agents': 1, 'configs': 2, 'datagen': 2, 'experiments': 3, 'main': 4, 'scripts': 4}
+
+
+def top_level_imports(path):
+    """Top-level package names imported anywhere in a Python file (module level or inside functions)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), filename=path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split('.')[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split('.')[0])
+    return names
+
+
+def test_each_layer_imports_only_layers_below_it():
+    """utils/ is a leaf: it imports nothing from agents/, configs/, datagen/, experiments/ or main; agents/
+    imports only utils/; and so on up."""
+    offenders = []
+    for name in tracked_text_files():
+        layer = name.split('/')[0].removesuffix('.py')
+        if not name.endswith('.py') or layer not in LAYERS:
+            continue
+        for imported in top_level_imports(os.path.join(ROOT, name)) & set(LAYERS):
+            if imported != layer and LAYERS[imported] >= LAYERS[layer]:
+                offenders.append(f'{name} imports {imported}')
     assert not offenders, offenders

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from configs.presets import OFFLINE_RL_AGENTS, PRESETS, get_config as preset_config
+from configs.presets import OFFLINE_RL_AGENTS, PRESETS, get_config as preset_config, rl_preset
 from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, toy_dataset
 from utils.checkpoints import load_checkpoint, save_checkpoint
+from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import evaluate, make_eval_envs
-from experiments.results import RL_METHODS, method_of, row_marks
+from configs.presets import method_of
+from experiments.results import RL_METHODS, row_marks
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import stack_trees, train_steps, train_steps_multi
 
@@ -81,7 +83,7 @@ def test_trains_vmapped_resumes_exactly_and_acts(agent_name, data, tmp_path):
     # Validation (main.py's validation_metrics): the stored parameters, no rng, a scalar 'total_loss'.
     # (Traced abstractly: the training metrics above are already checked finite.)
     batch = sample_batch(jax.random.PRNGKey(5), data, sampler_config)
-    assert jax.eval_shape(lambda a: a.total_loss(batch, a.network.params)[1]['total_loss'], agent).shape == ()
+    assert jax.eval_shape(lambda a: a.metrics(batch)['total_loss'], agent).shape == ()
 
 
 def chain_dataset(num_states=10, num_episodes=60, length=40, seed=0):
@@ -122,9 +124,9 @@ def test_learned_values_rank_chain_states_by_distance_to_the_goal(agent_name, st
     for goal in (0, 4, 9):
         goals = np.repeat(states[goal:goal + 1], num_states, axis=0)
         if agent_name == 'gcivl':
-            closeness = np.asarray(agent.values(states, goals).mean(0))
+            closeness = np.asarray(agent.values(states, goals, agent.network.params).mean(0))
         else:
-            closeness = -np.asarray(agent.distance(states, goals))
+            closeness = -np.asarray(agent.distance(states, goals, agent.network.params))
         distance = np.abs(np.arange(num_states) - goal)
         assert spearman(closeness, -distance) > 0.9, (agent_name, goal, closeness)
 
@@ -132,25 +134,25 @@ def test_learned_values_rank_chain_states_by_distance_to_the_goal(agent_name, st
 # ---- gradient routing -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize('agent_name,online,target', [('gcivl', 'value', 'target_value'),
-                                                       ('gciql', 'critic', 'target_critic'),
-                                                       ('hiql', 'value', 'target_value')])
-def test_target_networks_start_as_copies_of_their_online_networks(agent_name, online, target):
-    params = make_agent(tiny(preset_config(agent_name))).network.params
-    assert leaves_equal(params[f'modules_{online}'], params[f'modules_{target}'])
+@pytest.mark.parametrize('agent_name,online', [('gcivl', 'value'), ('gciql', 'critic'), ('hiql', 'value')])
+def test_target_networks_start_as_copies_outside_the_optimised_tree(agent_name, online):
+    agent = make_agent(tiny(preset_config(agent_name)))
+    assert list(agent.targets) == [online] and not any('target' in name for name in agent.network.params)
+    assert leaves_equal(agent.network.params[f'modules_{online}'], agent.targets[online])
     # Copies, not shared buffers: the update donates them.
-    assert all(a is not b for a, b in zip(jax.tree_util.tree_leaves(params[f'modules_{online}']),
-                                          jax.tree_util.tree_leaves(params[f'modules_{target}'])))
+    assert all(a is not b for a, b in zip(jax.tree_util.tree_leaves(agent.network.params[f'modules_{online}']),
+                                          jax.tree_util.tree_leaves(agent.targets[online])))
 
 
 def test_value_loss_trains_the_value_only_never_its_target(data):
-    """The EMA update itself is the shared `utils.agent_base.ema_target_update` (tested in test_agents.py)."""
+    """The target is not optimised at all (above); the EMA update itself is `Agent.updated_targets`
+    (tested in test_agents.py)."""
     config = tiny(preset_config('gcivl'))
     agent = make_agent(config)
     batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
     grads = jax.grad(lambda p: agent.value_loss(batch, p)[0])(agent.network.params)
     norms = {name[len('modules_'):]: float(sum(jnp.sum(jnp.abs(g)) for g in jax.tree_util.tree_leaves(tree))) for name, tree in grads.items()}
-    assert norms['value'] > 0.0 and norms['target_value'] == 0.0 and norms['actor'] == 0.0
+    assert norms['value'] > 0.0 and norms['actor'] == 0.0
 
 
 def test_hiql_low_actor_trains_the_representation_only_when_asked(data):
@@ -168,7 +170,7 @@ def test_ddpg_bc_actor_loss_does_not_train_the_critic(data):
     agent = make_agent(config)
     batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
     grads = jax.grad(lambda p: agent.actor_loss(batch, p)[0])(agent.network.params)
-    assert all(float(jnp.max(jnp.abs(g))) == 0.0 for name in ('critic', 'value', 'target_critic')
+    assert all(float(jnp.max(jnp.abs(g))) == 0.0 for name in ('critic', 'value')
                for g in jax.tree_util.tree_leaves(grads[f'modules_{name}']))
     assert float(sum(jnp.sum(jnp.abs(g)) for g in jax.tree_util.tree_leaves(grads['modules_actor']))) > 0.0
 
@@ -188,8 +190,9 @@ def test_hiql_acts_in_pointmaze():
 
 
 def test_family_presets_carry_ogbench_hyperparameters():
-    assert {name for name, (module, _) in PRESETS.items() if module in OFFLINE_RL_AGENTS} >= {
-        f'{a}_{f}' for a in OFFLINE_RL_AGENTS for f in ('pointmaze', 'antmaze', 'humanoidmaze', 'antsoccer')}
+    assert {name for name, preset in PRESETS.items() if preset.agent in OFFLINE_RL_AGENTS} >= {
+        f'{a}_{f}' for a in OFFLINE_RL_AGENTS
+        for f in ('pointmaze', 'antmaze', 'pointmaze_giant', 'antmaze_giant', 'humanoidmaze', 'antsoccer')}
     assert (preset_config('gciql_pointmaze').alpha, preset_config('gciql_antmaze').alpha) == (0.003, 0.3)
     assert (preset_config('qrl_pointmaze').alpha, preset_config('crl_antmaze').alpha) == (0.0003, 0.1)
     assert preset_config('hiql_humanoidmaze').subgoal_steps == 100 and preset_config('gcivl_humanoidmaze').discount == 0.995
@@ -197,6 +200,20 @@ def test_family_presets_carry_ogbench_hyperparameters():
     assert (stitch.actor_p_trajgoal, stitch.actor_p_randomgoal) == (0.5, 0.5)
     hiql = SamplerConfig.from_config(preset_config('hiql_antmaze'))
     assert (hiql.high_goals.p_trajgoal, hiql.high_goals.p_randomgoal, hiql.subgoal_steps) == (0.5, 0.5, 25)
+
+
+def test_giant_mazes_use_ogbench_discount_and_the_family_alphas():
+    """OGBench's hyperparameters for pointmaze/antmaze giant: the family's alphas with discount 0.995."""
+    for agent in OFFLINE_RL_AGENTS:
+        for maze in ('pointmaze', 'antmaze'):
+            giant, family = preset_config(f'{agent}_{maze}_giant'), preset_config(f'{agent}_{maze}')
+            assert giant.discount == 0.995 and family.discount == 0.99
+            assert {k: v for k, v in giant.items() if k not in ('discount', 'preset')} == {
+                k: v for k, v in family.items() if k not in ('discount', 'preset')}
+            for kind in ('stitch', 'navigate'):
+                assert rl_preset(agent, f'{maze}-giant-{kind}-v0') == f'{agent}_{maze}_giant'
+                assert rl_preset(agent, f'{maze}-large-{kind}-v0') == f'{agent}_{maze}'
+    assert rl_preset('hiql', 'humanoidmaze-giant-stitch-v0') == 'hiql_humanoidmaze'
 
 
 def test_results_tables_list_rl_methods_per_agent_and_never_bold_them():
@@ -210,4 +227,4 @@ def test_qrl_latent_must_split_into_components():
     config = tiny(preset_config('qrl'))
     config.latent_dim, config.component_dim = 12, 8
     with pytest.raises(ConfigError, match='multiple of component_dim'):
-        make_agent(config)
+        validate_config(config, get_agent_class('qrl').CONFIG_RULES)

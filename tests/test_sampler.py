@@ -178,9 +178,3 @@ def test_hierarchical_goals():
     np.testing.assert_array_equal(batch['high_targets'][:, 0], obs[:, 0])
     assert 0.65 < same.mean() < 0.75
 
-
-def test_bad_mixture_is_rejected():
-    with pytest.raises(ValueError, match='sum to 1'):
-        GoalMixture(p_curgoal=0.5, p_trajgoal=0.6, p_randomgoal=0.0)
-    with pytest.raises(ValueError, match='gamma'):
-        SamplerConfig(batch_size=4, gamma=1.0)

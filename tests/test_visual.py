@@ -14,6 +14,7 @@ from agents import get_agent_class
 from configs.presets import PRESETS, get_config
 from datagen import visual
 from datagen.pointmaze import _save_npz_atomic
+from utils.config_checks import validate_config
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import ConfigError, DatasetError
 from utils.evaluation import FrameStackPolicy, evaluate, make_eval_envs
@@ -244,7 +245,7 @@ def test_image_encoder_and_observations_must_match():
     config = get_config('hgcbc')
     config.encoder = 'impala_small'
     with pytest.raises(ConfigError, match='hgcbc_phi'):
-        get_agent_class('hgcbc').create(0, images, actions, config)
+        validate_config(config, get_agent_class('hgcbc').CONFIG_RULES)
 
 
 # --- rendered datasets, training and evaluation -----------------------------------------------

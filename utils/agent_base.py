@@ -1,54 +1,101 @@
-"""What every behavior-cloning agent shares: its fields, the jitted update and action sampling.
+"""What every agent is (`Agent`), and the agents that are behavior cloning plus an auxiliary loss (`BCAgent`).
 
-An agent file subclasses `BCAgent` and defines `create`, `policy_inputs` and, for GCBC + alpha *
-L_aux agents, `representation_loss` (and `update_targets` if it keeps EMA target networks), plus a
-module-level `get_config()`.
+    Agent                      rng, network (parameters + optimizer), targets (EMA copies), config;
+    |                          one jitted `update`, `metrics`, `from_modules`
+    +-- BCAgent                GCBC + alpha * L_aux: agents/gcbc.py, byol_gamma.py, tra.py, tdsr.py
+    +-- GoalConditionedRLAgent offline RL baselines (utils/rl_agent.py): gcivl, gciql, qrl, crl, hiql
+    +-- FBAgent                forward-backward RL (agents/fb.py)
+    +-- HierarchicalAgent      a high level composed with a flat BC agent (agents/hierarchical.py)
+
+Gradient routing is written at the call site. A loss receives the parameters it differentiates,
+`params`, and passes them to every network it trains: `self.network(x, name='encoder', params=params)`.
+A network it only reads is called with `frozen(params)` (stop-gradient). `TrainState.__call__` has no
+default parameters, so no call can forget to choose. Target networks are not part of the optimised
+tree: `targets` holds the EMA parameters of each online module that has one, read with
+`self.target(..., name=<online module>)` and moved towards the online parameters after every step.
 """
 
-from typing import Any
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import flax
 import jax
 import jax.numpy as jnp
 
-from utils.flax_utils import TrainState, nonpytree_field
-from utils.losses import bc_loss
 from utils.distributions import sample_gaussian
+from utils.flax_utils import TrainState, ema_update, nonpytree_field
+from utils.losses import bc_loss
+from utils.networks import ModuleDict
+
+LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
 
-class BCAgent(flax.struct.PyTreeNode):
+class Agent(flax.struct.PyTreeNode):
+    """Parameters, optimizer state, target parameters and RNG of one agent, and its one gradient step.
+
+    A family defines `loss_fn(batch, rng)` (the objective of one update as a function of the
+    parameters) and `sample_actions`; agents with target networks keep a `tau` config field.
+    """
+
     rng: Any
     network: TrainState
+    targets: Dict[str, Any]  # online module name -> EMA parameters of its target network
     config: Any = nonpytree_field()
 
-    def policy_inputs(self, observations, goals, params=None):
+    # Rules on this agent's config values, checked with the common ones by utils.config_checks.validate_config.
+    CONFIG_RULES = {}
+
+    def loss_fn(self, batch, rng) -> LossFn:
+        """`params -> (loss, metrics)` for this batch; `rng` is fresh for every update."""
+        raise NotImplementedError
+
+    def sample_actions(self, observations, goals, seed=None, temperature=1.0):
+        raise NotImplementedError
+
+    def target(self, *args, name: str, **kwargs):
+        """The target network of online module `name` (never differentiated: targets are not optimised)."""
+        return self.network(*args, name=name, params={f'modules_{name}': self.targets[name]}, **kwargs)
+
+    def updated_targets(self, network: TrainState) -> Dict[str, Any]:
+        """target <- tau * online + (1 - tau) * target (the paper's convention for tau), after each step."""
+        return {
+            name: ema_update(network.params[f'modules_{name}'], target, self.config['tau'])
+            for name, target in self.targets.items()
+        }
+
+    @jax.jit
+    def update(self, batch):
+        new_rng, rng = jax.random.split(self.rng)
+        network, info = self.network.apply_loss_fn(self.loss_fn(batch, rng))
+        return self.replace(network=network, targets=self.updated_targets(network), rng=new_rng), info
+
+    def metrics(self, batch) -> Dict[str, jax.Array]:
+        """The losses and metrics of `batch` at the current parameters, without an update (validation)."""
+        return self.loss_fn(batch, self.rng)(self.network.params)[1]
+
+    @classmethod
+    def from_modules(cls, seed, modules, example_args, config, optimizer, targets: Sequence[str] = ()):
+        """Initialise a ModuleDict of `modules` on `example_args`, wrap it in a train state, and start
+        the target network of each module named in `targets` as an exact copy of it."""
+        rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
+        model = ModuleDict(modules)
+        params = model.init(init_rng, example_args)['params']
+        # Real copies: sharing buffers with the online parameters would break buffer donation.
+        target_params = {name: jax.tree_util.tree_map(jnp.copy, params[f'modules_{name}']) for name in targets}
+        network = TrainState.create(model, params, optimizer)
+        return cls(rng=rng, network=network, targets=target_params, config=flax.core.FrozenDict(config.to_dict()))
+
+
+class BCAgent(Agent):
+    """GCBC + alpha * L_aux (the paper's objective). An agent file defines `create`, `policy_inputs`
+    and, for an auxiliary loss, `representation_loss`, plus a module-level `get_config()`."""
+
+    def policy_inputs(self, observations, goals, params):
+        """The actor's input for (s, g), computed with `params`."""
         raise NotImplementedError
 
     def representation_loss(self, batch, params):
         """The auxiliary loss L_aux and its metrics; None for plain behavior cloning."""
         return None
-
-    def total_loss(self, batch, grad_params, rng=None):
-        """L_BC + alpha * L_aux. L_aux never reads the actor head, so it cannot update it."""
-        loss, info = self.actor_loss(batch, grad_params)
-        aux = self.representation_loss(batch, grad_params)
-        if aux is not None:
-            aux_loss, aux_info = aux
-            info.update({f'representation/{k}': v for k, v in aux_info.items()})
-            info['representation/loss'] = aux_loss
-            loss = loss + self.config['alpha'] * aux_loss
-        info['total_loss'] = loss
-        return loss, info
-
-    def representations(self, observations, actions, goals):
-        """(prediction for s, representation of g), ensemble means, as the paper's analyses compare
-        them (docs/method.md, section 5): psi(phi(s), a) or psi(s, a) against phi(g). Agents with a
-        representation override this."""
-        raise NotImplementedError(f'{type(self).__name__} has no learned representation to analyse.')
-
-    def update_targets(self, network):
-        """Hook for EMA target networks, applied after each gradient step (identity by default)."""
-        return network
 
     def actor_loss(self, batch, params):
         """L_BC on (s_t, a_t, actor goal). Gradients reach the actor head and the encoders it reads."""
@@ -57,44 +104,30 @@ class BCAgent(flax.struct.PyTreeNode):
         loss = bc_loss(means, log_stds, batch['actions'])
         return loss, {'actor/bc_loss': loss, 'actor/mse': jnp.mean((means - batch['actions']) ** 2)}
 
-    @jax.jit
-    def update(self, batch):
-        new_rng, rng = jax.random.split(self.rng)
-        network, info = self.network.apply_loss_fn(lambda params: self.total_loss(batch, params, rng))
-        return self.replace(network=self.update_targets(network), rng=new_rng), info
+    def total_loss(self, batch, params):
+        """L_BC + alpha * L_aux. L_aux never reads the actor head, so it cannot update it."""
+        loss, info = self.actor_loss(batch, params)
+        aux = self.representation_loss(batch, params)
+        if aux is not None:
+            aux_loss, aux_info = aux
+            info.update({f'representation/{k}': v for k, v in aux_info.items()})
+            info['representation/loss'] = aux_loss
+            loss = loss + self.config['alpha'] * aux_loss
+        info['total_loss'] = loss
+        return loss, info
+
+    def loss_fn(self, batch, rng) -> LossFn:
+        return lambda params: self.total_loss(batch, params)  # behavior cloning draws no noise
+
+    def representations(self, observations, actions, goals):
+        """(prediction for s, representation of g), ensemble means, as the paper's analyses compare
+        them (docs/method.md, section 5): psi(phi(s), a) or psi(s, a) against phi(g). Agents with a
+        representation override this."""
+        raise NotImplementedError(f'{type(self).__name__} has no learned representation to analyse.')
 
     @jax.jit
     def sample_actions(self, observations, goals, seed=None, temperature=1.0):
-        means, log_stds = self.network(self.policy_inputs(observations, goals), name='actor')
+        params = self.network.params
+        means, log_stds = self.network(self.policy_inputs(observations, goals, params), name='actor', params=params)
         seed = self.rng if seed is None else seed
         return jnp.clip(sample_gaussian(seed, means, log_stds, temperature), -1.0, 1.0)
-
-    @classmethod
-    def from_modules(cls, seed, modules, example_args, config, optimizer, targets=None):
-        """Initialise a ModuleDict of `modules` on `example_args` and wrap it in a train state.
-        `targets` maps each target network's module name to its online module's; targets start as
-        exact copies of their online networks."""
-        from utils.networks import ModuleDict
-
-        rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
-        model = ModuleDict(modules)
-        params = model.init(init_rng, example_args)['params']
-        for target, online in (targets or {}).items():
-            params = copy_to_target(params, online, target)
-        network = TrainState.create(model, params, optimizer)
-        return cls(rng=rng, network=network, config=flax.core.FrozenDict(config.to_dict()))
-
-
-def copy_to_target(params, online: str, target: str):
-    """Initialise target network `target` as an exact copy of `online` (ModuleDict param names)."""
-    # A real copy: sharing buffers with the online network would break buffer donation.
-    return {**params, f'modules_{target}': jax.tree_util.tree_map(jnp.copy, params[f'modules_{online}'])}
-
-
-def ema_target_update(network: TrainState, online: str, target: str, tau: float) -> TrainState:
-    """phi_target <- tau * phi_online + (1 - tau) * phi_target (the paper's convention for tau)."""
-    from utils.flax_utils import ema_update
-
-    params = dict(network.params)
-    params[f'modules_{target}'] = ema_update(params[f'modules_{online}'], params[f'modules_{target}'], tau)
-    return network.replace(params=params)

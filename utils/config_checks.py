@@ -6,6 +6,7 @@ import os
 import re
 
 from utils.errors import ConfigError
+from utils.networks import VISUAL_ENCODERS
 
 
 def load_config_file(spec: str):
@@ -62,15 +63,19 @@ def check_types(config, defaults):
 
 
 # ---------------------------------------------------------------------------------------------
-# Value checks. Every agent config is checked field by field before anything is built or compiled,
-# so a bad value stops the run with one paragraph naming the field, the value and a valid example,
-# instead of a traceback (or, worse, a NaN loss thousands of steps later).
+# Value checks: the one place where config values are judged. Every agent config is checked before
+# anything is built or compiled, so a bad value stops the run with one paragraph naming the field, the
+# value and a valid example, instead of a traceback (or, worse, a NaN loss thousands of steps later).
+# The rules are data: COMMON_RULES below for fields several agents share, and an agent class's
+# `CONFIG_RULES` for its own; a key that is a tuple of field names is a rule on those fields together
+# (its check receives their values in that order). Agents, the sampler and the networks check nothing
+# themselves.
 # ---------------------------------------------------------------------------------------------
 
 
 class Rule:
-    """A requirement on one config value: `check(value) -> bool`, described as `requirement`, with an
-    `example` of a valid value for the fix."""
+    """A requirement on one config value (or, keyed by a tuple of fields, on several): `check(*values) ->
+    bool`, described as `requirement`, with an `example` of a valid value (or flags) for the fix."""
 
     def __init__(self, check, requirement: str, example):
         self.check, self.requirement, self.example = check, requirement, example
@@ -105,8 +110,8 @@ def layer_sizes(example):
                 'must be a non-empty tuple of positive layer sizes', example)
 
 
-# Rules for fields that several agents share, by name; an agent module may add or override rules with
-# a module-level `CONFIG_RULES = {field: Rule}` (for its own enums, e.g. `encoder`).
+# Rules for fields that several agents share, by name; an agent class adds or overrides rules with its
+# `CONFIG_RULES = {field: Rule}` (its own enums, e.g. `encoder`, and tuple-keyed joint rules).
 COMMON_RULES = {
     'lr': positive(3e-4),
     'high_lr': positive(1e-4),
@@ -120,7 +125,7 @@ COMMON_RULES = {
     'num_forward': at_least(1, 2),
     'latent_dim': non_negative(0),
     'nstep': non_negative(0),
-    'subgoal_steps': non_negative(25),
+    'subgoal_steps': at_least(1, 25),
     'stage1_steps': non_negative(0),
     'replan_every': at_least(1, 1),
     'loss_type': one_of('ce', 'l2'),
@@ -133,7 +138,7 @@ COMMON_RULES = {
     'actor_pessimism': non_negative(0.5),
     'actor_noise': non_negative(0.2),
     'actor_noise_clip': non_negative(0.3),
-    'encoder': one_of('none', 'impala_small', 'impala', 'impala_debug'),
+    'encoder': one_of('none', *VISUAL_ENCODERS),
     'frame_stack': at_least(1, 1),
     'p_aug': probability(0.5),
 }
@@ -158,11 +163,26 @@ def _invalid(key, value, requirement, example) -> ConfigError:
     )
 
 
-def validate_config(config, extra_rules=None):
-    """Raise ConfigError for the first config value that breaks its rule, or for a goal mixture
-    (`<prefix>_p_curgoal + _p_trajgoal + _p_randomgoal`) that does not sum to 1. Non-finite floats are
-    rejected whatever the field."""
-    rules = dict(COMMON_RULES, **(extra_rules or {}))
+def _mixture_rules(config):
+    """A joint rule per goal mixture `<prefix>_p_curgoal/_p_trajgoal/_p_randomgoal` in `config`: the
+    three probabilities sum to 1."""
+    rules = {}
+    for key in config.keys():
+        if key.endswith('_p_curgoal'):
+            prefix = key[: -len('_p_curgoal')]
+            fields = tuple(f'{prefix}_{field}' for field in MIXTURE_FIELDS)
+            if all(field in config for field in fields):
+                example = ' '.join(f'--agent.{f}={v}' for f, v in zip(fields, (0, 1, 0)))
+                rules[fields] = Rule(lambda *p: abs(sum(float(v) for v in p) - 1.0) <= 1e-6,
+                                     f'form the {prefix} goal mixture, so they must sum to 1 (adjust the three together)', example)
+    return rules
+
+
+def validate_config(config, agent_rules=None):
+    """Raise ConfigError for the first config value that breaks its rule (COMMON_RULES, overridden and
+    extended by the agent's `agent_rules`), then for the first joint rule that fails (goal mixtures that
+    do not sum to 1, and the agent's tuple-keyed rules). Non-finite floats are rejected whatever the field."""
+    rules = {**COMMON_RULES, **(agent_rules or {})}
     for key in config.keys():
         value = config[key]
         if isinstance(value, float) and not math.isfinite(value):
@@ -170,16 +190,11 @@ def validate_config(config, extra_rules=None):
         rule = _rule_for(key, rules)
         if rule is not None and not rule.check(value):
             raise _invalid(key, value, rule.requirement, rule.example)
-    for key in config.keys():
-        if key.endswith('_p_curgoal'):
-            prefix = key[: -len('_p_curgoal')]
-            fields = [f'{prefix}_{field}' for field in MIXTURE_FIELDS]
-            if all(field in config for field in fields):
-                total = sum(float(config[field]) for field in fields)
-                if abs(total - 1.0) > 1e-6:
-                    values = ', '.join(f'{field}={config[field]}' for field in fields)
-                    raise ConfigError(
-                        f'The {prefix} goal mixture must sum to 1, got {values} (sum {total:g}). Adjust the three '
-                        f'probabilities together, e.g. --agent.{prefix}_p_curgoal=0 --agent.{prefix}_p_trajgoal=1 '
-                        f'--agent.{prefix}_p_randomgoal=0.'
-                    )
+    joint = {**_mixture_rules(config), **{k: r for k, r in rules.items() if isinstance(k, tuple)}}
+    for fields, rule in joint.items():
+        if all(field in config for field in fields) and not rule.check(*(config[f] for f in fields)):
+            values = ', '.join(f'agent.{field}={config[field]!r}' for field in fields)
+            raise ConfigError(
+                f'Config values {values} are invalid together: they {rule.requirement}. '
+                f'Fix the overrides (e.g. {rule.example}) or the config file.'
+            )

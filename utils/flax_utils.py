@@ -26,9 +26,9 @@ class TrainState(flax.struct.PyTreeNode):
     def create(cls, model_def, params, tx):
         return cls(step=jnp.array(0, jnp.int32), apply_fn=model_def.apply, tx=tx, params=params, opt_state=tx.init(params))
 
-    def __call__(self, *args, name: str, params=None, **kwargs):
-        """Run sub-module `name` with these parameters (default: the current ones)."""
-        params = self.params if params is None else params
+    def __call__(self, *args, name: str, params, **kwargs):
+        """Run sub-module `name` with `params`: the parameters being differentiated, `frozen(...)`
+        ones, or `self.params` when acting. There is no default, so every call says which."""
         return self.apply_fn({'params': params}, *args, name=name, **kwargs)
 
     def apply_gradients(self, grads):
@@ -40,6 +40,11 @@ class TrainState(flax.struct.PyTreeNode):
         grads, info = jax.grad(loss_fn, has_aux=True)(self.params)
         info['grad_norm'] = optax.tree.norm(grads)
         return self.apply_gradients(grads), info
+
+
+def frozen(params):
+    """`params` read without gradient: a loss may evaluate these networks but cannot train them."""
+    return jax.lax.stop_gradient(params)
 
 
 def ema_update(online, target, tau: float):

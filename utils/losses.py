@@ -76,8 +76,8 @@ def prediction_loss(pred, target, kind, ce_eps=0.0):
 
 
 def byol_gamma_loss(forward_pred, future_target, backward_pred=None, current_target=None, kind='ce', ce_eps=0.0):
-    """BYOL-gamma (paper eq. byolgbi):
-        L = E[ f(psi_f(phi(s_t), a_t), sg phibar(s_+)) + f(sg phibar(s_t), psi_b(phi(s_+))) ],
+    """BYOL-gamma (paper eq. byolgbi, backward term with the prediction first, see below):
+        L = E[ f(psi_f(phi(s_t), a_t), sg phibar(s_+)) + f(psi_b(phi(s_+)), sg phibar(s_t)) ],
     s_+ ~ M~pi(s_t, .), i.e. s_{t+k} with k ~ Geom(1 - gamma).
 
     Args:

@@ -1,4 +1,5 @@
-"""How agents turn (state, goal) into the actor's input, shared so every agent encodes alike."""
+"""How agents build their state encoders phi / psi and turn (state, goal) into the actor's input, shared so
+every agent encodes alike."""
 
 import jax.numpy as jnp
 
@@ -14,7 +15,7 @@ def resolve_latent_dim(latent_dim: int, obs_dim: int) -> int:
     return obs_dim if obs_dim >= 8 else 64
 
 
-def phi_policy_inputs(network, observations, goals, params=None, encoder_name='encoder'):
+def phi_policy_inputs(network, observations, goals, params, encoder_name='encoder'):
     """concat(z(s), z(g)) where z is the ensemble-mean representation (phi_1 + phi_2) / 2."""
     z_s = network(observations, name=encoder_name, params=params).mean(axis=0)
     z_g = network(goals, name=encoder_name, params=params).mean(axis=0)

@@ -49,18 +49,14 @@ class GoalMixture:
     """Where a goal comes from: current state, the same trajectory's future, or a random state.
 
     The trajectory part is geometric (`k ~ Geometric(1 - gamma)`) when `geom_sample`, else uniform
-    over the rest of the trajectory.
+    over the rest of the trajectory. The probabilities (and gamma) are checked where every config value
+    is, in `utils.config_checks.validate_config`.
     """
 
     p_curgoal: float = 0.0
     p_trajgoal: float = 1.0
     p_randomgoal: float = 0.0
     geom_sample: bool = False
-
-    def __post_init__(self):
-        probs = (self.p_curgoal, self.p_trajgoal, self.p_randomgoal)
-        if min(probs) < 0 or abs(sum(probs) - 1.0) > 1e-6:
-            raise ValueError(f'Goal mixture probabilities must be >= 0 and sum to 1, got {probs}.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,10 +73,6 @@ class SamplerConfig:
     frame_stack: int = 1  # every observation is the channel-wise stack of its last `frame_stack` frames
     p_aug: float = 0.0  # probability that a batch gets random-crop augmentation (images only)
     gc_negative: bool = True  # value rewards r = -1 until the goal is reached (True) or 1 on reaching it (False)
-
-    def __post_init__(self):
-        if not 0.0 <= self.gamma < 1.0:
-            raise ValueError(f'gamma must lie in [0, 1), got {self.gamma}.')
 
     @classmethod
     def from_config(cls, config) -> 'SamplerConfig':

@@ -52,5 +52,4 @@ def stack_trees(trees):
 def validation_metrics(agent, data: DeviceDataset, key, sampler_config: SamplerConfig):
     """The agent's losses on one batch of held-out data (no update, no augmentation, as OGBench)."""
     sampler_config = dataclasses.replace(sampler_config, p_aug=0.0)
-    _, info = agent.total_loss(sample_batch(key, data, sampler_config), agent.network.params)
-    return info
+    return agent.metrics(sample_batch(key, data, sampler_config))
