@@ -28,7 +28,7 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent
-from utils.representation import check_encoder, phi_policy_inputs, state_encoder
+from utils.representation import check_encoder, encode_together, mean_concat, phi_policy_inputs, state_encoder
 from utils.losses import byol_gamma_loss, nstep_prediction_loss
 from utils.networks import EnsemblePredictor, GaussianActor
 
@@ -48,11 +48,20 @@ class BYOLGammaAgent(BCAgent):
     def forward(self, z, actions, params):
         return self.network(z, actions if self.config['action_conditioned'] else None, name='forward_predictor', params=params)
 
-    def representation_loss(self, batch, params):
-        z_t = self.network(batch['observations'], name='encoder', params=params)  # [M, B, d]
+    def batch_encodings(self, batch, params):
+        """phi(s_t), phi(actor goal) and (geometric BYOL) phi(s_{t+k}), [M, B, d] each, in one encoder call."""
+        keys = ('observations', 'actor_goals') + (() if self.config['nstep'] > 0 else ('value_goals',))
+        return encode_together(self.network, params, 'encoder', {k: batch[k] for k in keys})
+
+    def batch_policy_inputs(self, batch, params, encodings):
+        return mean_concat(encodings['observations'], encodings['actor_goals'])
+
+    def representation_loss(self, batch, params, encodings=None):
+        encodings = self.batch_encodings(batch, params) if encodings is None else encodings
+        z_t = encodings['observations']  # [M, B, d]
         if self.config['nstep'] > 0:
             return self.nstep_loss(batch, z_t, params)
-        z_future = self.network(batch['value_goals'], name='encoder', params=params)
+        z_future = encodings['value_goals']
         forward_pred = self.forward(z_t, batch['actions'], params)
         backward_pred = None
         if self.config['backward_predictor']:

@@ -29,7 +29,7 @@ import optax
 
 from utils.agent_base import BCAgent
 from utils.config_checks import at_least, one_of
-from utils.representation import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
+from utils.representation import check_encoder, encode_together, mean_concat, phi_policy_inputs, psi_inputs, state_encoder
 from utils.losses import orthonormality_loss, td_sr_loss
 from utils.networks import GaussianActor, length_normalize
 
@@ -57,9 +57,18 @@ class TDSRAgent(BCAgent):
     def psi_inputs(self, observations, actions):
         return psi_inputs(observations, actions, self.config['action_conditioned'])
 
-    def representation_loss(self, batch, params):
+    def batch_encodings(self, batch, params):
+        """phi of s_t, the actor goals and s_{t+1}, in one encoder call."""
+        keys = ('observations', 'actor_goals', 'next_observations')
+        return encode_together(self.network, params, 'encoder', {k: batch[k] for k in keys})
+
+    def batch_policy_inputs(self, batch, params, encodings):
+        return mean_concat(encodings['observations'], self.goal_side(encodings['actor_goals']))
+
+    def representation_loss(self, batch, params, encodings=None):
+        encodings = self.batch_encodings(batch, params) if encodings is None else encodings
         psi = self.network(*self.psi_inputs(batch['observations'], batch['actions']), name='psi_encoder', params=params)
-        phi_next = self.goal_encode(batch['next_observations'], params)
+        phi_next = self.goal_side(encodings['next_observations'])
         next_psi_inputs = self.psi_inputs(batch['next_observations'], batch['next_actions'])
         target_psi_next = self.target(*next_psi_inputs, name='psi_encoder')
         target_phi_next = self.goal_side(self.target(batch['next_observations'], name='encoder'))

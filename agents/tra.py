@@ -24,7 +24,7 @@ import optax
 
 from utils.agent_base import BCAgent
 from utils.config_checks import one_of
-from utils.representation import check_encoder, phi_policy_inputs, psi_inputs, state_encoder
+from utils.representation import check_encoder, encode_together, mean_concat, phi_policy_inputs, psi_inputs, state_encoder
 from utils.losses import representation_norm_penalty, symmetric_infonce
 from utils.networks import GaussianActor
 
@@ -39,10 +39,22 @@ class TRAAgent(BCAgent):
         z_g = self.network(goals, name='encoder', params=params).mean(axis=0)
         return jnp.concatenate([z_s, z_g], axis=-1)
 
-    def representation_loss(self, batch, params):
-        inputs = psi_inputs(batch['observations'], batch['actions'], self.config['action_conditioned'])
-        psi = self.network(*inputs, name='psi_encoder', params=params)  # [M, B, d]
-        phi = self.network(batch['value_goals'], name='encoder', params=params)  # [M, B, d]
+    def batch_encodings(self, batch, params):
+        """psi(s_t[, a_t]) and, in one call, phi of the actor goals, the positives s_+ and (TRA^a) s_t."""
+        action_conditioned = self.config['action_conditioned']
+        keys = ('actor_goals', 'value_goals') + (('observations',) if action_conditioned else ())
+        encodings = encode_together(self.network, params, 'encoder', {k: batch[k] for k in keys})
+        inputs = psi_inputs(batch['observations'], batch['actions'], action_conditioned)
+        encodings['psi'] = self.network(*inputs, name='psi_encoder', params=params)
+        return encodings
+
+    def batch_policy_inputs(self, batch, params, encodings):
+        state = encodings['observations'] if self.config['action_conditioned'] else encodings['psi']
+        return mean_concat(state, encodings['actor_goals'])
+
+    def representation_loss(self, batch, params, encodings=None):
+        encodings = self.batch_encodings(batch, params) if encodings is None else encodings
+        psi, phi = encodings['psi'], encodings['value_goals']  # [M, B, d] each
         contrastive, info = jax.vmap(lambda p, f: symmetric_infonce(p, f, self.config['loss_scale']))(psi, phi)
         penalty = representation_norm_penalty(phi, psi, self.config['norm_penalty'])
         info = {k: jnp.mean(v) for k, v in info.items()}

@@ -186,3 +186,26 @@ def test_unknown_preset_lists_valid_ones():
     with pytest.raises(ValueError, match='byol_gamma_a'):
         preset_config('nope')
 
+
+
+@pytest.mark.parametrize('preset', ['byol_gamma_a', 'tra', 'tdsr_a'])
+def test_entries_encoded_together_equal_entries_encoded_one_by_one(preset, data):
+    """The shared encodings of an update (one encoder call on concatenated batch entries) are, entry by
+    entry, what encoding each entry on its own gives."""
+    config = small(preset_config(preset))
+    agent = make_agent(config)
+    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    params = agent.network.params
+    encodings = agent.batch_encodings(batch, params)
+    for key, encoded in encodings.items():
+        if key == 'psi':
+            continue
+        alone = agent.network(batch[key], name='encoder', params=params)
+        assert encoded.shape == alone.shape == (config.num_ensemble, config.batch_size, config.latent_dim)
+        np.testing.assert_allclose(encoded, alone, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(agent.batch_policy_inputs(batch, params, encodings),
+                               agent.policy_inputs(batch['observations'], batch['actor_goals'], params)
+                               if preset != 'tra' else
+                               jnp.concatenate([agent.network(batch['observations'], name='psi_encoder', params=params).mean(0),
+                                                agent.network(batch['actor_goals'], name='encoder', params=params).mean(0)], -1),
+                               rtol=1e-5, atol=1e-6)

@@ -87,27 +87,42 @@ class Agent(flax.struct.PyTreeNode):
 
 class BCAgent(Agent):
     """GCBC + alpha * L_aux (the paper's objective). An agent file defines `create`, `policy_inputs`
-    and, for an auxiliary loss, `representation_loss`, plus a module-level `get_config()`."""
+    and, for an auxiliary loss, `representation_loss`, plus a module-level `get_config()`.
+
+    Both losses of an update often encode the same batch entries (phi(s_t) feeds the actor and L_aux).
+    An agent may compute such encodings once in `batch_encodings` (see utils.representation.
+    encode_together) and read them in `batch_policy_inputs` and `representation_loss`; without it,
+    each loss encodes what it needs."""
 
     def policy_inputs(self, observations, goals, params):
         """The actor's input for (s, g), computed with `params`."""
         raise NotImplementedError
 
-    def representation_loss(self, batch, params):
+    def batch_encodings(self, batch, params):
+        """Encodings of batch entries shared by the losses of one update, {} if none."""
+        return {}
+
+    def batch_policy_inputs(self, batch, params, encodings):
+        """The actor's input for the batch's (s_t, actor goal)."""
+        return self.policy_inputs(batch['observations'], batch['actor_goals'], params)
+
+    def representation_loss(self, batch, params, encodings=None):
         """The auxiliary loss L_aux and its metrics; None for plain behavior cloning."""
         return None
 
-    def actor_loss(self, batch, params):
+    def actor_loss(self, batch, params, encodings=None):
         """L_BC on (s_t, a_t, actor goal). Gradients reach the actor head and the encoders it reads."""
-        inputs = self.policy_inputs(batch['observations'], batch['actor_goals'], params)
+        encodings = self.batch_encodings(batch, params) if encodings is None else encodings
+        inputs = self.batch_policy_inputs(batch, params, encodings)
         means, log_stds = self.network(inputs, name='actor', params=params)
         loss = bc_loss(means, log_stds, batch['actions'])
         return loss, {'actor/bc_loss': loss, 'actor/mse': jnp.mean((means - batch['actions']) ** 2)}
 
     def total_loss(self, batch, params):
         """L_BC + alpha * L_aux. L_aux never reads the actor head, so it cannot update it."""
-        loss, info = self.actor_loss(batch, params)
-        aux = self.representation_loss(batch, params)
+        encodings = self.batch_encodings(batch, params)
+        loss, info = self.actor_loss(batch, params, encodings)
+        aux = self.representation_loss(batch, params, encodings)
         if aux is not None:
             aux_loss, aux_info = aux
             info.update({f'representation/{k}': v for k, v in aux_info.items()})

@@ -2,6 +2,7 @@
 every agent encodes alike."""
 
 import jax.numpy as jnp
+import numpy as np
 
 from utils.errors import ConfigError
 from utils.networks import VISUAL_ENCODERS, EnsembleEncoder
@@ -17,9 +18,24 @@ def resolve_latent_dim(latent_dim: int, obs_dim: int) -> int:
 
 def phi_policy_inputs(network, observations, goals, params, encoder_name='encoder'):
     """concat(z(s), z(g)) where z is the ensemble-mean representation (phi_1 + phi_2) / 2."""
-    z_s = network(observations, name=encoder_name, params=params).mean(axis=0)
-    z_g = network(goals, name=encoder_name, params=params).mean(axis=0)
-    return jnp.concatenate([z_s, z_g], axis=-1)
+    encoded = encode_together(network, params, encoder_name, {'s': observations, 'g': goals})
+    return mean_concat(encoded['s'], encoded['g'])
+
+
+def mean_concat(z_s, z_g):
+    """concat(mean_m z_s, mean_m z_g) of ensemble outputs [M, B, d]: the actor's input."""
+    return jnp.concatenate([z_s.mean(axis=0), z_g.mean(axis=0)], axis=-1)
+
+
+def encode_together(network, params, name, arrays):
+    """{key: network(array, name=name)} for a dict of arrays, computed as ONE call on their
+    concatenation along the batch axis. Row for row the same function (every layer acts on rows
+    independently); on an accelerator, one set of kernels instead of one per array. Outputs are
+    [M, B_k, d] ensemble outputs, split back along axis 1."""
+    keys = list(arrays)
+    encoded = network(jnp.concatenate([arrays[k] for k in keys], axis=0), name=name, params=params)
+    ends = np.cumsum([arrays[k].shape[0] for k in keys])
+    return dict(zip(keys, jnp.split(encoded, ends[:-1], axis=1)))
 
 
 def psi_inputs(observations, actions, action_conditioned: bool):
