@@ -10,6 +10,7 @@ size limit, permissions) raises the OSError with the target's path in `filename`
 """
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -43,8 +44,7 @@ def atomic_open(path: str, mode: str = 'wb', exclusive: bool = False, **kwargs):
             os.fsync(f.fileno())
         os.chmod(tmp_path, 0o644)
         if exclusive:
-            os.link(tmp_path, path)  # FileExistsError if something is there: never replaced
-            os.unlink(tmp_path)
+            _publish_exclusive(tmp_path, path)
         else:
             os.replace(tmp_path, path)
     except BaseException as e:
@@ -54,6 +54,24 @@ def atomic_open(path: str, mode: str = 'wb', exclusive: bool = False, **kwargs):
         if isinstance(e, OSError) and not isinstance(e, FileExistsError):
             raise with_path(e, path) from e
         raise
+
+
+def _publish_exclusive(tmp_path: str, path: str):
+    """Move the finished temp file to `path`, raising FileExistsError if `path` exists. A hard link
+    does it atomically; where the file system has none, an existence check then a rename (a file
+    created by another process between the two would be replaced)."""
+    try:
+        os.link(tmp_path, path)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS):
+            raise
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
+        os.replace(tmp_path, path)
+        return
+    os.unlink(tmp_path)
 
 
 def atomic_write_bytes(path: str, data: bytes):

@@ -9,8 +9,7 @@ import numpy as np
 
 from utils.atomic_io import atomic_write_bytes
 from utils.errors import ConfigError
-
-CHECKPOINT_NAME = 'checkpoint.msgpack'
+from utils.rundir import CHECKPOINT_NAME
 
 
 def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None) -> str:

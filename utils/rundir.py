@@ -34,7 +34,6 @@ import time
 from typing import Dict, List, Optional
 
 from utils.atomic_io import read_json, with_path, write_json
-from utils.checkpoints import CHECKPOINT_NAME
 from utils.errors import RunLockedError
 from utils.loggers import read_csv_rows
 
@@ -46,6 +45,7 @@ DONE_FILE = 'DONE'
 DATASET_FILE = 'dataset.json'
 RESUMES_FILE = 'resumes.json'
 LOCK_FILE = 'run.lock'
+CHECKPOINT_NAME = 'checkpoint.msgpack'  # here, not in utils/checkpoints.py, so that reading a layout imports no JAX
 # File systems that cannot lock (some FUSE and old NFS mounts) answer flock with one of these.
 _NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
