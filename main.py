@@ -161,7 +161,7 @@ def out_of_memory_error(e: BaseException) -> DeviceMemoryError:
     device = jax.devices()[0]
     first_line = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
     return DeviceMemoryError(
-        f'Out of {device.device_kind} memory ({device.platform}) with --agent.batch_size={FLAGS.agent.batch_size} '
+        f'Out of memory on the {device.platform.upper()} ({device.device_kind}) with --agent.batch_size={FLAGS.agent.batch_size} '
         f'and --num_seeds={FLAGS.num_seeds} (XLA: {first_line[:300]}). Nothing computed was lost: the last checkpoint, '
         f'if any, is kept. Use a smaller --agent.batch_size or --num_seeds (or smaller networks), or a device with '
         f'more memory.'

@@ -128,6 +128,9 @@ BAD_INPUTS = [
     (['--agent=agents/missing.py'], 'not found'),
     (['--eval_tasks=1,x'], '--eval_tasks must be'),
     (['--train_steps=0'], '--train_steps must be positive'),
+    (['--eval_tasks=9'], 'has tasks 1..5, so 9 is out of range'),
+    (['--eval_max_steps=-1'], '--eval_max_steps must be 0'),
+    (['--env_name=pointmaze-medum-stitch-v0'], 'Did you mean pointmaze-medium-stitch-v0'),
 ]
 
 
@@ -137,6 +140,7 @@ def test_bad_input_gives_one_clear_error(extra, message, dataset_dir, tmp_path):
     assert result.returncode != 0
     assert message in result.stderr
     assert 'Traceback' not in result.stderr
+    assert not any(tmp_path.iterdir()), 'a rejected request writes nothing'
 
 
 def test_missing_dataset_that_cannot_be_generated(tmp_path):
