@@ -182,6 +182,7 @@ class Request:
     seeds: List[int]
     eval_tasks: Tuple[int, ...]
     flags: Dict[str, object]  # RUN_FLAGS and their values
+    config_defaults: Dict[str, object]  # the config file's own values, before --agent.<key> overrides
 
     def seed_flags(self, seed: int) -> Dict[str, object]:
         return dict(self.flags, seed=seed)
@@ -199,7 +200,8 @@ def plain(value):
 def check_request() -> Request:
     eval_tasks = check_flags()
     config = FLAGS.agent
-    check_types(config, load_config_file(config_flags.get_config_filename(FLAGS['agent'])))
+    defaults = load_config_file(config_flags.get_config_filename(FLAGS['agent']))
+    check_types(config, defaults)
     agent_class = get_agent_class(config.agent_name)
     validate_config(config, getattr(agent_class, 'CONFIG_RULES', None))
     env_id_for(FLAGS.env_name)
@@ -209,7 +211,7 @@ def check_request() -> Request:
         raise StorageError(f'--save_dir={FLAGS.save_dir} is a file, not a directory: run directories cannot go there '
                            f'(nothing was written). Pass a directory (it is created if missing).')
     return Request(config, agent_class, SamplerConfig.from_config(config), [FLAGS.seed + k for k in range(FLAGS.num_seeds)],
-                   eval_tasks, {name: FLAGS[name].value for name in RUN_FLAGS})
+                   eval_tasks, {name: FLAGS[name].value for name in RUN_FLAGS}, plain(defaults.to_dict()))
 
 
 def check_flags() -> Tuple[int, ...]:
@@ -335,12 +337,15 @@ class RunWriter:
             )
 
     def flag_differences(self, request: Request) -> List[str]:
+        """Flags that must match and do not. A flag the run predates matches at its default value."""
         recorded, requested = plain(self.recorded_flags), plain(request.seed_flags(self.seed))
         differences = []
         for name in sorted(set(recorded) | set(requested)):
             if name in RESUME_MAY_DIFFER or name == 'train_steps':
                 continue
             old, new = recorded.get(name, _ABSENT), requested.get(name, _ABSENT)
+            if old is _ABSENT and name in FLAGS and new == plain(FLAGS[name].default):
+                continue
             if name == 'eval_tasks' and _ABSENT not in (old, new):
                 same = [t.strip() for t in str(old).split(',')] == [t.strip() for t in str(new).split(',')]
             else:
@@ -350,10 +355,15 @@ class RunWriter:
         return differences
 
     def config_differences(self, request: Request) -> List[str]:
+        """Config values (and the sampler derived from them) that differ. A key the run predates matches
+        at the config file's default; a derived sampler field it predates is not compared."""
         recorded, requested = flatten(plain(self.run_dir.read_config())), flatten(request.config_record())
+        defaults = flatten(request.config_defaults)
         differences = []
         for key in sorted(set(recorded) | set(requested)):
             old, new = recorded.get(key, _ABSENT), requested.get(key, _ABSENT)
+            if old is _ABSENT and (key.startswith('sampler.') or (key in defaults and new == defaults[key])):
+                continue
             if old != new:
                 name = f'{key} (derived from the agent config)' if key.startswith('sampler.') else f'--agent.{key}'
                 differences.append(f'{name}: {old} -> {new}')
