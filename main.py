@@ -37,7 +37,7 @@ from utils.checkpoints import checkpoint_step, load_checkpoint, save_checkpoint
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
 from utils.datasets import check_dataset_fits, ensure_dataset, env_id_for, load_dataset, num_tasks
 from utils.errors import (ConfigError, DatasetError, DeviceMemoryError, EvaluationError, NonFiniteLossError,
-                          ResumeMismatchError, RunDirError, StorageError)
+                          ResumeMismatchError, RunDirError, StorageError, is_out_of_memory)
 from utils.evaluation import FrameStackPolicy, env_spaces, evaluate, make_eval_envs, usable_cpus, videos_to_wandb
 from utils.loggers import CsvLogger, WandbLogger
 from utils.rundir import CONFIG_FILE, FLAGS_FILE, RunDir, default_run_name, lock_all
@@ -150,11 +150,6 @@ def storage_error(e: OSError) -> StorageError:
         f'was left half-written: any checkpoint already saved, and the logs up to it, are intact. {fix[0].upper() + fix[1:]}, '
         f'then rerun (with --resume to continue from the last checkpoint).'
     )
-
-
-def is_out_of_memory(e: BaseException) -> bool:
-    text = str(e)
-    return 'RESOURCE_EXHAUSTED' in text or 'Out of memory' in text or 'out of memory' in text
 
 
 def out_of_memory_error(e: BaseException) -> DeviceMemoryError:

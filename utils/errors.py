@@ -37,3 +37,10 @@ class StorageError(RuntimeError):
 
 class DeviceMemoryError(RuntimeError):
     """The accelerator (or host) ran out of memory in a compiled step."""
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether an exception is XLA's out-of-memory (RESOURCE_EXHAUSTED on accelerators, "Out of memory
+    allocating ..." on the CPU), which main.py turns into a DeviceMemoryError paragraph."""
+    text = str(error)
+    return 'RESOURCE_EXHAUSTED' in text or 'out of memory' in text.lower()
