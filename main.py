@@ -101,10 +101,10 @@ STORAGE_ERRNOS = {
     errno.ENOSPC: ('the disk is full', 'free space'),
     errno.EDQUOT: ('the disk quota is exhausted', 'free space or raise the quota'),
     errno.EFBIG: ('the file-size limit was reached', 'raise the limit (ulimit -f)'),
-    errno.EROFS: ('the file system is read-only', 'pass a writable --save_dir'),
-    errno.EACCES: ('permission denied', 'pass a --save_dir you can write'),
-    errno.EPERM: ('the operation is not permitted', 'pass a --save_dir you can write'),
-    errno.ENOTDIR: ('a part of the path is a file, not a directory', 'pass a --save_dir that is a directory'),
+    errno.EROFS: ('the file system is read-only', 'use a folder you can write (--save_dir; --dataset_dir for data)'),
+    errno.EACCES: ('permission denied', 'use a folder you can write (--save_dir; --dataset_dir for data)'),
+    errno.EPERM: ('the operation is not permitted', 'use a folder you can write (--save_dir; --dataset_dir for data)'),
+    errno.ENOTDIR: ('a part of the path is a file, not a directory', 'pass folders that are directories'),
 }
 
 
@@ -147,8 +147,8 @@ def storage_error(e: OSError) -> StorageError:
     cause, fix = STORAGE_ERRNOS[e.errno]
     return StorageError(
         f'Cannot write {e.filename or "a file"}: {cause} ({e.strerror}). Files are written atomically, so nothing '
-        f'was left half-written: any checkpoint already saved, and the logs up to it, are intact. {fix[0].upper() + fix[1:]}, '
-        f'then rerun (with --resume to continue from the last checkpoint).'
+        f'was left half-written: any checkpoint already saved, and the logs up to it, are intact. '
+        f'{fix[0].upper() + fix[1:]}, then rerun (with --resume to continue from the last checkpoint).'
     )
 
 
@@ -156,10 +156,10 @@ def out_of_memory_error(e: BaseException) -> DeviceMemoryError:
     device = jax.devices()[0]
     first_line = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
     return DeviceMemoryError(
-        f'Out of memory on the {device.platform.upper()} ({device.device_kind}) with --agent.batch_size={FLAGS.agent.batch_size} '
-        f'and --num_seeds={FLAGS.num_seeds} (XLA: {first_line[:300]}). Nothing computed was lost: the last checkpoint, '
-        f'if any, is kept. Use a smaller --agent.batch_size or --num_seeds (or smaller networks), or a device with '
-        f'more memory.'
+        f'Out of memory on the {device.platform.upper()} ({device.device_kind}) with --agent.batch_size='
+        f'{FLAGS.agent.batch_size} and --num_seeds={FLAGS.num_seeds} (XLA: {first_line[:300]}). Nothing computed was '
+        f'lost: the last checkpoint, if any, is kept. Use a smaller --agent.batch_size or --num_seeds (or smaller '
+        f'networks), or a device with more memory.'
     )
 
 
