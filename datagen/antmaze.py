@@ -30,6 +30,7 @@ from datagen.pointmaze import (
     _seeded_global_np_random,
     _streams,
     episode_counts,
+    generator_record,
     maze_dataset_spec,
     save_train_val,
 )
@@ -37,6 +38,12 @@ from datagen.pointmaze import (
 MAZE_TYPES = ('medium', 'large', 'giant')
 GENERATABLE_DATASETS = tuple(f'antmaze-{maze}-{kind}-v0' for maze in MAZE_TYPES for kind in DATASET_TYPES)
 
+# This project's own SAC expert drives the ant (OGBench's expert is not published): the data are
+# collected as OGBench collects them, but they are not OGBench's data, so they are generated only on request.
+FAITHFUL = False
+DESCRIPTION = "this project's SAC ant expert (not OGBench's expert)"
+# Bytes per row before compression: observation 29, action 8, qpos 15, qvel 14 (float32) and the terminal flag.
+ROW_BYTES = 4 * (29 + 8 + 15 + 14) + 1
 ACTION_NOISE = 0.2  # generate_locomaze.py's default `--noise`, which every antmaze line of commands.sh keeps.
 # (train episodes, rows per episode = max_episode_steps), from OGBench's commands.sh.
 _SIZES = {
@@ -199,4 +206,13 @@ def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, nu
         max(1, round(total_steps / _APPROX_ENV_STEPS_PER_SECOND / 60)),
     )
     dataset = generate_antmaze_dataset(dataset_name, num_train_episodes + num_val_episodes, seed, progress)
-    return save_train_val(dataset, dataset_name, dataset_dir, num_train_episodes * spec.episode_length)
+    provenance = generator_record(__name__, DESCRIPTION, FAITHFUL, dataset_name, seed, num_train_episodes, num_val_episodes,
+                                  expert=os.path.relpath(EXPERT_WEIGHTS, os.path.dirname(EXPERT_DIR)))
+    return save_train_val(dataset, dataset_name, dataset_dir, num_train_episodes * spec.episode_length, provenance)
+
+
+def estimated_bytes(dataset_name, num_train_episodes=None, num_val_episodes=None, **_):
+    """Upper bound of the bytes write_dataset puts on disk (uncompressed rows)."""
+    spec = dataset_spec(dataset_name)
+    num_train_episodes, num_val_episodes = episode_counts(spec, num_train_episodes, num_val_episodes)
+    return (num_train_episodes + num_val_episodes) * spec.episode_length * ROW_BYTES

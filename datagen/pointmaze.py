@@ -36,11 +36,19 @@ import ogbench.locomaze  # noqa: F401  (registers the pointmaze envs with gymnas
 from tqdm import tqdm
 
 from utils.atomic_io import atomic_open
+from utils.errors import DatasetError
 from utils.maze import MazeOracle, free_and_vertex_cells
+from utils.provenance import read_sidecar, write_sidecar
 
 MAZE_TYPES = ('medium', 'large', 'giant', 'teleport')
 DATASET_TYPES = ('stitch', 'navigate')
 GENERATABLE_DATASETS = tuple(f'pointmaze-{maze}-{kind}-v0' for maze in MAZE_TYPES for kind in DATASET_TYPES)
+# OGBench's own pointmaze data were collected by this same scripted oracle: generating them when the
+# download fails reproduces OGBench's collection (not its exact files), so main.py may do it unasked.
+FAITHFUL = True
+DESCRIPTION = 'pointmaze scripted oracle'
+# Bytes per row before compression: observation, action, qpos, qvel (2 float32 each) and the terminal flag.
+ROW_BYTES = 4 * (2 + 2 + 2 + 2) + 1
 
 ACTION_NOISE = 0.5  # `--noise=0.5` in every pointmaze line of OGBench's commands.sh.
 STITCH_GOAL_DISTANCE = 4  # `adj_steps` in generate_locomaze.py.
@@ -270,10 +278,11 @@ def generate_pointmaze_dataset_reference(dataset_name, num_episodes, seed, progr
     return {key: np.array(values, dtype=bool if key == 'terminals' else np.float32) for key, values in columns.items()}
 
 
-def _save_npz_atomic(path, arrays):
+def _save_npz_atomic(path, arrays, exclusive=False):
     """np.savez_compressed with a fixed zip timestamp, written to a temp file in the same folder
-    and moved into place, so readers never see a partial file."""
-    with atomic_open(path, 'wb') as file:
+    and moved into place, so readers never see a partial file. `exclusive`: FileExistsError rather
+    than replace an existing file."""
+    with atomic_open(path, 'wb', exclusive=exclusive) as file:
         with zipfile.ZipFile(file, 'w', compression=zipfile.ZIP_DEFLATED) as archive:
             for key, value in arrays.items():
                 entry = zipfile.ZipInfo(f'{key}.npy', date_time=_ZIP_DATE_TIME)
@@ -293,7 +302,21 @@ def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, nu
     num_train_episodes, num_val_episodes = episode_counts(spec, num_train_episodes, num_val_episodes)
 
     dataset = generate_pointmaze_dataset(dataset_name, num_train_episodes + num_val_episodes, seed, progress)
-    return save_train_val(dataset, dataset_name, dataset_dir, num_train_episodes * spec.episode_length)
+    provenance = generator_record(__name__, DESCRIPTION, FAITHFUL, dataset_name, seed, num_train_episodes, num_val_episodes)
+    return save_train_val(dataset, dataset_name, dataset_dir, num_train_episodes * spec.episode_length, provenance)
+
+
+def estimated_bytes(dataset_name, num_train_episodes=None, num_val_episodes=None, **_):
+    """Upper bound of the bytes write_dataset puts on disk (uncompressed rows)."""
+    spec = dataset_spec(dataset_name)
+    num_train_episodes, num_val_episodes = episode_counts(spec, num_train_episodes, num_val_episodes)
+    return (num_train_episodes + num_val_episodes) * spec.episode_length * ROW_BYTES
+
+
+def generator_record(module, description, faithful, dataset_name, seed, num_train_episodes, num_val_episodes, **extra):
+    """The provenance a generator records beside its files (utils/provenance.py adds size, sha256, version)."""
+    return dict(source='generated', generator=module, description=description, faithful=faithful, dataset=dataset_name,
+                seed=seed, num_train_episodes=num_train_episodes, num_val_episodes=num_val_episodes, **extra)
 
 
 def episode_counts(spec, num_train_episodes, num_val_episodes):
@@ -309,13 +332,48 @@ def episode_counts(spec, num_train_episodes, num_val_episodes):
     return num_train_episodes, num_val_episodes
 
 
-def save_train_val(dataset, dataset_name, dataset_dir, split):
-    """Rows [:split] to `<name>.npz` and the rest to `<name>-val.npz`, atomically; returns both paths."""
+def save_train_val(dataset, dataset_name, dataset_dir, split, provenance):
+    """Rows [:split] to `<name>.npz` and the rest to `<name>-val.npz`, atomically, each with its
+    provenance sidecar; returns both paths.
+
+    Never replaces a file: one that exists already is compared with the rows it would receive and kept
+    if identical (so a missing val file is regenerated alone from the same seed and counts), and a
+    DatasetError is raised, before anything is written, if it differs."""
     dataset_dir = os.path.expanduser(dataset_dir)
     os.makedirs(dataset_dir, exist_ok=True)
     train_path = os.path.join(dataset_dir, f'{dataset_name}.npz')
     val_path = os.path.join(dataset_dir, f'{dataset_name}-val.npz')
     # Val first: OGBench's loader is pointed at the train file and then reads its val sibling.
-    _save_npz_atomic(val_path, {key: value[split:] for key, value in dataset.items()})
-    _save_npz_atomic(train_path, {key: value[:split] for key, value in dataset.items()})
+    splits = [('val', val_path, {key: value[split:] for key, value in dataset.items()}),
+              ('train', train_path, {key: value[:split] for key, value in dataset.items()})]
+    settings = ', '.join(f'{k}={provenance.get(k)}' for k in ('seed', 'num_train_episodes', 'num_val_episodes'))
+    for _, path, arrays in splits:
+        if os.path.exists(path) and not _same_arrays(path, arrays):
+            raise DatasetError(
+                f'{path} already exists and is not what {provenance["generator"]} produces with {settings}. It was '
+                f'left untouched and nothing was written: generation never replaces a dataset file. Move it away '
+                f'to generate the pair afresh, or pass another --dataset_dir.'
+            )
+    for split_name, path, arrays in splits:
+        if os.path.exists(path):
+            if read_sidecar(path) is None:
+                write_sidecar(path, dict(provenance, split=split_name, rows=len(arrays['terminals'])))
+            continue
+        try:
+            _save_npz_atomic(path, arrays, exclusive=True)
+        except FileExistsError:
+            raise DatasetError(f'{path} appeared while it was being generated (another process?); it was not replaced. '
+                               f'Rerun once that process is done.') from None
+        write_sidecar(path, dict(provenance, split=split_name, rows=len(arrays['terminals'])))
     return train_path, val_path
+
+
+def _same_arrays(path, arrays):
+    """Whether the `.npz` at `path` holds exactly `arrays` (same keys, dtypes, shapes and values)."""
+    try:
+        with np.load(path) as file:
+            if sorted(file.files) != sorted(arrays):
+                return False
+            return all(file[k].dtype == arrays[k].dtype and np.array_equal(file[k], arrays[k]) for k in arrays)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return False

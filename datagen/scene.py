@@ -26,9 +26,16 @@ import numpy as np
 import ogbench.manipspace  # noqa: F401  (registers the manipulation envs with gymnasium)
 from tqdm import tqdm
 
-from datagen.pointmaze import _seeded_global_np_random, save_train_val
+from datagen.pointmaze import _seeded_global_np_random, generator_record, save_train_val
 
 GENERATABLE_DATASETS = ('scene-play-v0',)
+# OGBench's scripted oracles, re-collected here with this project's seeding: not OGBench's files, and
+# the collection was not compared with them at scale, so they are generated only on request.
+FAITHFUL = False
+DESCRIPTION = "OGBench's scripted scene oracles, re-collected here"
+# Bytes per row before compression: observation 40, action 5, qpos 25, qvel 24 (float32), the terminal
+# flag and 2 int64 button states.
+ROW_BYTES = 4 * (40 + 5 + 25 + 24) + 1 + 8 * 2
 NUM_TRAIN_EPISODES = 1000
 EPISODE_LENGTH = 1001  # OGBench's --max_episode_steps for scene-play
 PLAN_NOISE, PLAN_NOISE_SMOOTHING = 0.1, 0.5
@@ -124,4 +131,13 @@ def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, nu
                  max(1, round(total_steps / _APPROX_ENV_STEPS_PER_SECOND / 60)))
     dataset = generate_scene_dataset(num_train_episodes + num_val_episodes, seed, episode_length, progress)
     split = int(np.flatnonzero(dataset['terminals'])[num_train_episodes - 1]) + 1
-    return save_train_val(dataset, dataset_name, dataset_dir, split)
+    provenance = generator_record(__name__, DESCRIPTION, FAITHFUL, dataset_name, seed, num_train_episodes, num_val_episodes,
+                                  episode_length=episode_length)
+    return save_train_val(dataset, dataset_name, dataset_dir, split, provenance)
+
+
+def estimated_bytes(dataset_name, num_train_episodes=None, num_val_episodes=None, episode_length=EPISODE_LENGTH, **_):
+    """Upper bound of the bytes write_dataset puts on disk (uncompressed rows)."""
+    num_train_episodes = NUM_TRAIN_EPISODES if num_train_episodes is None else num_train_episodes
+    num_val_episodes = max(1, num_train_episodes // 10) if num_val_episodes is None else num_val_episodes
+    return (num_train_episodes + num_val_episodes) * episode_length * ROW_BYTES

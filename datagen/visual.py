@@ -34,14 +34,19 @@ import numpy as np
 from tqdm import tqdm
 
 from datagen import antmaze, scene
-from datagen.pointmaze import _save_npz_atomic
+from datagen.pointmaze import _save_npz_atomic, generator_record
 from utils.errors import DatasetError
+from utils.provenance import file_source, source_label, write_sidecar
 
 IMAGE_SHAPE = (64, 64, 3)
 # State-dataset generators by name, for the datasets this module renders.
 _STATE_GENERATORS = {name: antmaze for name in antmaze.GENERATABLE_DATASETS}
 _STATE_GENERATORS.update({name: scene for name in scene.GENERATABLE_DATASETS})
 GENERATABLE_DATASETS = tuple(f'visual-{name}' for name in _STATE_GENERATORS)
+# Frames of OGBench's state rows: OGBench's camera and procedure, but rendered here (and from this
+# project's generated state data when those are what the folder holds), so generated only on request.
+FAITHFUL = False
+DESCRIPTION = 'state rows rendered with the visual env camera'
 # Rows rendered between two progress records (one fsync each): ~1 min of rendering on a CPU.
 RENDER_BATCH_ROWS = 2000
 
@@ -158,6 +163,15 @@ def _load_state_split(path, num_episodes):
     return data
 
 
+def estimated_bytes(dataset_name, num_train_episodes=None, num_val_episodes=None, **kwargs):
+    """Upper bound of the bytes write_dataset puts on disk: the state files (if it has to generate
+    them), their columns again in the visual files, and every frame twice (memmap and .npz)."""
+    state_name = state_dataset_name(dataset_name)
+    module = _STATE_GENERATORS[state_name]
+    state_bytes = module.estimated_bytes(state_name, num_train_episodes, num_val_episodes, **kwargs)
+    return 2 * state_bytes + 2 * (state_bytes // module.ROW_BYTES) * int(np.prod(IMAGE_SHAPE))
+
+
 def check_disk_space(directory, num_rows):
     """DatasetError before any work if `directory` cannot hold the frames twice (memmap + .npz)."""
     needed = 2 * num_rows * int(np.prod(IMAGE_SHAPE))
@@ -213,7 +227,15 @@ def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, nu
             continue
         frames_path, progress_path = path + '.frames.npy', path + '.progress.json'
         frames = render_rows(renderer, data, frames_path, progress_path, f'{dataset_name} {split}', progress)
-        _save_npz_atomic(path, dict(observations=frames, **data))
+        try:
+            _save_npz_atomic(path, dict(observations=frames, **data), exclusive=True)
+        except FileExistsError:
+            raise DatasetError(f'{path} appeared while it was being rendered (another process?); it was not replaced.') from None
+        state_path = state_train if split == 'train' else state_val
+        state_source = file_source(state_path)
+        write_sidecar(path, generator_record(
+            __name__, f'{state_name} rendered ({source_label(state_source)})', FAITHFUL, dataset_name, None,
+            num_train_episodes, num_val_episodes, split=split, rows=len(data['terminals']), state_dataset=state_source))
         del frames
         os.remove(frames_path)
         os.remove(progress_path)

@@ -3,14 +3,23 @@
     python scripts/generate_dataset.py --env_name=pointmaze-medium-stitch-v0 --dataset_dir=~/.ogbench/data \
         [--num_episodes=N] [--num_val_episodes=M] [--seed=S]
 
-Defaults are OGBench's sizes (e.g. 5000 + 500 episodes of 201 rows for stitch).
+Defaults are OGBench's sizes (e.g. 5000 + 500 episodes of 201 rows for stitch). Each file gets a
+provenance sidecar (`<file>.provenance.json`: generator, project version, seed, episode counts,
+sha256); only pointmaze follows the very procedure OGBench's own data were collected with, so the
+other generated datasets are this project's, not OGBench's. Existing files are never replaced: a
+file already there is kept if it is exactly what this command would write (so a missing val file is
+written alone), and the command stops otherwise. The folder's writability and free space are
+checked before generating.
 """
 
+
+import sys
 
 from absl import app, flags
 
 
-from datagen import GENERATABLE_DATASETS, write_dataset
+from datagen import GENERATABLE_DATASETS, describe, is_faithful, write_dataset
+from utils.errors import DatasetError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('env_name', None, GENERATABLE_DATASETS, 'OGBench dataset name to generate.')
@@ -22,13 +31,19 @@ flags.mark_flag_as_required('env_name')
 
 
 def main(_):
-    train_path, val_path = write_dataset(
-        FLAGS.env_name,
-        FLAGS.dataset_dir,
-        seed=FLAGS.seed,
-        num_train_episodes=FLAGS.num_episodes,
-        num_val_episodes=FLAGS.num_val_episodes,
-    )
+    if not is_faithful(FLAGS.env_name):
+        print(f'Generating {FLAGS.env_name} with {describe(FLAGS.env_name)}: these are NOT OGBench\'s data '
+              f'(recorded in the provenance sidecars and shown by scripts/results.py).', flush=True)
+    try:
+        train_path, val_path = write_dataset(
+            FLAGS.env_name,
+            FLAGS.dataset_dir,
+            seed=FLAGS.seed,
+            num_train_episodes=FLAGS.num_episodes,
+            num_val_episodes=FLAGS.num_val_episodes,
+        )
+    except DatasetError as e:
+        sys.exit(f'Error: {e}')
     print(f'Wrote {train_path} and {val_path}')
 
 

@@ -4,6 +4,11 @@ import os
 import tempfile
 
 import pytest
+# submitit configures logging when first imported (logging.config.dictConfig), which closes every handler
+# installed before: absl's handler then closes the stream it holds, under pytest a capture file pytest
+# still uses, and every later test of that process fails ("I/O operation on closed file"). Imported here,
+# before anything installs absl's handler, it configures logging once, harmlessly.
+import submitit  # noqa: F401
 
 # Tests run on the CPU and must never need the network.
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')

@@ -7,8 +7,12 @@ import ogbench
 import pytest
 from ogbench.utils import load_dataset
 
+import datagen
 from datagen import pointmaze
+from utils.datasets import check_writable_space, ensure_dataset
+from utils.errors import DatasetError
 from utils.maze import MazeOracle
+from utils.provenance import file_source, project_version, read_sidecar, source_label
 from datagen.pointmaze import (
     GENERATABLE_DATASETS,
     can_generate,
@@ -51,7 +55,14 @@ def test_files_are_ogbench_format(written):
     dataset_dir, train_path, val_path = written
     assert train_path == os.path.join(dataset_dir, f'{STITCH}.npz')
     assert val_path == os.path.join(dataset_dir, f'{STITCH}-val.npz')
-    assert sorted(os.listdir(dataset_dir)) == sorted([f'{STITCH}.npz', f'{STITCH}-val.npz'])  # No temp files left.
+    # No temp files left; each file has its provenance sidecar (the .npz holds OGBench's keys only).
+    names = [f'{STITCH}.npz', f'{STITCH}-val.npz']
+    assert sorted(os.listdir(dataset_dir)) == sorted(names + [n + '.provenance.json' for n in names])
+    record = read_sidecar(train_path)
+    assert record['source'] == 'generated' and record['generator'] == 'datagen.pointmaze' and record['faithful']
+    assert (record['seed'], record['num_train_episodes'], record['num_val_episodes']) == (0, NUM_TRAIN, NUM_VAL)
+    assert record['split'] == 'train' and record['size'] == os.path.getsize(train_path)
+    assert record['project_version'] == project_version() != 'unknown'
 
     for path, num_episodes in [(train_path, NUM_TRAIN), (val_path, NUM_VAL)]:
         with np.load(path) as file:
@@ -167,18 +178,91 @@ def test_matches_per_step_bfs_reference(dataset_name, num_episodes):
         assert np.any(fast['observations'] != fast['qpos'])  # The teleport path was exercised.
 
 
-def test_failed_write_leaves_old_file(tmp_path, monkeypatch):
-    train_path, _ = write_dataset(STITCH, str(tmp_path), seed=0, num_train_episodes=2, progress=False)
-    before = open(train_path, 'rb').read()
+def test_failed_write_leaves_no_file_and_existing_files_are_never_replaced(tmp_path, monkeypatch):
+    train_path, val_path = write_dataset(STITCH, str(tmp_path / 'kept'), seed=0, num_train_episodes=2, progress=False)
+    before = [open(p, 'rb').read() for p in (train_path, val_path)]
+    # Another seed into the same folder: refused before anything is written.
+    with pytest.raises(DatasetError, match='already exists and is not what datagen.pointmaze produces'):
+        write_dataset(STITCH, str(tmp_path / 'kept'), seed=1, num_train_episodes=2, progress=False)
+    assert [open(p, 'rb').read() for p in (train_path, val_path)] == before
 
     def fail(*args, **kwargs):
         raise OSError('disk full')
 
     monkeypatch.setattr(pointmaze.np.lib.format, 'write_array', fail)
     with pytest.raises(OSError, match='disk full'):
-        write_dataset(STITCH, str(tmp_path), seed=1, num_train_episodes=2, progress=False)
-    assert open(train_path, 'rb').read() == before
-    assert sorted(os.listdir(tmp_path)) == sorted([f'{STITCH}.npz', f'{STITCH}-val.npz'])
+        write_dataset(STITCH, str(tmp_path / 'new'), seed=1, num_train_episodes=2, progress=False)
+    assert os.listdir(tmp_path / 'new') == []  # no partial file, no temp file
+
+
+def test_a_missing_val_file_is_regenerated_alone_from_the_recorded_provenance(tmp_path):
+    train_path, val_path = write_dataset(STITCH, str(tmp_path), seed=5, num_train_episodes=3, num_val_episodes=2, progress=False)
+    train_bytes, val_bytes, train_mtime = open(train_path, 'rb').read(), open(val_path, 'rb').read(), os.stat(train_path).st_mtime_ns
+    os.remove(val_path)
+    os.remove(val_path + '.provenance.json')
+    assert ensure_dataset(STITCH, str(tmp_path), download=False, generator=datagen, log=lambda m: None) == (train_path, val_path)
+    assert open(val_path, 'rb').read() == val_bytes
+    assert open(train_path, 'rb').read() == train_bytes and os.stat(train_path).st_mtime_ns == train_mtime  # not rewritten
+
+
+def test_a_file_of_unknown_origin_is_never_paired_with_a_generated_one(tmp_path):
+    train_path, val_path = write_dataset(STITCH, str(tmp_path), seed=0, num_train_episodes=2, progress=False)
+    os.remove(val_path)
+    os.remove(train_path + '.provenance.json')  # now an external file (e.g. an OGBench download)
+    before = open(train_path, 'rb').read()
+    with pytest.raises(DatasetError, match='exists but .*-val.npz is missing.*no provenance record') as error:
+        ensure_dataset(STITCH, str(tmp_path), download=False, generator=datagen, log=lambda m: None)
+    assert 'Nothing was written or replaced' in str(error.value) and '--dataset_dir' in str(error.value)
+    assert open(train_path, 'rb').read() == before and not os.path.exists(val_path)
+    assert source_label(file_source(train_path)).startswith('external')
+
+
+class FakeGenerator:
+    """Records what ensure_dataset asks of a generator (generating for real takes minutes)."""
+
+    GENERATABLE_DATASETS = ('pointmaze-medium-stitch-v0', 'antmaze-medium-stitch-v0')
+
+    def __init__(self):
+        self.calls = []
+
+    def can_generate(self, name):
+        return name in self.GENERATABLE_DATASETS
+
+    def is_faithful(self, name):
+        return name.startswith('pointmaze')
+
+    def describe(self, name):
+        return 'the fake generator'
+
+    def write_dataset(self, name, dataset_dir, **kwargs):
+        self.calls.append(name)
+
+
+def test_only_faithful_datasets_are_generated_unasked(tmp_path):
+    generator = FakeGenerator()
+    ensure_dataset(STITCH, str(tmp_path), download=False, generator=generator, log=lambda m: None)
+    assert generator.calls == [STITCH]  # pointmaze: OGBench's own procedure, generated when not downloadable
+    with pytest.raises(DatasetError) as error:
+        ensure_dataset('antmaze-medium-stitch-v0', str(tmp_path), download=False, generator=generator, log=lambda m: None)
+    message = str(error.value)
+    assert "NOT OGBench's data" in message and 'scripts/generate_dataset.py --env_name=antmaze-medium-stitch-v0' in message
+    assert '--generate_dataset' in message and generator.calls == [STITCH]
+    ensure_dataset('antmaze-medium-stitch-v0', str(tmp_path), download=False, generator=generator, generate=True,
+                   log=lambda m: None)  # asked for: generated
+    assert generator.calls == [STITCH, 'antmaze-medium-stitch-v0']
+
+
+def test_the_target_folder_is_checked_before_generating(tmp_path, monkeypatch):
+    blocker = tmp_path / 'a-file'
+    blocker.write_text('')
+    generated = []
+    monkeypatch.setattr(pointmaze, 'generate_pointmaze_dataset', lambda *a, **k: generated.append(1))
+    with pytest.raises(DatasetError, match='Cannot write .* into .*a-file/data'):
+        datagen.write_dataset(STITCH, str(blocker / 'data'), num_train_episodes=2, progress=False)
+    with pytest.raises(DatasetError, match='need about .* GB .* free'):
+        datagen.write_dataset(STITCH, str(tmp_path), num_train_episodes=10**12, progress=False)
+    assert not generated
+    check_writable_space(str(tmp_path), 1, 'files')  # fine: writable, with room
 
 
 def test_unsupported_name():

@@ -16,15 +16,16 @@ HUMANOID = 'humanoidmaze-medium-stitch-v0'
 
 
 def write_run(root, env, preset, seed, successes, alpha=None, done=True, steps=None, seed_column=None,
-              extra_config=None, run_name=None):
-    """A run directory as main.py leaves it: flags.json, config.json, eval.csv (+ DONE)."""
+              extra_config=None, run_name=None, train_steps=1000, eval_interval=None):
+    """A run directory as main.py leaves it: flags.json, config.json, eval.csv (+ DONE). Without an
+    eval_interval the flags imply no evaluation count (a run is complete when DONE)."""
     name = run_name or f'{preset}_{env}' + (f'_a{alpha:g}' if alpha is not None else '') + f'_sd{seed}'
     run_dir = os.path.join(root, name)
     os.makedirs(run_dir)
     steps = steps or [100 * (i + 1) for i in range(len(successes))]
     with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
-        json.dump(dict(env_name=env, seed=seed, train_steps=1000, run_name=name,
-                       eval_interval=100, num_seeds=1), f)
+        flags = dict(env_name=env, seed=seed, train_steps=train_steps, run_name=name, num_seeds=1)
+        json.dump(dict(flags, eval_interval=eval_interval) if eval_interval else flags, f)
     config = dict(agent_name=preset.split('_')[0], preset=preset, lr=3e-4, actor_hidden_dims=[32, 32],
                   sampler=dict(batch_size=32, gamma=0.99))
     config.update(extra_config or {})
@@ -137,7 +138,7 @@ def test_seed_column_and_nested_seed_dirs(tmp_path):
         child = os.path.join(parent, f'parent_sd{seed}')
         os.makedirs(child)
         with open(os.path.join(child, 'flags.json'), 'w') as f:
-            json.dump(dict(env_name=HUMANOID, seed=seed, train_steps=1000, eval_interval=100), f)
+            json.dump(dict(env_name=HUMANOID, seed=seed, train_steps=100, eval_interval=100), f)
         with open(os.path.join(child, 'eval.csv'), 'w') as f:
             f.write(f'step,{R.METRIC}\n100,{value}\n')
     runs = R.load_runs([root])
@@ -178,7 +179,7 @@ def test_results_cli(sweep_dir, capsys):
     assert results_cli.main([f'--runs={sweep_dir}', '--details']) == 0
     out = capsys.readouterr().out
     assert '| antmaze-medium-stitch | **62** ± 2 | **59** ± 0 | 50 ± 0 (n=2) † | 90 ± 0 |' in out
-    assert 'Unfinished runs, or runs with fewer than 3 evaluations (1):' in out and 'gcbc_antmaze-medium-stitch-v0_sd1 (seed 1): running or stopped, last evaluation at step 300 of 1000' in out
+    assert 'Incomplete runs, or runs with fewer than 3 evaluations (1):' in out and 'gcbc_antmaze-medium-stitch-v0_sd1 (seed 1): running or stopped, last evaluation at step 300 of 1000' in out
     assert 'antmaze-medium-stitch byol_gamma_a [α=1]: 41 ± 1 (n=3, unfinished 0)' in out
     assert results_cli.main([f'--runs={sweep_dir}', '--format=latex']) == 0
     out = capsys.readouterr().out
@@ -221,6 +222,67 @@ def test_settings_sort_numerically_and_bad_rows_are_reported(tmp_path):
         f.write('400,0.5,\n')  # a half-written row
     with pytest.raises(ValueError, match=r'a6_sd0/eval.csv: unreadable row'):
         R.load_runs([root])
+
+
+def test_a_cut_off_last_line_is_skipped_with_a_warning(tmp_path, capsys):
+    """A kill mid-write can leave "400,0.4" of "400,0.45,0.45": never scored, and the file is named."""
+    run_dir = write_run(str(tmp_path), MAZE, 'gcbc', 0, [0.2, 0.2, 0.2])
+    with open(os.path.join(run_dir, 'eval.csv'), 'a') as f:
+        f.write('400,0.9,0.9')  # no newline: cut off mid-number (0.9 of 0.95, say)
+    warnings = []
+    (run,) = R.load_runs([str(tmp_path)], warn=warnings.append)
+    assert run.steps.tolist() == [100, 200, 300] and R.seed_score(run) == pytest.approx(20.0)
+    assert len(warnings) == 1 and os.path.join(run_dir, 'eval.csv') in warnings[0] and 'incomplete' in warnings[0]
+    assert results_cli.main([f'--runs={tmp_path}']) == 0
+    captured = capsys.readouterr()
+    assert f'Warning: {os.path.join(run_dir, "eval.csv")}: its last line is incomplete' in captured.err
+    assert '| antmaze-medium-stitch | **20** ± 0 |' in captured.out
+
+
+def test_runs_without_their_final_evaluation_are_marked(tmp_path, capsys):
+    """DONE is not enough: a seed needs every evaluation its flags imply (one per eval_interval and one
+    at train_steps), else its cell gets the dagger and the run is listed with what it lacks."""
+    root = str(tmp_path)
+    write_run(root, MAZE, 'gcbc', 0, [0.2, 0.2, 0.2], train_steps=300, eval_interval=100)  # complete
+    write_run(root, MAZE, 'gcbc', 1, [0.2, 0.2], train_steps=300, eval_interval=100)  # no step-300 evaluation
+    write_run(root, MAZE, 'gcbc', 2, [0.2, 0.2], steps=[100, 300], train_steps=300, eval_interval=100)  # lacks 200
+    runs = R.load_runs([root])
+    assert [run.problems() for run in runs] == [[], ['no final evaluation (step 300)'], ['2 of the 3 evaluations its flags imply']]
+    cells = R.group_cells(runs)
+    assert len(cells[(('antmaze-medium-stitch'), 'gcbc')][0].unfinished) == 2
+    assert results_cli.main([f'--runs={root}']) == 0
+    out = capsys.readouterr().out
+    assert '| antmaze-medium-stitch | **20** ± 0 † |' in out
+    assert 'gcbc_antmaze-medium-stitch-v0_sd1 (seed 1): finished, last evaluation at step 200 of 300, 2 evaluation(s) ' \
+           '(fewer than 3); no final evaluation (step 300)' in out
+
+
+def write_dataset_record(run_dir, source):
+    files = {split: dict(path=f'/data/{split}.npz', size=10, sha256='ab' * 32, source=source) for split in ('train', 'val')}
+    with open(os.path.join(run_dir, 'dataset.json'), 'w') as f:
+        json.dump(dict(dataset=MAZE, files=files), f)
+
+
+def test_data_sources_per_row_and_mixed_cells(tmp_path, capsys):
+    root = str(tmp_path)
+    generated = dict(source='generated', description="this project's SAC ant expert", project_version='0.3.0', seed=0,
+                     num_train_episodes=1000, num_val_episodes=100)
+    for seed in range(2):
+        write_dataset_record(write_run(root, MAZE, 'gcbc', seed, [0.5] * 3), dict(source='ogbench'))
+        # BYOL-gamma's seeds trained on different data: one OGBench, one generated here.
+        write_dataset_record(write_run(root, MAZE, 'byol_gamma_a', seed, [0.5] * 3, alpha=1),
+                             dict(source='ogbench') if seed == 0 else generated)
+    write_run(root, HUMANOID, 'gcbc', 0, [0.5] * 3)  # no dataset.json: an older run
+    assert results_cli.main([f'--runs={root}']) == 0
+    out = capsys.readouterr().out
+    rows = markdown_rows(out.split('\n\n')[0])  # the table (the settings table follows)
+    assert rows['antmaze-medium-stitch'] == ['**50** ± 0 ‡', '**50** ± 0']
+    assert 'antmaze-medium-stitch: MIXED SOURCES: OGBench (3 seed runs); generated (this project\'s SAC ant expert, ' \
+           'v0.3.0, seed 0, 1000+100 episodes) (1 seed runs)' in out
+    assert '  humanoidmaze-medium-stitch: unrecorded' in out
+    latex = R.format_latex(R.build_table(R.best_cells(R.group_cells(R.load_runs([root])))))
+    assert r'\ddagger' in latex
+
 
 
 # ---- bootstrap confidence intervals and per-task success ---------------------------------------

@@ -9,8 +9,7 @@ import numpy as np
 
 from utils.atomic_io import atomic_write_bytes
 from utils.errors import ConfigError
-
-CHECKPOINT_NAME = 'checkpoint.msgpack'
+from utils.rundir import CHECKPOINT_NAME
 
 
 def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None) -> str:
@@ -24,20 +23,33 @@ def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None
     return path
 
 
-def load_checkpoint(path: str, agent_template) -> Tuple[Any, int, Dict[str, Any]]:
-    """Restore into `agent_template` (an agent created with the same config and data shapes)."""
+def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
     if os.path.isdir(path):
         path = os.path.join(path, CHECKPOINT_NAME)
     with open(path, 'rb') as f:
         data = f.read()
     try:
         state = flax.serialization.msgpack_restore(data)
-        agent_state, step = state['agent'], int(state['step'])
+        state['step'] = int(state['step'])
+        if 'agent' not in state:
+            raise KeyError('agent')
     except Exception as e:  # msgpack raises several types on damaged input
         raise ConfigError(
             f'Checkpoint {path} is unreadable ({type(e).__name__}: {e}). Delete it to restart the run from '
             f'scratch, or restore it from a backup.'
         ) from e
+    return state, path
+
+
+def checkpoint_step(path: str) -> int:
+    """The step a checkpoint was saved at (ConfigError if it is unreadable), without an agent to restore into."""
+    return _read_state(path)[0]['step']
+
+
+def load_checkpoint(path: str, agent_template) -> Tuple[Any, int, Dict[str, Any]]:
+    """Restore into `agent_template` (an agent created with the same config and data shapes)."""
+    state, path = _read_state(path)
+    agent_state, step = state['agent'], state['step']
     template_state = flax.serialization.to_state_dict(agent_template)
     _check_same_structure(template_state, agent_state, path)
     agent = flax.serialization.from_state_dict(agent_template, agent_state)

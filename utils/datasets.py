@@ -1,12 +1,16 @@
 """Finding, generating, loading and validating OGBench-format datasets.
 
 Files are OGBench's own `.npz` layout (docs/method.md, section 2), so downloaded OGBench files and files
-written by `datagen` are interchangeable.
+written by `datagen` are interchangeable; where a file came from is recorded beside it
+(`utils/provenance.py`). No function here replaces an existing dataset file.
 """
 
+import difflib
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import zipfile
 from typing import Dict, Tuple
 
@@ -30,6 +34,15 @@ def goal_conditioned_env_ids():
     )
 
 
+def dataset_names(env_ids=None):
+    """Every OGBench-style dataset name `<env>-<type>-v0` the environment ids allow (for suggestions)."""
+    names = []
+    for env_id in env_ids if env_ids is not None else goal_conditioned_env_ids():
+        base, _, version = env_id.rpartition('-')
+        names += [f'{base}-{kind}-{version}' for kind in DATASET_TYPES]
+    return names
+
+
 def env_id_for(dataset_name: str) -> str:
     """`pointmaze-medium-stitch-v0` -> `pointmaze-medium-v0`, checking that both parts are valid."""
     parts = dataset_name.split('-')
@@ -38,16 +51,53 @@ def env_id_for(dataset_name: str) -> str:
         env_id = '-'.join(parts[:-2] + parts[-1:])
         if env_id in valid_ids:
             return env_id
+    close = difflib.get_close_matches(dataset_name, dataset_names(valid_ids), n=3, cutoff=0.8)
+    suggestion = f'Did you mean {" or ".join(close)}? ' if close else ''
     raise ConfigError(
-        f'Unknown environment {dataset_name!r}. An --env_name is an OGBench dataset name '
+        f'Unknown environment {dataset_name!r}. {suggestion}An --env_name is an OGBench dataset name '
         f'"<env>-<type>-v0" with <type> in {{{", ".join(DATASET_TYPES)}}} and <env>-v0 one of: '
         f'{", ".join(valid_ids)}. Example: pointmaze-medium-stitch-v0.'
     )
 
 
+def num_tasks(dataset_name: str) -> int:
+    """How many evaluation tasks the dataset's environment defines (`len(env.unwrapped.task_infos)`),
+    read from one env of the state version (a visual env would need a renderer; its tasks are the same)."""
+    env_id = env_id_for(dataset_name)
+    if env_id.startswith('visual-'):
+        env_id = env_id[len('visual-'):]
+    env = gymnasium.make(env_id)
+    try:
+        return len(env.unwrapped.task_infos)
+    finally:
+        env.close()
+
+
 def dataset_paths(dataset_name: str, dataset_dir: str) -> Tuple[str, str]:
     base = os.path.join(os.path.expanduser(dataset_dir), dataset_name)
     return f'{base}.npz', f'{base}-val.npz'
+
+
+def check_writable_space(directory: str, needed_bytes: int, what: str):
+    """DatasetError before any work if `directory` cannot be created and written, or has less than
+    `needed_bytes` free (`what` names the files, for the message)."""
+    directory = os.path.expanduser(directory)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix='.write-test-')
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise DatasetError(
+            f'Cannot write {what} into {directory} ({e.strerror}: {e.filename or directory}); nothing was generated. '
+            f'Pass a writable --dataset_dir.'
+        ) from None
+    free = shutil.disk_usage(directory).free
+    if free < needed_bytes:
+        raise DatasetError(
+            f'{what} need about {needed_bytes / 1e9:.2f} GB in {directory}, but only {free / 1e9:.2f} GB are free; '
+            f'nothing was generated. Free space or pass another --dataset_dir.'
+        )
 
 
 def _try_download(dataset_name: str, dataset_dir: str) -> str:
@@ -69,37 +119,101 @@ def _try_download(dataset_name: str, dataset_dir: str) -> str:
 
 
 def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, generator=None,
-                   log=logging.info) -> Tuple[str, str]:
-    """Paths of the train and validation files, obtaining them if needed.
+                   generate: bool = False, log=logging.info) -> Tuple[str, str]:
+    """Paths of the train and validation files, obtaining them if needed; never replaces a file.
 
-    Order: existing files (downloaded from OGBench or generated earlier) -> OGBench's download ->
-    `generator` (an object with `can_generate(name)` and `write_dataset(name, dataset_dir)`, e.g. the
-    `datagen` package; the caller chooses, so this core module never imports the generators) when it
-    knows this dataset -> a DatasetError saying how to get it.
+    `generator` is an object with `can_generate(name)`, `is_faithful(name)`, `describe(name)` and
+    `write_dataset(name, dataset_dir, **kwargs)` (the `datagen` package; the caller chooses, so this
+    core module never imports the generators). Order:
+
+    1. both files exist (downloaded from OGBench, generated earlier, or supplied): use them;
+    2. one exists, the other not: if the present one's provenance sidecar says this project generated
+       it, the generator regenerates the pair from the recorded seed and counts, checks that the
+       present file is exactly what it produces, and writes only the missing one; otherwise a
+       DatasetError says how to proceed (files of unknown origin are never paired with new ones);
+    3. `generate` (the user asked, e.g. main.py --generate_dataset): generate both;
+    4. OGBench's download (unless `download` is False);
+    5. if the download failed and the project generates this dataset faithfully to OGBench's own
+       collection (pointmaze: OGBench's data come from the same scripted oracle), generate it;
+    6. otherwise a DatasetError saying how to get the files, or how to generate them and that the
+       generated data are not OGBench's.
     """
     env_id_for(dataset_name)
     train_path, val_path = dataset_paths(dataset_name, dataset_dir)
-    if os.path.exists(train_path) and os.path.exists(val_path):
+    present = [path for path in (train_path, val_path) if os.path.exists(path)]
+    if len(present) == 2:
         return train_path, val_path
-    os.makedirs(os.path.expanduser(dataset_dir), exist_ok=True)
+    if len(present) == 1:
+        return _complete_pair(dataset_name, dataset_dir, present[0], val_path if present[0] == train_path else train_path,
+                              generator, log)
+    can_generate = generator is not None and generator.can_generate(dataset_name)
+    if generate:
+        if not can_generate:
+            raise DatasetError(f'--generate_dataset: this project has no generator for {dataset_name} '
+                               f'(it generates: {", ".join(generator.GENERATABLE_DATASETS) if generator else "none"}).')
+        log(f'Generating {dataset_name} into {os.path.dirname(train_path)} as asked, with {generator.describe(dataset_name)}'
+            + ('' if generator.is_faithful(dataset_name) else ' -- these are NOT OGBench\'s data') + '.')
+        generator.write_dataset(dataset_name, dataset_dir)
+        return train_path, val_path
     failure = 'skipped: --nodownload'
     if download:
         log(f'{train_path} not found: trying OGBench download.')
+        os.makedirs(os.path.expanduser(dataset_dir), exist_ok=True)
         failure = _try_download(dataset_name, dataset_dir)
-        if not failure:
+        if not failure and all(os.path.exists(p) for p in (train_path, val_path)):
+            from utils.provenance import write_sidecar
+
+            for split, path in (('train', train_path), ('val', val_path)):
+                write_sidecar(path, dict(source='ogbench', dataset=dataset_name, split=split,
+                                         note="fetched by ogbench.download_datasets"))
             return train_path, val_path
-    if generator is not None and generator.can_generate(dataset_name):
+        failure = failure or 'the download did not produce both files'
+    if can_generate and generator.is_faithful(dataset_name):
         log(f'OGBench download unavailable ({failure}); generating {dataset_name} offline into '
-            f'{os.path.dirname(train_path)} as OGBench collected it (pointmaze: scripted oracle, about 1-3 min; '
-            f'antmaze: the committed ant expert, about 10+ min; scene: OGBench\'s scripted oracles; visual-*: the state '
-            f'data rendered, ~27 frames/s on a CPU with MUJOCO_GL=egl, i.e. hours -- see the estimate below). This is done once.')
+            f'{os.path.dirname(train_path)} with {generator.describe(dataset_name)}, the procedure OGBench collected '
+            f'it with (about 1-3 min). This is done once.')
         generator.write_dataset(dataset_name, dataset_dir)
         return train_path, val_path
+    if can_generate:
+        raise DatasetError(
+            f'Dataset file {train_path} (and {os.path.basename(val_path)}) not found and the OGBench download failed '
+            f'({failure}). This project can generate {dataset_name} with {generator.describe(dataset_name)}, but those '
+            f'are NOT OGBench\'s data, so it does so only when asked: python scripts/generate_dataset.py '
+            f'--env_name={dataset_name} --dataset_dir={dataset_dir} (or pass --generate_dataset to main.py). For OGBench\'s '
+            f'own files, download them on a machine with internet (python -c "import ogbench; '
+            f'ogbench.download_datasets([\'{dataset_name}\'])") and copy them into {os.path.dirname(train_path)}.'
+        )
     raise DatasetError(
         f'Dataset file {train_path} (and {os.path.basename(val_path)}) not found, the OGBench download failed '
         f'({failure}), and this project cannot generate {dataset_name} offline. Download both files from '
         f'OGBench on a machine with internet (python -c "import ogbench; ogbench.download_datasets([\'{dataset_name}\'])") '
         f'and copy them into {os.path.dirname(train_path)}, or pass --dataset_dir pointing at them.'
+    )
+
+
+def _complete_pair(dataset_name, dataset_dir, present, missing, generator, log):
+    """One file of the pair is there: regenerate the missing one from the present one's recorded
+    provenance when this project wrote it, else stop (see ensure_dataset)."""
+    from utils.provenance import file_source
+
+    train_path, val_path = dataset_paths(dataset_name, dataset_dir)
+    source = file_source(present)
+    recorded = source.get('source') == 'generated'
+    if recorded and generator is not None and generator.can_generate(dataset_name):
+        log(f'{missing} is missing: regenerating it from {os.path.basename(present)}\'s recorded provenance '
+            f'({source.get("generator")}, seed {source.get("seed")}, {source.get("num_train_episodes")}+'
+            f'{source.get("num_val_episodes")} episodes); {present} is checked against the regenerated data, never replaced.')
+        kwargs = {key: source[key] for key in ('seed', 'num_train_episodes', 'num_val_episodes', 'episode_length') if key in source}
+        generator.write_dataset(dataset_name, dataset_dir, **kwargs)
+        return train_path, val_path
+    origin = ('this project generated it, but with no generator for it here' if recorded
+              else 'it has no provenance record from this project (an OGBench download or a user-supplied file)')
+    raise DatasetError(
+        f'{present} exists but {missing} is missing, and the missing file cannot be made to match it: {origin}. '
+        f'Nothing was written or replaced. Copy the missing file from where {os.path.basename(present)} came from, or '
+        f'download both from OGBench into an empty folder (python -c "import ogbench; ogbench.download_datasets('
+        f'[\'{dataset_name}\'], dataset_dir=\'<folder>\')") and pass --dataset_dir=<folder>, or move '
+        f'{os.path.basename(present)} out of {os.path.dirname(present)} to obtain both files afresh.'
     )
 
 
@@ -109,7 +223,7 @@ def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.nda
     Returns the raw rows: observations, actions, terminals (bool, True on each episode's last row).
     Raises DatasetError naming the file and the problem, with the fix (delete and re-obtain).
     """
-    fix = f'Delete {path} (and its -val/train sibling) and rerun to download or regenerate it.'
+    fix = f'Move {path} (and its -val/train sibling) away and rerun to download or regenerate it.'
     try:
         with np.load(path) as file:
             missing = [k for k in REQUIRED_KEYS if k not in file]

@@ -6,9 +6,27 @@ import io
 import logging
 import os
 import re
-from typing import Dict
+from typing import Dict, List, Tuple
 
-from utils.atomic_io import atomic_write_text
+from utils.atomic_io import atomic_write_text, with_path
+
+
+def read_csv_rows(path: str, drop_malformed: bool = True) -> Tuple[List[str], List[Dict[str, str]], bool]:
+    """(header, rows, whether an incomplete last line was dropped) of a CSV this project wrote.
+
+    Every row is written whole, ending in a newline; a last line without one was cut off mid-write
+    (a kill, a full disk) and may hold a cut number that still parses ("0.4" from "0.45"), so it is
+    dropped, never read. With `drop_malformed`, rows with a missing or an extra field are dropped too
+    (otherwise they are returned, with None for what is missing, for the caller to report).
+    """
+    with open(path, newline='') as f:
+        text = f.read()
+    partial = bool(text) and not text.endswith('\n')
+    if partial:
+        text = text[: text.rfind('\n') + 1]
+    reader = csv.DictReader(io.StringIO(text, newline=''))
+    rows = [r for r in reader if not drop_malformed or (None not in r.values() and None not in r)]
+    return list(reader.fieldnames or []), rows, partial
 
 
 class CsvLogger:
@@ -22,14 +40,13 @@ class CsvLogger:
         self.path = path
         self.fieldnames = None
         if os.path.exists(path):
-            with open(path, newline='') as f:
-                self.fieldnames = next(csv.reader(f), None)
+            self.fieldnames = read_csv_rows(path)[0] or None
 
     def rows(self):
+        """The complete rows (a row cut off by a kill is left out)."""
         if not os.path.exists(self.path):
             return []
-        with open(self.path, newline='') as f:
-            return list(csv.DictReader(f))
+        return read_csv_rows(self.path)[1]
 
     def _rewrite(self, rows, fieldnames):
         buffer = io.StringIO()
@@ -41,9 +58,8 @@ class CsvLogger:
 
     def truncate_after(self, step: int):
         if os.path.exists(self.path):
-            # A row cut short by a kill has missing fields (None): drop it with the rows after `step`.
-            complete = [r for r in self.rows() if None not in r.values() and None not in r]
-            self._rewrite([r for r in complete if int(r['step']) <= step], self.fieldnames or ['step'])
+            # A row cut short by a kill is not among rows(): it goes with the rows after `step`.
+            self._rewrite([r for r in self.rows() if int(r['step']) <= step], self.fieldnames or ['step'])
 
     def log(self, row: Dict[str, float], step: int):
         row = {'step': step, **{k: v for k, v in row.items() if k != 'step'}}
@@ -52,10 +68,13 @@ class CsvLogger:
         elif set(row) - set(self.fieldnames):
             # A metric appeared for the first time: widen the header, keeping every earlier row.
             self._rewrite(self.rows(), self.fieldnames + [k for k in row if k not in self.fieldnames])
-        with open(self.path, 'a', newline='') as f:
-            csv.DictWriter(f, fieldnames=self.fieldnames).writerow(row)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(self.path, 'a', newline='') as f:
+                csv.DictWriter(f, fieldnames=self.fieldnames).writerow(row)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise with_path(e, self.path) from e
 
 
 def _wandb_run_id(group: str, name: str) -> str:
