@@ -61,6 +61,7 @@ def _assert_same_evaluation(got, expected):
 # The choice of stepping: native where supported, gym envs (here or in worker processes) elsewhere.
 
 
+@pytest.mark.filterwarnings('ignore:.*precision lowered by casting')  # gymnasium on the cube env's spaces
 @pytest.mark.parametrize('env_name, reason', [
     ('pointmaze-medium-v0', None),
     ('pointmaze-giant-stitch-v0', None),

@@ -99,6 +99,7 @@ class NativeEpisodes:
         self.observations = np.stack([ob for ob, _ in first_steps])
         self._goal_xy = np.array(goal_xy, dtype=np.float64)
         self._frames = frames
+        self._recorded = any(record)
         self._frame_skip = frame_skip
         self._limit = max_steps or self.spec.max_episode_steps
         self.success = np.zeros(n)
@@ -139,20 +140,26 @@ class NativeEpisodes:
 
     def _advance(self, rows, actions):
         """One env step of each episode in `rows`, spread over the threads; each thread writes its own rows."""
-        chunks = [chunk for chunk in np.array_split(rows, self.num_threads) if len(chunk)]
+        chunks = [chunk.tolist() for chunk in np.array_split(rows, self.num_threads) if len(chunk)]
         if not chunks:
             return
         futures = [self._executor.submit(self._advance_chunk, chunk, actions) for chunk in chunks[1:]]
-        self._advance_chunk(chunks[0], actions)
-        for future in futures:
-            future.result()
+        try:
+            self._advance_chunk(chunks[0], actions)
+        finally:  # no thread may still be stepping when this returns or raises
+            errors = [future.exception() for future in futures]
+        for error in errors:
+            if error is not None:
+                raise error
 
     def _advance_chunk(self, rows, actions):
-        physics, model, datas, observations = self._physics, self._model, self._datas, self.observations
+        # Everything here but the physics holds the GIL, so the loop body is kept lean.
+        advance, observe = self._physics.advance, self._physics.observe
+        model, datas, observations = self._model, self._datas, self.observations
         for i in rows:
             data = datas[i]
-            physics.advance(model, data, actions[i])
-            physics.observe(data, observations[i])
+            advance(model, data, actions[i])
+            observe(data, observations[i])
 
     def _at_goal(self, rows):
         """The maze's success test, |xy - goal xy| <= tolerance, on the rows' new positions. Vectorised, then any row
@@ -166,6 +173,8 @@ class NativeEpisodes:
         return success
 
     def _render(self, rows, done):
+        if not self._recorded:
+            return
         for i, finished in zip(rows, done):
             frames = self._frames[i]
             if frames is not None and (finished or self.lengths[i] % self._frame_skip == 0):
