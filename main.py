@@ -38,7 +38,7 @@ from utils.config_checks import check_override_keys, check_types, load_config_fi
 from utils.datasets import check_dataset_fits, ensure_dataset, env_id_for, load_dataset, num_tasks
 from utils.errors import (ConfigError, DatasetError, DeviceMemoryError, EvaluationError, NonFiniteLossError,
                           ResumeMismatchError, RunDirError, StorageError, is_out_of_memory)
-from utils.evaluation import FrameStackPolicy, env_spaces, evaluate, make_eval_envs, usable_cpus, videos_to_wandb
+from utils.evaluation import env_spaces, evaluate_seeds, make_eval_envs, seeds_policy, usable_cpus, videos_to_wandb
 from utils.loggers import CsvLogger, WandbLogger
 from utils.rundir import CONFIG_FILE, FLAGS_FILE, RunDir, default_run_name, lock_all
 from utils.sampler import DeviceDataset, SamplerConfig, example_observations
@@ -55,7 +55,7 @@ flags.DEFINE_integer('eval_interval', 100_000, 'Steps between evaluations (and o
 flags.DEFINE_integer('eval_episodes', 50, 'Evaluation episodes per task.')
 flags.DEFINE_string('eval_tasks', '1,2,3,4,5', 'Comma-separated OGBench task ids to evaluate on.')
 flags.DEFINE_integer('eval_max_steps', 0, 'Episode step limit at evaluation; 0 = the environment time limit.')
-flags.DEFINE_integer('eval_workers', 0, 'Processes stepping evaluation episodes in parallel (this one and N-1 workers); 0 = one per usable CPU core, 1 = in-process lockstep.')
+flags.DEFINE_integer('eval_workers', 0, 'Evaluation parallelism: threads stepping the episodes natively (point/ant/humanoid mazes), else processes (this one and N-1 workers); 0 = one per usable CPU core, 1 = all in this thread.')
 flags.DEFINE_integer('video_episodes', 0, 'Episodes per task rendered to wandb video (needs MUJOCO_GL=egl).')
 flags.DEFINE_integer('save_interval', 100_000, 'Steps between checkpoints (and one at the end).')
 flags.DEFINE_integer('steps_per_call', 500, 'Gradient steps fused into one jitted call (lax.scan).')
@@ -486,7 +486,8 @@ class Data:
 def load_data(request: Request, train_path: str, val_path: str) -> Data:
     """Validated numpy arrays -> device, and the evaluation environments."""
     check_dataset_fits([train_path, val_path])
-    eval_envs = make_eval_envs(FLAGS.env_name, FLAGS.eval_episodes, num_workers=FLAGS.eval_workers or usable_cpus())
+    # Gym-stepped envs (those the native stepper does not support) need one env per seed at least.
+    eval_envs = make_eval_envs(FLAGS.env_name, max(FLAGS.eval_episodes, FLAGS.num_seeds), num_workers=FLAGS.eval_workers or usable_cpus())
     spaces = env_spaces(eval_envs)
     train_np, val_np = load_dataset(train_path, *spaces), load_dataset(val_path, *spaces)
     logging.info(f'Loaded {train_path}: {len(train_np["terminals"])} rows, {int(train_np["terminals"].sum())} episodes.')
@@ -509,16 +510,6 @@ def build_agents(request: Request, data: Data, writers: List[RunWriter], start_s
 
 # ----------------------------------------------------------------------------------------------
 # The training loop.
-
-
-def evaluation_policy(agent, frame_stack=1):
-    """Deterministic actions for evaluation; agents with acting state (hierarchical re-planning) supply their own.
-    With frame stacking the policy sees the last `frame_stack` observations, as in training."""
-    if hasattr(agent, 'evaluation_policy'):
-        policy = agent.evaluation_policy()
-    else:
-        policy = lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0))
-    return FrameStackPolicy(policy, frame_stack) if frame_stack > 1 else policy
 
 
 def first_nonfinite(infos, start_step):
@@ -681,15 +672,17 @@ class Trainer:
                 f'{key.split("/")[-1]}={v:.2f}' for key, v in metrics.items() if '/task' in key))
 
     def evaluate_seeds(self) -> List[Dict]:
-        """The evaluation metrics of every seed at this step (nothing is logged until all succeeded)."""
+        """The evaluation metrics of every seed at this step (nothing is logged until all succeeded): all seeds'
+        episodes step together in one lockstep batch, each seed's results those of its own evaluation."""
+        eval_seeds = [int(jax.random.randint(jax.random.fold_in(self.eval_seed_keys[k], self.step), (), 0, 2**31 - 1))
+                      for k in range(len(self.writers))]
+        seed_results = evaluate_seeds(
+            seeds_policy(self.state, len(self.writers), self.sampler_config.frame_stack), self.data.eval_envs, eval_seeds,
+            task_ids=self.request.eval_tasks, episodes_per_task=FLAGS.eval_episodes, max_steps=FLAGS.eval_max_steps or None,
+            num_video_episodes=FLAGS.video_episodes,
+        )
         per_seed = []
-        for k in range(len(self.writers)):
-            agent = self.seed_agent(k)
-            eval_seed = int(jax.random.randint(jax.random.fold_in(self.eval_seed_keys[k], self.step), (), 0, 2**31 - 1))
-            results = evaluate(
-                evaluation_policy(agent, self.sampler_config.frame_stack), self.data.eval_envs, task_ids=self.request.eval_tasks, episodes_per_task=FLAGS.eval_episodes, seed=eval_seed,
-                max_steps=FLAGS.eval_max_steps or None, num_video_episodes=FLAGS.video_episodes,
-            )
+        for results in seed_results:
             metrics = {key: float(v) for key, v in results.items() if key.startswith('evaluation/')}
             if results.get('videos'):
                 metrics['evaluation/video'] = videos_to_wandb(results['videos'])

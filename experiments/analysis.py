@@ -18,7 +18,7 @@ import numpy as np
 
 from utils.checkpoints import CHECKPOINT_NAME, load_checkpoint
 from utils.errors import ConfigError
-from utils.evaluation import make_eval_envs
+from utils.evaluation import make_env
 from utils.rundir import RunDir
 
 # Keys main.py adds to config.json that are not agent config.
@@ -79,7 +79,7 @@ def load_run(run_dir: str) -> TrainedRun:
     if config.get('stage1_checkpoint'):
         # The checkpoint holds the loaded low level too; the template need not read (or find) that file.
         config.stage1_checkpoint = ''
-    env = make_eval_envs(flags['env_name'], 1)[0]
+    env = make_env(flags['env_name'])
     agent_class = get_agent_class(config.agent_name)
     ex_observations, ex_actions = example_batch(env.observation_space), example_batch(env.action_space)
     # The checkpoint overwrites every array of the template, so only its structure and shapes matter: tracing

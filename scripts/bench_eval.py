@@ -1,12 +1,19 @@
-"""Wall time of sequential, lockstep and parallel lockstep OGBench evaluation, side by side, against the
-env-only limit (stepping processes x one env's step rate on one core).
+"""Wall time of OGBench evaluation against the env-only limit: P x one env's raw gym step rate on one core, where P
+is the parallelism a mode uses (threads or processes), both measured in the same run.
 
-    python scripts/bench_eval.py --policy=mlp      # random MLP(512,512,512) actor: episodes run to the time limit
+    python scripts/bench_eval.py                   # main.py's default path: native stepping (where the env supports
+                                                   # it), one thread per usable core, all tasks in one batch
+    python scripts/bench_eval.py --modes native parallel lockstep sequential    # side by side
     python scripts/bench_eval.py --policy=oracle   # BFS oracle actions (realistic episode lengths), paying the
                                                    # MLP's forward pass on every call as a trained agent would
-    python scripts/bench_eval.py --workers 2 4 8 16 --modes lockstep parallel   # scaling with worker processes
+    python scripts/bench_eval.py --seeds 4         # 4 seeds' episodes in one batch, their MLPs vmapped
+    python scripts/bench_eval.py --workers 1 2 --modes native       # scaling with threads
 
-Parallel lockstep's per-episode outcomes must equal in-process lockstep's (printed at the end; also tested).
+Modes: native = `make_eval_envs`'s default (per-episode MuJoCo states stepped by a thread pool; envs it does not
+support fall back to the gym paths); parallel = gym envs in an `EnvWorkers` pool of processes; lockstep = gym envs in
+this process; sequential = one episode at a time. The gym modes hold `--episodes` envs, so they run one task's
+episodes per batch, as main.py did before native stepping. The last line reports the first mode:
+`<mode>: X env steps/s = Y% of the env-only limit (P x one env)`.
 """
 
 import argparse
@@ -18,7 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from utils.evaluation import evaluate, make_eval_envs, pointmaze_oracle_policy, usable_cpus
+from utils.evaluation import evaluate_seeds, make_env, make_eval_envs, native, usable_cpus
+from utils.maze import pointmaze_oracle_policy
+
+MODES = ('native', 'parallel', 'lockstep', 'sequential')
 
 
 class MeanActor(nn.Module):
@@ -35,14 +45,18 @@ class MeanActor(nn.Module):
         return nn.Dense(self.action_dim)(x)
 
 
-def make_policy(kind, env, seed):
+def make_policy(kind, env, seed, num_seeds=1):
+    """A batched policy over seed-major rows: `num_seeds` random MLP actors, one vmapped call (as main.py's seeds
+    policy); with kind 'oracle' the actions are the BFS oracle's, the MLPs' cost still paid."""
     obs_dim = env.observation_space.shape[0]
     actor = MeanActor(action_dim=env.action_space.shape[0])
-    params = actor.init(jax.random.PRNGKey(seed), jnp.zeros((1, obs_dim)), jnp.zeros((1, obs_dim)))
-    apply = jax.jit(actor.apply)
+    keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
+    params = jax.vmap(lambda key: actor.init(key, jnp.zeros((1, obs_dim)), jnp.zeros((1, obs_dim))))(keys)
+    apply = jax.jit(jax.vmap(actor.apply))
 
     def mlp(observations, goals):
-        return np.asarray(apply(params, observations, goals))
+        rows = (num_seeds, len(observations) // num_seeds, -1)
+        return np.asarray(apply(params, observations.reshape(rows), goals.reshape(rows))).reshape(len(observations), -1)
 
     if kind == 'mlp':
         return mlp
@@ -56,9 +70,9 @@ def make_policy(kind, env, seed):
 
 
 def env_step_rate(env_name, seconds=2.0, seed=0):
-    """Steps/s of one env on one core with random actions (raw env, as evaluation steps it): the physics-only
-    bound of one evaluation process; N processes can at best reach N times this."""
-    (env,) = make_eval_envs(env_name, 1)
+    """Steps/s of one env on one core with random actions (raw env, as the gym paths step it): the physics-only
+    bound of one core; P cores can at best reach P times this."""
+    env = make_env(env_name)
     raw, rng = env.unwrapped, np.random.default_rng(seed)
     env.reset(seed=seed)
     steps, start = 0, time.perf_counter()
@@ -71,73 +85,98 @@ def env_step_rate(env_name, seconds=2.0, seed=0):
     return steps / (time.perf_counter() - start)
 
 
+def time_seeds_evaluation(policy_fn, envs, seeds, task_ids=(1, 2, 3, 4, 5), episodes_per_task=50, max_steps=None,
+                          lockstep=True):
+    """Wall time of one `evaluate_seeds` call of `len(seeds)` seeds, after an untimed one-step evaluation that
+    compiles the policy for the evaluation's batch shapes (and warms the envs). Returns dict(wall_s, env_steps,
+    steps_per_s, results)."""
+    kwargs = dict(task_ids=tuple(task_ids), episodes_per_task=episodes_per_task, lockstep=lockstep)
+    evaluate_seeds(policy_fn, envs, seeds, max_steps=1, **kwargs)
+    start = time.perf_counter()
+    results = evaluate_seeds(policy_fn, envs, seeds, max_steps=max_steps, **kwargs)
+    wall = time.perf_counter() - start
+    env_steps = sum(r['evaluation/overall_length'] for r in results) * len(task_ids) * episodes_per_task
+    return dict(wall_s=wall, env_steps=env_steps, steps_per_s=env_steps / wall, results=results)
+
+
+def mode_runs(args):
+    """(label, make_envs, lockstep, parallelism) of every mode and worker count asked for. The envs are made right
+    before their mode is timed: a pool's worker processes starting up would load the cores under another mode."""
+    runs = []
+    natively = native.supports(make_env(args.env))
+    for mode in args.modes:
+        for workers in (args.workers if mode in ('native', 'parallel') else [1]):
+            if mode == 'native':
+                kind = 'native' if natively else 'gym fallback (no native stepping)'
+                label = f'{kind}, {workers} thread{"s" * (workers > 1)}, all tasks in one batch'
+                make = lambda workers=workers: make_eval_envs(args.env, args.episodes, num_workers=workers)
+            elif mode == 'parallel':
+                workers = min(workers, args.episodes)
+                if workers < 2:
+                    continue
+                label = f'parallel lockstep, {workers} processes'
+                make = lambda workers=workers: make_eval_envs(args.env, args.episodes, num_workers=workers, native=False)
+            else:
+                label = mode
+                make = lambda: make_eval_envs(args.env, max(args.episodes, args.seeds), native=False)
+            runs.append((label, make, mode != 'sequential', workers))
+    return runs
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--env', default='pointmaze-medium-navigate-v0', help='dataset name or env id')
     parser.add_argument('--policy', choices=('mlp', 'oracle'), default='mlp')
     parser.add_argument('--episodes', type=int, default=50, help='episodes per task')
     parser.add_argument('--tasks', type=int, nargs='+', default=[1, 2, 3, 4, 5])
+    parser.add_argument('--seeds', type=int, default=1, help='seeds evaluated together in one batch')
     parser.add_argument('--max_steps', type=int, default=None, help='episode cap (default: the env time limit)')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--workers', type=int, nargs='+', default=[usable_cpus()],
-                        help='process counts (this one + workers) for parallel lockstep (default: the usable cores)')
-    parser.add_argument('--modes', nargs='+', default=['sequential', 'lockstep', 'parallel'],
-                        choices=('sequential', 'lockstep', 'parallel'))
+                        help='threads (native) or processes (parallel) to try (default: the usable cores)')
+    parser.add_argument('--modes', nargs='+', default=['native'], choices=MODES,
+                        help='the first is the one the last line reports')
     args = parser.parse_args()
 
-    cores = usable_cpus()
-    envs = make_eval_envs(args.env, args.episodes)
-    policy = make_policy(args.policy, envs[0], args.seed)
-    print(f'{args.env}, policy={args.policy}, {len(args.tasks)} tasks x {args.episodes} episodes, '
-          f'jax backend={jax.default_backend()}, {cores} usable CPU cores, load average {os.getloadavg()[0]:.1f}')
-    # The lockstep speedup is bounded by (env step + policy call at B=1) / (env step + policy call at B=N / N).
-    for batch in (1, args.episodes):
-        observations = np.zeros((batch,) + envs[0].observation_space.shape)
-        policy(observations, observations + 1.0)  # compile outside the timed regions
+    runs = mode_runs(args)
+    env = make_env(args.env)
+    policy = make_policy(args.policy, env, args.seed, args.seeds)
+    seeds = [args.seed + k for k in range(args.seeds)]
+    rows = args.seeds * len(args.tasks) * args.episodes
+    print(f'{args.env}, policy={args.policy}, {args.seeds} seed(s) x {len(args.tasks)} tasks x {args.episodes} '
+          f'episodes, jax backend={jax.default_backend()}, {usable_cpus()} usable CPU cores, load average '
+          f'{os.getloadavg()[0]:.1f}')
+    for batch in sorted({args.seeds, args.seeds * args.episodes, rows}):
+        observations = np.zeros((batch,) + env.observation_space.shape)
+        policy(observations, observations + 1.0)  # compile outside the timed region
         start = time.perf_counter()
-        for _ in range(200):
+        for _ in range(100):
             policy(observations, observations + 1.0)
-        print(f'policy call at batch {batch}: {(time.perf_counter() - start) / 200 * 1e6:.0f} us')
-    one_env = env_step_rate(args.env)
-    print(f'one env alone, one core: {one_env:.0f} steps/s ({1e6 / one_env:.0f} us per step)\n')
+        print(f'policy call at batch {batch}: {(time.perf_counter() - start) / 100 * 1e6:.0f} us')
+    one_env_rate = env_step_rate(args.env)
+    print(f'one env alone, one core: {one_env_rate:.0f} steps/s ({1e6 / one_env_rate:.0f} us per step)\n')
 
-    runs = []  # (label, mode, envs, workers)
-    if 'sequential' in args.modes:
-        runs.append(('sequential', False, envs, 1))
-    if 'lockstep' in args.modes:
-        runs.append(('lockstep', True, envs, 1))
-    pools = []
-    if 'parallel' in args.modes:
-        for workers in args.workers:
-            workers = min(workers, args.episodes)
-            if workers > 1:
-                pools.append(make_eval_envs(args.env, args.episodes, num_workers=workers))
-                runs.append((f'parallel lockstep, {workers} processes', True, pools[-1], workers))
-    print('| mode | wall s | env steps/s | vs lockstep | env-only limit (processes x one env) | success |')
+    print('| mode | wall s | env steps/s | env-only limit (P x one env) | of the limit | success |')
     print('|---|---|---|---|---|---|')
-    results, walls = {}, {}
-    # Warm-up, untimed, before any timing: first resets are slow, and a pool's first use waits for its worker
-    # processes to start and build their envs (which would load the cores under the modes timed meanwhile).
-    for label, lockstep, run_envs, workers in runs:
-        evaluate(policy, run_envs, task_ids=(args.tasks[0],), episodes_per_task=args.episodes, lockstep=lockstep,
-                 max_steps=1)
-    for label, lockstep, run_envs, workers in runs:
-        start = time.perf_counter()
-        results[label] = evaluate(policy, run_envs, task_ids=tuple(args.tasks), episodes_per_task=args.episodes,
-                                  seed=args.seed, lockstep=lockstep, max_steps=args.max_steps)
-        walls[label] = time.perf_counter() - start
-        steps = results[label]['evaluation/overall_length'] * args.episodes * len(args.tasks)
-        versus = f'{walls["lockstep"] / walls[label]:.2f}x' if 'lockstep' in walls else '-'
-        print(f'| {label} | {walls[label]:.1f} | {steps / walls[label]:.0f} | {versus} | {workers * one_env:.0f} | '
-              f'{results[label]["evaluation/overall_success"]:.3f} |', flush=True)
-    for pool in pools:
-        pool.close()
-    if 'lockstep' in results:
-        for label in results:
-            if label != 'lockstep':
-                same = all(np.array_equal(results['lockstep']['per_episode'][t], results[label]['per_episode'][t])
-                           for t in args.tasks)
-                print(f'per-episode outcomes of {label} identical to lockstep: {same}')
+    timings = []
+    for label, make_envs, lockstep, workers in runs:
+        envs = make_envs()
+        timing = time_seeds_evaluation(policy, envs, seeds, args.tasks, args.episodes, args.max_steps, lockstep)
+        limit = workers * one_env_rate
+        success = np.mean([r['evaluation/overall_success'] for r in timing['results']])
+        print(f'| {label} | {timing["wall_s"]:.1f} | {timing["steps_per_s"]:.0f} | {limit:.0f} ({workers} x '
+              f'{one_env_rate:.0f}) | {100 * timing["steps_per_s"] / limit:.0f}% | {success:.3f} |', flush=True)
+        timings.append((label, timing, workers))
+        if hasattr(envs, 'close'):
+            envs.close()
+    first_label, first, workers = timings[0]
+    for label, timing, _ in timings[1:]:
+        same = all(np.array_equal(a['per_episode'][t], b['per_episode'][t])
+                   for a, b in zip(first['results'], timing['results']) for t in args.tasks)
+        print(f'per-episode outcomes of {label} identical to {first_label}: {same}')
+    limit = workers * one_env_rate
+    print(f'{first_label}: {first["steps_per_s"]:.0f} env steps/s = {100 * first["steps_per_s"] / limit:.0f}% of the '
+          f'env-only limit ({workers} x one env)')
 
 
 if __name__ == '__main__':

@@ -11,8 +11,9 @@ still leaves every finished figure on the screen):
   2. total seed-steps/s with N = 1, 4, 16 seeds vmapped in one process (`train_steps_multi`, main.py's
      --num_seeds), per agent;
   3. one evaluation's wall time (5 tasks x 50 episodes, deterministic actions of an untrained BYOL-gamma^a agent,
-     whose episodes all run to the 1000-step limit: an upper bound), with the episodes stepped in parallel by one
-     process per usable core (main.py's default) and by this process alone (--eval_workers=1);
+     whose episodes all run to the 1000-step limit: an upper bound), with the episodes stepped in parallel on every
+     usable core (main.py's default: native threads where the env supports it, else worker processes) and by one
+     thread alone (--eval_workers=1);
   4. the projected wall time of one paper run (1M steps + 10 evaluations) and of a 10-seed sweep cell.
 Compilation is excluded from every rate and reported separately. Uses pointmaze-medium-stitch, generated in
 --dataset_dir if missing (a minute or two). A time budget (--budget_s) skips what would not fit, saying so.
@@ -30,6 +31,7 @@ from configs.presets import get_config as preset_config
 import datagen
 from utils.datasets import ensure_dataset, load_dataset
 from utils.evaluation import env_spaces, evaluate, make_eval_envs, usable_cpus
+from utils.evaluation.native import NativeEpisodes
 from utils.sampler import DeviceDataset, SamplerConfig
 from utils.training import stack_trees, train_steps, train_steps_multi
 
@@ -129,8 +131,8 @@ def main(argv=None):
     print(f'# bench_gpu: jax {jax.__version__}, backend {jax.default_backend()}, device {device.device_kind} '
           f'(x{jax.device_count()}), {usable_cpus()} usable CPU cores{", --quick" if args.quick else ""}', flush=True)
     train_path, _ = ensure_dataset(args.env_name, args.dataset_dir, download=False, generator=datagen, log=print)
-    eval_workers = min(args.eval_workers or usable_cpus(), args.eval_episodes)
-    # Worker processes start now and build their envs while training is measured.
+    eval_workers = args.eval_workers or usable_cpus()
+    # Made now: worker processes (envs without native stepping) build their envs while training is measured.
     pool = make_eval_envs(args.env_name, args.eval_episodes, num_workers=eval_workers) if eval_workers > 1 else None
     local_envs = make_eval_envs(args.env_name, args.eval_episodes)
     raw = load_dataset(train_path, *env_spaces(local_envs))
@@ -179,10 +181,11 @@ def main(argv=None):
         print('| skipped: no agent was trained | | |', flush=True)
     else:
         policy = evaluation_policy(policy_agent)
-        modes = ([(f'parallel lockstep, {eval_workers} processes (default)', pool)] if pool else [])
-        modes.append(('in-process lockstep (--eval_workers=1)', local_envs))
+        stepping = 'native threads' if isinstance(local_envs, NativeEpisodes) else 'processes'
+        modes = ([(f'{eval_workers} {stepping} (default)', pool)] if pool else [])
+        modes.append(('one thread (--eval_workers=1)', local_envs))
         for label, envs in modes:
-            # In-process stepping takes up to `eval_workers` times as long as the parallel evaluation measured first.
+            # One thread takes up to `eval_workers` times as long as the parallel evaluation measured first.
             estimate = 60.0 if evaluation_s is None else 1.2 * evaluation_s * eval_workers
             if not budget.allows(estimate):
                 print(f'| {label} | skipped (time budget) | |', flush=True)

@@ -23,7 +23,7 @@ from agents import get_agent_class
 from configs.presets import get_config as preset_config
 import datagen
 from utils.datasets import ensure_dataset, load_dataset
-from utils.evaluation import make_eval_envs
+from utils.evaluation import make_env
 from utils.sampler import DeviceDataset, SamplerConfig
 from utils.training import train_steps
 
@@ -84,7 +84,7 @@ def time_mode(mode, agent, data, sampler, sampler_config, steps):
 
 def main(_):
     train_path, _ = ensure_dataset(FLAGS.env_name, FLAGS.dataset_dir, generator=datagen)
-    env = make_eval_envs(FLAGS.env_name, 1)[0]
+    env = make_env(FLAGS.env_name)
     raw = load_dataset(train_path, env.observation_space, env.action_space)
     data = DeviceDataset.from_numpy(**raw)
     print(f'jax {jax.__version__} on {jax.devices()[0].platform}; {FLAGS.steps} steps x {FLAGS.rounds} rounds per mode')

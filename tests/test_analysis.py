@@ -12,7 +12,8 @@ import pytest
 
 from scripts import horizon, rep_heatmap, sp_correlation
 from experiments import analysis
-from utils.evaluation import evaluate, make_eval_envs, pointmaze_oracle_policy
+from utils.evaluation import evaluate, make_env, make_eval_envs, one_env
+from utils.maze import pointmaze_oracle_policy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = 'pointmaze-medium-stitch-v0'
@@ -42,7 +43,7 @@ def tiny_run(dataset_dir, tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def medium_env():
-    return make_eval_envs(ENV, 1)[0]
+    return make_env(ENV)
 
 
 @pytest.fixture(scope='module')
@@ -52,7 +53,7 @@ def medium_oracle(medium_env):
 
 def test_evaluate_accepts_task_info():
     envs = make_eval_envs(ENV, 3)
-    oracle = pointmaze_oracle_policy(envs[0])
+    oracle = pointmaze_oracle_policy(one_env(envs))
     info = dict(init_ij=(1, 1), goal_ij=(2, 2))  # two cells apart
     first_calls = []
 
@@ -62,8 +63,8 @@ def test_evaluate_accepts_task_info():
         return oracle(observations, goals)
 
     result = evaluate(recording_oracle, envs, task_ids=[info, 3], episodes_per_task=3, max_steps=200)
-    maze_oracle = analysis.maze_oracle(envs[0])
-    observations, goals = first_calls[0]
+    maze_oracle = analysis.maze_oracle(one_env(envs))
+    observations, goals = (rows[:3] for rows in first_calls[0])  # the batch's first task: rows 0-2
     assert all(maze_oracle.cell(xy) == (1, 1) for xy in observations)
     assert all(maze_oracle.cell(xy) == (2, 2) for xy in goals)
     np.testing.assert_array_equal(result['per_episode']['info0'], 1.0)

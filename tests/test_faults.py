@@ -189,14 +189,20 @@ def test_second_process_on_a_run_directory_stops_at_once_and_ctrl_c_saves(pointm
     assert not (run_dir / 'DONE').exists()
 
 
-def test_failed_evaluation_keeps_the_interval(pointmaze_data_dir, tmp_path):
+def test_failed_evaluation_keeps_the_interval(tmp_path):
     """The evaluation worker is killed before the first evaluation (a real fault: the evaluation at step
     20 finds its worker dead). The 20 steps before it are checkpointed although no save was due, and
-    --resume runs that evaluation first."""
+    --resume runs that evaluation first. The teleport maze is stepped by gym envs in worker processes
+    (the native stepper does not take it), so it has workers to kill."""
+    from datagen.pointmaze import write_dataset
+
+    teleport = 'pointmaze-teleport-stitch-v0'
+    data_dir = tmp_path / 'data'
+    write_dataset(teleport, str(data_dir), seed=0, num_train_episodes=20, num_val_episodes=4, progress=False)
     save_dir = tmp_path / 'runs'
     run_dir = save_dir / 'default' / 'r'
     args = [*BUDGET, '--run_name=r', '--save_interval=1000']
-    process = start(main_command(pointmaze_data_dir, save_dir, *args, '--eval_workers=2'))
+    process = start(main_command(data_dir, save_dir, *args, '--eval_workers=2', env=teleport))
     wait_until(lambda: evaluation_workers(process.pid), process)
     for pid in evaluation_workers(process.pid):
         os.kill(pid, signal.SIGKILL)
@@ -205,7 +211,7 @@ def test_failed_evaluation_keeps_the_interval(pointmaze_data_dir, tmp_path):
     assert 'the checkpoint of step 20 is saved' in paragraph and '--resume' in paragraph
     assert checkpoint_step(run_dir) == 20 and csv_steps(run_dir / 'train.csv') == [20] and csv_steps(run_dir / 'eval.csv') == []
 
-    code, _, err = run(main_command(pointmaze_data_dir, save_dir, *args, '--resume'))
+    code, _, err = run(main_command(data_dir, save_dir, *args, '--resume', env=teleport))
     assert code == 0, err[-3000:]
     assert 'Running the evaluation of step 20 that was due' in err
     assert csv_steps(run_dir / 'eval.csv') == [20, 40] and csv_steps(run_dir / 'train.csv') == [20, 40]

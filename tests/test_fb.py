@@ -13,7 +13,7 @@ from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_datase
 from utils import losses
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
-from utils.evaluation import evaluate, make_eval_envs
+from utils.evaluation import env_spaces, evaluate, make_eval_envs
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import train_steps
 
@@ -290,8 +290,9 @@ def test_sample_actions_uses_z_equal_to_b_of_goal(agent):
 def test_short_pointmaze_evaluation_runs():
     config = small(get_config())
     envs = make_eval_envs('pointmaze-medium-v0', 2)
-    ex_obs = np.zeros((1, envs[0].observation_space.shape[0]), np.float32)
-    ex_act = np.zeros((1, envs[0].action_space.shape[0]), np.float32)
+    observation_space, action_space = env_spaces(envs)
+    ex_obs = np.zeros((1, observation_space.shape[0]), np.float32)
+    ex_act = np.zeros((1, action_space.shape[0]), np.float32)
     agent = get_agent_class('fb').create(0, ex_obs, ex_act, config)
     results = evaluate(
         lambda o, g: np.asarray(agent.sample_actions(o, g, temperature=0.0)), envs, task_ids=(1,), episodes_per_task=2, max_steps=20

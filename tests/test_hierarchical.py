@@ -237,11 +237,12 @@ def test_bad_schedule_is_a_clear_error(field, value):
 @pytest.fixture(scope='module')
 def pointmaze():
     """Two pointmaze-medium envs and an untrained agent of each variant with pointmaze's shapes."""
-    from utils.evaluation import make_eval_envs
+    from utils.evaluation import env_spaces, make_eval_envs
 
     envs = make_eval_envs('pointmaze-medium-stitch-v0', 2)
-    ex_observations = np.zeros((1, envs[0].observation_space.shape[0]), np.float32)
-    ex_actions = np.zeros((1, envs[0].action_space.shape[0]), np.float32)
+    observation_space, action_space = env_spaces(envs)
+    ex_observations = np.zeros((1, observation_space.shape[0]), np.float32)
+    ex_actions = np.zeros((1, action_space.shape[0]), np.float32)
     agents = {}
     for preset in VARIANTS:
         config = tiny(preset)
@@ -254,7 +255,7 @@ def test_acting_runs_the_low_level_on_the_proposed_subgoal(preset, pointmaze):
     envs, agents = pointmaze
     agent = agents[preset]
     # Two rows, called as the evaluation calls it, so both tests share one compiled sample_actions.
-    observation_dim = envs[0].observation_space.shape[0]
+    observation_dim = 2  # pointmaze's xy
     observations, goals = np.random.default_rng(0).uniform(0, 20, size=(2, 2, observation_dim)).astype(np.float32)
     subgoals = agent.propose_subgoals(observations, goals, jax.random.PRNGKey(0), temperature=0.0)
     if preset == 'hgcbc':
@@ -288,7 +289,7 @@ def test_each_variant_runs_a_pointmaze_evaluation(preset, pointmaze):
 
 @pytest.mark.parametrize('every', [1, 4])
 def test_replanning_every_k_steps_holds_the_subgoal(every, pointmaze):
-    from utils.evaluation import evaluate
+    from utils.evaluation import evaluate, make_eval_envs
 
     envs, agents = pointmaze
     agent = agents['hgcbc']
@@ -304,9 +305,14 @@ def test_replanning_every_k_steps_holds_the_subgoal(every, pointmaze):
     propose = policy.propose
     policy.propose = lambda obs, g: calls.append(len(calls)) or propose(obs, g)
     results = evaluate(policy, envs, task_ids=(1, 2), episodes_per_task=2, seed=0, max_steps=10)
-    # Per task (episodes start together): planning at steps 0, 4 and 8 of 10; reset between tasks.
-    assert len(calls) == 2 * 3
+    # All four episodes start together: planning at steps 0, 4 and 8 of 10.
+    assert len(calls) == 3
     assert results['evaluation/overall_length'] == 10.0
+    # Two gym envs run the tasks one batch after the other, and the policy is reset for each.
+    calls.clear()
+    two_envs = make_eval_envs('pointmaze-medium-stitch-v0', 2, native=False)
+    evaluate(policy, two_envs, task_ids=(1, 2), episodes_per_task=2, seed=0, max_steps=10)
+    assert len(calls) == 2 * 3
     # Between re-plans the subgoal is held: a new goal alone does not change the action.
     policy.reset()
     first = policy(observations, goals)

@@ -47,6 +47,9 @@ def test_main_num_seeds_writes_one_run_dir_per_seed(tmp_path, pointmaze_data_dir
     for seed in (7, 8):
         run_dir = tmp_path / 'multi' / 'default' / run.format(seed)
         assert (run_dir / 'DONE').exists() and (run_dir / 'checkpoint.msgpack').exists()
+        # Both seeds' episodes ran in one evaluation batch; each seed logs its own evaluation.
+        evaluation = np.genfromtxt(run_dir / 'eval.csv', delimiter=',', names=True)
+        assert int(evaluation['step']) == 60 and float(evaluation['evaluationoverall_length']) == 5.0
     multi = np.genfromtxt(tmp_path / 'multi' / 'default' / run.format(8) / 'train.csv', delimiter=',', names=True)
     single = np.genfromtxt(tmp_path / 'single' / 'default' / run.format(8) / 'train.csv', delimiter=',', names=True)
     for name in multi.dtype.names:

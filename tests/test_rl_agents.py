@@ -13,9 +13,9 @@ from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, toy_dataset
 from utils.checkpoints import load_checkpoint, save_checkpoint
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
-from utils.evaluation import evaluate, make_eval_envs
 from configs.presets import method_of
 from experiments.results import RL_METHODS, row_marks
+from utils.evaluation import env_spaces, evaluate, make_eval_envs
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import stack_trees, train_steps, train_steps_multi
 
@@ -181,8 +181,9 @@ def test_ddpg_bc_actor_loss_does_not_train_the_critic(data):
 def test_hiql_acts_in_pointmaze():
     config = tiny(preset_config('hiql_pointmaze'))
     envs = make_eval_envs('pointmaze-medium-v0', 1)
-    ex_obs = np.zeros((1, envs[0].observation_space.shape[0]), np.float32)
-    ex_act = np.zeros((1, envs[0].action_space.shape[0]), np.float32)
+    observation_space, action_space = env_spaces(envs)
+    ex_obs = np.zeros((1, observation_space.shape[0]), np.float32)
+    ex_act = np.zeros((1, action_space.shape[0]), np.float32)
     agent = get_agent_class('hiql').create(0, ex_obs, ex_act, config)
     results = evaluate(lambda o, g: np.asarray(agent.sample_actions(o, g, temperature=0.0)), envs, task_ids=(1,),
                        episodes_per_task=1, max_steps=10)

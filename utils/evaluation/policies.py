@@ -1,0 +1,88 @@
+"""Evaluation policies of trained agents: one seed's, and N seeds' over one seed-major batch.
+
+JAX is imported inside the functions: the `EnvWorkers` processes import this package and must not load JAX.
+"""
+
+import functools
+
+import numpy as np
+
+from utils.evaluation.frame_stack import FrameStackPolicy
+
+
+def agent_policy(agent, frame_stack=1):
+    """Deterministic actions of one agent; agents with acting state (hierarchical re-planning) supply their own
+    `evaluation_policy()`. With frame stacking the policy sees the last `frame_stack` observations, as in training."""
+    if hasattr(agent, 'evaluation_policy'):
+        policy = agent.evaluation_policy()
+    else:
+        policy = lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0))
+    return FrameStackPolicy(policy, frame_stack) if frame_stack > 1 else policy
+
+
+def seeds_policy(agent_stack, num_seeds, frame_stack=1):
+    """The policy `evaluate_seeds` needs for `num_seeds` agents trained together: rows [k * R, (k + 1) * R) of each
+    call act with seed k's agent.
+
+    `agent_stack` holds the agents stacked on a leading seed axis (`utils.training.stack_trees`, as main.py trains
+    them); with num_seeds == 1 it is the single agent, unstacked, and the policy is `agent_policy`'s. Agents act
+    through one vmapped `sample_actions` call over [N, R] rows. Agents with their own `evaluation_policy()` (acting
+    state) run it per seed on that seed's rows instead, one call each. Frame stacking, if any, wraps the whole
+    batch, whose rows keep their own histories.
+    """
+    if num_seeds == 1:
+        return agent_policy(agent_stack, frame_stack)
+    if hasattr(agent_stack, 'evaluation_policy'):
+        policy = _PerSeedPolicies([_seed_slice(agent_stack, k).evaluation_policy() for k in range(num_seeds)])
+    else:
+        policy = _VmappedPolicy(agent_stack, num_seeds)
+    return FrameStackPolicy(policy, frame_stack) if frame_stack > 1 else policy
+
+
+def _seed_slice(agent_stack, k):
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x[k], agent_stack)
+
+
+@functools.cache
+def _vmapped_sample_actions():
+    """One jitted function for every evaluation, so that it compiles once per batch shape and agent type."""
+    import jax
+
+    return jax.jit(jax.vmap(lambda agent, observations, goals: agent.sample_actions(observations, goals, temperature=0.0)))
+
+
+def _split_seeds(array, num_seeds):
+    if len(array) % num_seeds:
+        raise ValueError(f'A batch of {len(array)} rows does not split into {num_seeds} seeds.')
+    return array.reshape((num_seeds, len(array) // num_seeds) + array.shape[1:])
+
+
+class _VmappedPolicy:
+    def __init__(self, agent_stack, num_seeds):
+        self.agent_stack, self.num_seeds = agent_stack, num_seeds
+
+    def __call__(self, observations, goals):
+        observations, goals = np.asarray(observations), np.asarray(goals)
+        actions = _vmapped_sample_actions()(
+            self.agent_stack, _split_seeds(observations, self.num_seeds), _split_seeds(goals, self.num_seeds)
+        )
+        actions = np.asarray(actions)
+        return actions.reshape((-1,) + actions.shape[2:])
+
+
+class _PerSeedPolicies:
+    def __init__(self, policies):
+        self.policies = policies
+
+    def reset(self):
+        for policy in self.policies:
+            if hasattr(policy, 'reset'):
+                policy.reset()
+
+    def __call__(self, observations, goals):
+        num_seeds = len(self.policies)
+        observations = _split_seeds(np.asarray(observations), num_seeds)
+        goals = _split_seeds(np.asarray(goals), num_seeds)
+        return np.concatenate([np.asarray(p(o, g)) for p, o, g in zip(self.policies, observations, goals)])
