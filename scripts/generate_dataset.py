@@ -1,11 +1,13 @@
 """Generate an OGBench dataset offline (train `<name>.npz` and val `<name>-val.npz`).
 
     python scripts/generate_dataset.py --env_name=pointmaze-medium-stitch-v0 --dataset_dir=~/.ogbench/data \
-        [--num_episodes=N] [--num_val_episodes=M] [--seed=S]
+        [--num_episodes=N] [--num_val_episodes=M] [--seed=S] [--workers=W]
 
-Defaults are OGBench's sizes (e.g. 5000 + 500 episodes of 201 rows for stitch).
+Defaults are OGBench's sizes (e.g. 5000 + 500 episodes of 201 rows for stitch). Antmaze stitch
+datasets are simulated by --workers processes (default: one per usable core); the files are
+byte-identical for any number of workers.
 """
-
+import sys
 
 from absl import app, flags
 
@@ -18,16 +20,23 @@ flags.DEFINE_string('dataset_dir', '~/.ogbench/data', 'Output folder.')
 flags.DEFINE_integer('num_episodes', None, "Train episodes (default: OGBench's count).")
 flags.DEFINE_integer('num_val_episodes', None, 'Val episodes (default: a tenth of the train episodes).')
 flags.DEFINE_integer('seed', 0, 'Random seed; the same seed gives the same files.')
+flags.DEFINE_integer('workers', None, 'Antmaze: processes simulating episodes (default: one per usable core).')
 flags.mark_flag_as_required('env_name')
 
 
 def main(_):
+    extra = {}
+    if FLAGS.workers is not None:
+        if not FLAGS.env_name.startswith('antmaze-'):
+            sys.exit('Error: --workers applies to antmaze datasets only.')
+        extra['num_workers'] = FLAGS.workers
     train_path, val_path = write_dataset(
         FLAGS.env_name,
         FLAGS.dataset_dir,
         seed=FLAGS.seed,
         num_train_episodes=FLAGS.num_episodes,
         num_val_episodes=FLAGS.num_val_episodes,
+        **extra,
     )
     print(f'Wrote {train_path} and {val_path}')
 
