@@ -1,7 +1,7 @@
 """Generate an OGBench dataset offline (train `<name>.npz` and val `<name>-val.npz`).
 
     python scripts/generate_dataset.py --env_name=pointmaze-medium-stitch-v0 --dataset_dir=~/.ogbench/data \
-        [--num_episodes=N] [--num_val_episodes=M] [--seed=S]
+        [--num_episodes=N] [--num_val_episodes=M] [--seed=S] [--workers=W]
 
 Defaults are OGBench's sizes (e.g. 5000 + 500 episodes of 201 rows for stitch). Each file gets a
 provenance sidecar (`<file>.provenance.json`: generator, project version, seed, episode counts,
@@ -9,9 +9,11 @@ sha256); only pointmaze follows the very procedure OGBench's own data were colle
 other generated datasets are this project's, not OGBench's. Existing files are never replaced: a
 file already there is kept if it is exactly what this command would write (so a missing val file is
 written alone), and the command stops otherwise. The folder's writability and free space are
-checked before generating.
+checked before generating. Antmaze stitch
+datasets are simulated by --workers processes (default: one per usable core); the files are
+byte-identical for any number of workers.
 """
-
+import sys
 
 import sys
 
@@ -27,6 +29,7 @@ flags.DEFINE_string('dataset_dir', '~/.ogbench/data', 'Output folder.')
 flags.DEFINE_integer('num_episodes', None, "Train episodes (default: OGBench's count).")
 flags.DEFINE_integer('num_val_episodes', None, 'Val episodes (default: a tenth of the train episodes).')
 flags.DEFINE_integer('seed', 0, 'Random seed; the same seed gives the same files.')
+flags.DEFINE_integer('workers', None, 'Antmaze: processes simulating episodes (default: one per usable core).')
 flags.mark_flag_as_required('env_name')
 
 
@@ -34,6 +37,11 @@ def main(_):
     if not is_faithful(FLAGS.env_name):
         print(f'Generating {FLAGS.env_name} with {describe(FLAGS.env_name)}: these are NOT OGBench\'s data '
               f'(recorded in the provenance sidecars and shown by scripts/results.py).', flush=True)
+    extra = {}
+    if FLAGS.workers is not None:
+        if not FLAGS.env_name.startswith('antmaze-'):
+            sys.exit('Error: --workers applies to antmaze datasets only.')
+        extra['num_workers'] = FLAGS.workers
     try:
         train_path, val_path = write_dataset(
             FLAGS.env_name,
@@ -41,6 +49,7 @@ def main(_):
             seed=FLAGS.seed,
             num_train_episodes=FLAGS.num_episodes,
             num_val_episodes=FLAGS.num_val_episodes,
+            **extra,
         )
     except DatasetError as e:
         sys.exit(f'Error: {e}')

@@ -116,3 +116,27 @@ def test_generation_is_deterministic_and_the_expert_plus_noise(expert):
     residual = (first['actions'] - clean)[unclipped]
     assert abs(residual.mean()) < 0.03
     assert 0.17 < residual.std() < 0.23
+
+
+def test_worker_processes_write_byte_identical_files(tmp_path):
+    """Batches of 2 episodes: 3 batches, split 2 + 1 between two workers (the second replays the
+    first two batches' random draws before simulating its own)."""
+    paths = {}
+    for workers in (1, 2):
+        paths[workers] = datagen.write_dataset(STITCH, str(tmp_path / f'w{workers}'), seed=5, num_train_episodes=4,
+                                               num_val_episodes=2, progress=False, num_workers=workers, lockstep_envs=2)
+    for one, two in zip(paths[1], paths[2]):
+        with open(one, 'rb') as a, open(two, 'rb') as b:
+            assert a.read() == b.read(), (one, two)
+
+
+def test_worker_episode_info_matches_one_process():
+    kwargs = dict(progress=False, return_episode_info=True, lockstep_envs=1)
+    one = antmaze.generate_antmaze_dataset(STITCH, 3, seed=1, num_workers=1, **kwargs)
+    three = antmaze.generate_antmaze_dataset(STITCH, 3, seed=1, num_workers=3, **kwargs)
+    for part_one, part_three in zip(one, three):
+        assert part_one.keys() == part_three.keys()
+        for key in part_one:
+            np.testing.assert_array_equal(part_one[key], part_three[key])
+    with pytest.raises(ValueError, match='expert=None'):
+        antmaze.generate_antmaze_dataset(STITCH, 2, seed=1, num_workers=2, lockstep_envs=1, expert=lambda x: x)
