@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Main table, visual datasets (paper Table "OGBench", 4 seeds): the `<method>_visual` presets
 # (configs/presets.py: OGBench's impala_small CNN before the encoder, batch 256, 64-D encoder output;
-# BYOL-gamma variants with an EMA target, tau 0.99, and BYOL-gamma^a gamma 0.66) for 500k steps, with
-# the paper's visual alpha grid {1, 6, 10, 20} for BYOL-gamma^a (add discount=0.66,0.99 to sweep gamma).
-# visual-antmaze-* are rendered offline from the antmaze state data on first use (datagen/visual.py;
-# hours on a CPU, about half an hour with EGL on a GPU); visual-scene-play must be downloaded from OGBench.
+# gamma 0.66 for the representation methods, BYOL-gamma variants with an EMA target, tau 0.99) for 500k
+# steps, with the paper's visual alpha grid {1, 6, 10, 20} for BYOL-gamma^a (add discount=0.66,0.99 to a
+# method to sweep gamma). Put OGBench's visual files in main.py's --dataset_dir first; without them,
+# `scripts/generate_dataset.py --env_name=<visual dataset>` renders visual-antmaze-* from antmaze state data
+# and generates + renders visual-scene-play-v0 (datagen/visual.py, datagen/scene.py; hours on a CPU, about
+# half an hour with EGL on a GPU). Generated data are this project's, not OGBench's (docs/reproduce.md).
 # Scene runs use OGBench's random-crop augmentation (p_aug 0.5), the antmaze ones none (as OGBench).
 #   scripts/sweep_visual.sh --dry_run
 #   scripts/sweep_visual.sh --backend=slurm --partition=gpu --time_min=1440
