@@ -134,6 +134,10 @@ class NativeEpisodes:
             'render_ok': self._renderer.ok,
         }
 
+    def close(self):
+        """Free the episodes' simulations (the next evaluation makes them again)."""
+        self._batch = None
+
     def episode_data(self, i):
         """Episode i's whole MjData as its last step left it (a scratch copy, valid until the next call)."""
         return self._batch.get_data(i, self._scratch)
