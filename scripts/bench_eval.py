@@ -1,5 +1,6 @@
-"""Wall time of OGBench evaluation against the env-only limit: P x one env's raw gym step rate on one core, where P
-is the parallelism a mode uses (threads or processes), both measured in the same run.
+"""Wall time of OGBench evaluation against the env-only limit: P x one env's raw gym step rate on one core (through
+the evaluation's own episodes), where P is the parallelism a mode uses (threads or processes), both measured in the
+same run.
 
     python scripts/bench_eval.py                   # main.py's default path: native stepping (where the env supports
                                                    # it), one thread per usable core, all tasks in one batch
@@ -26,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from utils.evaluation import evaluate_seeds, make_env, make_eval_envs, native, usable_cpus
+from utils.evaluation.episodes import episode_seed, reset_episode
 from utils.maze import pointmaze_oracle_policy
 
 MODES = ('native', 'parallel', 'lockstep', 'sequential')
@@ -69,20 +71,42 @@ def make_policy(kind, env, seed, num_seeds=1):
     return oracle_at_mlp_cost
 
 
-def env_step_rate(env_name, seconds=2.0, seed=0):
-    """Steps/s of one env on one core with random actions (raw env, as the gym paths step it): the physics-only
-    bound of one core; P cores can at best reach P times this."""
+def env_step_rate(env_name, policy, num_seeds, task_ids, episodes_per_task, max_steps=None, seed=0, seconds=4.0):
+    """Steps/s of one env alone on one core: the raw env stepped as the gym paths step it, through a sample of the
+    evaluation's own episodes (the tasks in turn, episodes spread over each task's, seeded as the evaluation seeds
+    them). The same episodes matter: a step costs more physics when the point presses against a wall, as a random
+    MLP's point does, than when it jitters in free space. Each episode runs once with the policy acting (batch 1) to
+    record its actions, then is replayed from the same reset and timed, so that no policy call sits between the
+    timed steps. P cores can at best reach P times this."""
     env = make_env(env_name)
-    raw, rng = env.unwrapped, np.random.default_rng(seed)
-    env.reset(seed=seed)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for _ in range(100):
-            raw.step(rng.uniform(-1.0, 1.0, size=env.action_space.shape))
-        steps += 100
-        if steps % 1000 == 0:
-            env.reset(seed=seed)
-    return steps / (time.perf_counter() - start)
+    limit = max_steps or env.spec.max_episode_steps
+    timed, steps, episode = 0.0, 0, 0
+    while timed < seconds:
+        task = task_ids[episode % len(task_ids)]
+        j = (episode // len(task_ids)) * 17 % episodes_per_task  # 17: coprime with usual episode counts, spreads j
+        actions = _episode_actions(env, policy, num_seeds, task, episode_seed(seed, task, j), limit)
+        reset_episode(env, task, episode_seed(seed, task, j))
+        start = time.perf_counter()
+        for action in actions:
+            env.unwrapped.step(action)
+        timed += time.perf_counter() - start
+        steps += len(actions)
+        episode += 1
+    return steps / timed
+
+
+def _episode_actions(env, policy, num_seeds, task, seed, limit):
+    """The clipped actions of one episode of `policy` (its first seed's rows), as the evaluation would step it."""
+    ob, info = reset_episode(env, task, seed)
+    low, high = env.action_space.low, env.action_space.high
+    actions = []
+    for _ in range(limit):
+        rows = np.repeat(ob[None], num_seeds, axis=0), np.repeat(info['goal'][None], num_seeds, axis=0)
+        actions.append(np.clip(np.asarray(policy(*rows))[0], low, high))
+        ob, _, terminated, _, _ = env.unwrapped.step(actions[-1])
+        if terminated:
+            break
+    return actions
 
 
 def time_seeds_evaluation(policy_fn, envs, seeds, task_ids=(1, 2, 3, 4, 5), episodes_per_task=50, max_steps=None,
@@ -153,8 +177,9 @@ def main():
         for _ in range(100):
             policy(observations, observations + 1.0)
         print(f'policy call at batch {batch}: {(time.perf_counter() - start) / 100 * 1e6:.0f} us')
-    one_env_rate = env_step_rate(args.env)
-    print(f'one env alone, one core: {one_env_rate:.0f} steps/s ({1e6 / one_env_rate:.0f} us per step)\n')
+    one_env_rate = env_step_rate(args.env, policy, args.seeds, args.tasks, args.episodes, args.max_steps, args.seed)
+    print(f'one env alone, one core, on a sample of the evaluation\'s episodes: {one_env_rate:.0f} steps/s '
+          f'({1e6 / one_env_rate:.0f} us per step)\n')
 
     print('| mode | wall s | env steps/s | env-only limit (P x one env) | of the limit | success |')
     print('|---|---|---|---|---|---|')

@@ -195,7 +195,9 @@ def main(argv=None):
     print(f'\n| evaluation, {args.eval_env}: {args.eval_tasks} tasks x {args.eval_episodes} episodes per seed, one '
           f'batch | wall s | env steps/s |\n|---|---|---|', flush=True)
     for n in args.eval_seeds:
-        estimate = 2 * n * (evaluation_s.get(1, 10.0))
+        # The last measured evaluation, scaled by its seed count (a first one is assumed to take 30 s per seed).
+        done = max(evaluation_s, default=None)
+        estimate = 1.5 * n * (evaluation_s[done] / done if done else 30.0)
         if not budget.allows(estimate):
             print(f'| {n} seeds | skipped (time budget) | |', flush=True)
             continue
@@ -206,6 +208,8 @@ def main(argv=None):
             continue
         evaluation_s[n] = wall
         print(f'| {n} seed{"s" if n > 1 else ""} | {wall:.1f} | {steps / wall:.0f} |', flush=True)
+    if hasattr(eval_envs, 'close'):
+        eval_envs.close()
 
     print(f'\n| projection ({PAPER_STEPS:,} steps at batch {args.batch_size} + {PAPER_EVALUATIONS} evaluations as above) | '
           f'one seed | {SWEEP_SEEDS}-seed sweep cell, --num_seeds={SWEEP_SEEDS} |\n|---|---|---|', flush=True)

@@ -1,35 +1,35 @@
-"""Native stepping of OGBench maze episodes: one MuJoCo state per episode, stepped by a pool of threads.
+"""Native stepping of OGBench maze episodes: one MuJoCo simulation per episode, all stepped together on a thread pool.
 
-Evaluation is bound by physics, and `mujoco.mj_step` releases the GIL, so threads of this process can step
-different episodes' `MjData` at the same time: parallel stepping without the per-step hand-off between processes of
-an `EnvWorkers` pool, and without the gym env's per-step Python around the physics.
+Evaluation is bound by physics. MuJoCo's `mujoco.batch.Batch` steps many simulations of one model on a C++ thread
+pool in one call, bit-identical to stepping each on its own `MjData`: parallel stepping inside this process, without
+the per-step hand-off between processes of an `EnvWorkers` pool, without one GIL hand-off per episode per step (which
+is what caps Python threads looping over `mj_step`), and without the gym env's per-step Python around the physics.
+The batch is persistent: it keeps one `MjData` per episode, so each episode's whole state is there to render.
 
 Every episode stays the gym env's episode, step for step. The env still does each reset (task set-up and the seeding
-of `episodes.reset_episode`), and `mj_copyData` hands the whole post-reset state (qpos, qvel, time, the solver's warm
-start, ...) to the episode's own `MjData`. A step then does to that data exactly what the env's `step` does to its
-own:
+of `episodes.reset_episode`); the episode's simulation then starts from the env's post-reset integration state
+(`mjSTATE_INTEGRATION`: time, qpos, qvel, act, the solver's warm start, controls, ...), the whole input of a
+MuJoCo step. Each env step then does to that state exactly what the env's `step` does to its data:
   * point: qpos += 0.2 * action, qvel = 0, then `frame_skip` mj_steps; observation qpos;
-  * ant: ctrl = action, `frame_skip` mj_steps and mj_rnePostConstraint (gymnasium's MujocoEnv); observation
-    (qpos, qvel);
-  * humanoid: ctrl = action, mj_step2, `frame_skip - 1` mj_steps, mj_step1 (OGBench's DMC-style step, mj_step
-    alone under RK4); observation: the env's own `get_ob`, read from the episode's data;
+  * ant: ctrl = action, `frame_skip` mj_steps; observation (qpos, qvel). gymnasium's step ends with
+    mj_rnePostConstraint, which only fills cacc/cfrc_int/cfrc_ext, read by nothing here or in the next step;
+  * humanoid: ctrl = action, `frame_skip` mj_steps, then the position and velocity stages at the new state (OGBench's
+    DMC-style mj_step2 / mj_step / mj_step1 computes the same); observation: the env's own `get_ob`, read from the
+    episode's data;
 then the maze's bookkeeping: success when |xy - goal xy| <= the goal tolerance after the step (OGBench's 'post'
 timing), reward 1 on success and 0 otherwise, and the episode ends on success if the env terminates at the goal,
-else at the time limit. Actions are clipped to the action space first, as on the gym path. `mujoco.rollout` would
-parallelise too, but it starts each rollout's solver from qacc = 0 instead of the episode's warm start, so its
-trajectories are not the env's.
+else at the time limit. Actions are clipped to the action space first, as on the gym path. (`mujoco.rollout` would
+parallelise too, but it does not hand back the solver's warm start, so a trajectory continued over calls is not the
+env's.)
 
 `why_not(env)` says why an env is stepped the gym way instead: anything but the point/ant/humanoid maze itself
 (antsoccer's ball maze, manipulation, ...), pixel observations, the teleport maze (its step draws the exit from the
 global np.random), 'pre' success timing, and the single-task reward mode.
 """
 
-import threading
-import weakref
-from concurrent.futures import ThreadPoolExecutor
-
 import mujoco
 import numpy as np
+from mujoco import batch as mujoco_batch
 from ogbench.locomaze.ant import AntEnv
 from ogbench.locomaze.humanoid import HumanoidEnv
 from ogbench.locomaze.point import PointEnv
@@ -60,9 +60,9 @@ def supports(env):
 
 
 class NativeEpisodes:
-    """Episodes of one maze env, each on its own `MjData`, advanced together by `num_threads` threads (this one and
-    `num_threads - 1` pool threads). It holds any number of episodes (`capacity` None): their states are made on
-    demand and kept for the next evaluation. The env itself does the resets and renders the video frames."""
+    """Episodes of one maze env, each a simulation of a persistent `mujoco.batch.Batch` stepped on `num_threads`
+    threads (this one included). It holds any number of episodes (`capacity` None): the batch grows on demand and is
+    kept for the next evaluation. The env itself does the resets and renders the video frames."""
 
     def __init__(self, env, num_threads=1):
         reason = why_not(env)
@@ -74,26 +74,25 @@ class NativeEpisodes:
         self.observation_space, self.action_space, self.spec = env.observation_space, env.action_space, env.spec
         self.capacity = None
         self.num_threads = num_threads
-        raw = env.unwrapped
-        self._raw = raw
-        self._model = raw.model
-        self._physics = _physics_for(raw)
+        self._raw = env.unwrapped
+        self._model = self._raw.model
+        self._physics = _physics_for(self._raw)
         self._low, self._high = env.action_space.low, env.action_space.high
         self._renderer = Renderer()
-        self._datas = []
-        self._executor = ThreadPoolExecutor(num_threads - 1, 'native-eval') if num_threads > 1 else None
-        if self._executor is not None:
-            weakref.finalize(self, self._executor.shutdown)
+        self._batch = None
+        self._scratch = mujoco.MjData(self._model)  # one episode's data at a time, to observe or render it
         self.live = np.zeros(0, dtype=bool)
 
     def start(self, tasks, seeds, record, max_steps, frame_skip):
         """Reset episode i to task `tasks[i]` with episode seed `seeds[i]`; returns (observations, goals)."""
         n = len(seeds)
-        self._datas += [mujoco.MjData(self._model) for _ in range(n - len(self._datas))]
+        if self._batch is None or self._batch.nsim < n:
+            self._batch = mujoco_batch.Batch(self._model, n, nthread=self.num_threads, persistent=True)
+        state = self._batch.state
         first_steps, goal_xy, frames = [], [], []
         for i, (task, seed, rec) in enumerate(zip(tasks, seeds, record)):
             first_steps.append(reset_episode(self.local_env, task, seed))
-            mujoco.mj_copyData(self._datas[i], self._model, self._raw.data)
+            mujoco.mj_getState(self._model, self._raw.data, state[i], _INTEGRATION_STATE)
             goal_xy.append(self._raw.cur_goal_xy)
             frames.append([self._renderer(self.local_env)] if rec else None)
         self.observations = np.stack([ob for ob, _ in first_steps])
@@ -112,8 +111,9 @@ class NativeEpisodes:
         """Advance every live episode by its row of `actions` (other rows are ignored); returns the observations,
         finished episodes' rows frozen at their last observation."""
         live = np.flatnonzero(self.live)
-        actions = self._physics.prepare(np.clip(actions, self._low, self._high))
-        self._advance(live, actions)
+        actions = np.clip(actions, self._low, self._high)[live]
+        self._physics.advance(self._batch, live, actions)
+        self._physics.observe(self, live)
         self.lengths[live] += 1
         success = self._at_goal(live)
         self.returns[live] += success
@@ -135,31 +135,12 @@ class NativeEpisodes:
         }
 
     def close(self):
-        if self._executor is not None:
-            self._executor.shutdown()
+        """Free the episodes' simulations (the next evaluation makes them again)."""
+        self._batch = None
 
-    def _advance(self, rows, actions):
-        """One env step of each episode in `rows`, spread over the threads; each thread writes its own rows."""
-        chunks = [chunk.tolist() for chunk in np.array_split(rows, self.num_threads) if len(chunk)]
-        if not chunks:
-            return
-        futures = [self._executor.submit(self._advance_chunk, chunk, actions) for chunk in chunks[1:]]
-        try:
-            self._advance_chunk(chunks[0], actions)
-        finally:  # no thread may still be stepping when this returns or raises
-            errors = [future.exception() for future in futures]
-        for error in errors:
-            if error is not None:
-                raise error
-
-    def _advance_chunk(self, rows, actions):
-        # Everything here but the physics holds the GIL, so the loop body is kept lean.
-        advance, observe = self._physics.advance, self._physics.observe
-        model, datas, observations = self._model, self._datas, self.observations
-        for i in rows:
-            data = datas[i]
-            advance(model, data, actions[i])
-            observe(data, observations[i])
+    def episode_data(self, i):
+        """Episode i's whole MjData as its last step left it (a scratch copy, valid until the next call)."""
+        return self._batch.get_data(i, self._scratch)
 
     def _at_goal(self, rows):
         """The maze's success test, |xy - goal xy| <= tolerance, on the rows' new positions. Vectorised, then any row
@@ -181,20 +162,32 @@ class NativeEpisodes:
                 frames.append(self._render_episode(i))
 
     def _render_episode(self, i):
-        """A frame of episode i, drawn by the env from the episode's own state and goal marker."""
-        data = self._datas[i]
-        # The marker is a world geom placed by the model, which all episodes share and the last reset moved; each
-        # mj_step copied the shared position into the episode's geom_xpos. Put this episode's goal in both places
-        # (a world geom's frame position is its model position, exactly) before drawing.
+        """A frame of episode i, drawn by the env from the episode's own data and goal marker."""
+        data = self.episode_data(i)
+        # The marker is a world geom placed by the model, which the last reset moved (and the batch's copy of the
+        # model holds where it was when the batch was made); the episode's geom_xpos has it from there. Put this
+        # episode's goal in both places (a world geom's frame position is its model position, exactly) to draw.
         self._raw.set_goal(goal_xy=tuple(self._goal_xy[i]))
         target = self._model.geom('target').id
         data.geom_xpos[target] = self._model.geom_pos[target]
-        own_data = self._raw.data
-        self._raw.data = data
-        try:
+        with _reading(self._raw, data):
             return self._renderer(self.local_env)
-        finally:
-            self._raw.data = own_data
+
+
+_INTEGRATION_STATE = mujoco.mjtState.mjSTATE_INTEGRATION
+
+
+class _reading:
+    """Points the env at another MjData for the duration of a `with` block (its get_ob and render read `data`)."""
+
+    def __init__(self, raw, data):
+        self.raw, self.data = raw, data
+
+    def __enter__(self):
+        self.own, self.raw.data = self.raw.data, self.data
+
+    def __exit__(self, *exc):
+        self.raw.data = self.own
 
 
 class _Point:
@@ -203,74 +196,50 @@ class _Point:
     def __init__(self, raw):
         self.frame_skip = raw.frame_skip
 
-    @staticmethod
-    def prepare(actions):
-        return 0.2 * actions  # in the actions' dtype, as the env scales each row
-
-    def advance(self, model, data, action):
-        qpos = data.qpos
-        qpos[:] = qpos + action
-        data.qvel[:] = 0.0
-        mujoco.mj_step(model, data, nstep=self.frame_skip)
+    def advance(self, batch, rows, actions):
+        qpos = batch.bind('qpos')
+        qpos[rows] = qpos[rows] + 0.2 * actions  # 0.2 * action in the action's dtype, as the env scales it
+        batch.bind('qvel')[rows] = 0.0
+        batch.step(rows, nstep=self.frame_skip)
 
     @staticmethod
-    def observe(data, out):
-        out[:] = data.qpos
+    def observe(episodes, rows):
+        episodes.observations[rows] = episodes._batch.bind('qpos')[rows]
 
 
 class _Ant:
-    """AntEnv.step: gymnasium's MujocoEnv.do_simulation (ctrl, mj_step, mj_rnePostConstraint)."""
+    """AntEnv.step: gymnasium's MujocoEnv.do_simulation (ctrl, then the physics)."""
 
     def __init__(self, raw):
         self.frame_skip = raw.frame_skip
         self.nq = raw.model.nq
 
-    @staticmethod
-    def prepare(actions):
-        return actions
+    def advance(self, batch, rows, actions):
+        batch.bind('ctrl')[rows] = actions
+        batch.step(rows, nstep=self.frame_skip)
 
-    def advance(self, model, data, action):
-        data.ctrl[:] = action
-        mujoco.mj_step(model, data, nstep=self.frame_skip)
-        mujoco.mj_rnePostConstraint(model, data)
-
-    def observe(self, data, out):
-        out[:self.nq] = data.qpos
-        out[self.nq:] = data.qvel
+    def observe(self, episodes, rows):
+        batch = episodes._batch
+        episodes.observations[rows, :self.nq] = batch.bind('qpos')[rows]
+        episodes.observations[rows, self.nq:] = batch.bind('qvel')[rows]
 
 
 class _Humanoid:
-    """HumanoidEnv.step: OGBench's DMC-style physics step; the observation is the env's own `get_ob` on the
-    episode's data (it reads body frames and sensors, so it is not re-derived here)."""
+    """HumanoidEnv.step: the physics, then the position and velocity stages at the new state, which its
+    observation reads (body frames and sensors): the env's own `get_ob` on each episode's data."""
 
     def __init__(self, raw):
         self.frame_skip = raw.frame_skip
-        self.rk4 = raw.model.opt.integrator == mujoco.mjtIntegrator.mjINT_RK4.value
         self.raw = raw
-        self.lock = threading.Lock()  # get_ob reads `raw.data`, which each thread points at its episode in turn
 
-    @staticmethod
-    def prepare(actions):
-        return actions
+    def advance(self, batch, rows, actions):
+        batch.bind('ctrl')[rows] = actions
+        batch.step(rows, nstep=self.frame_skip, stage=mujoco.mjtStage.mjSTAGE_VEL.value)
 
-    def advance(self, model, data, action):
-        data.ctrl[:] = action
-        if self.rk4:
-            mujoco.mj_step(model, data, self.frame_skip)
-        else:
-            mujoco.mj_step2(model, data)
-            if self.frame_skip > 1:
-                mujoco.mj_step(model, data, self.frame_skip - 1)
-        mujoco.mj_step1(model, data)
-
-    def observe(self, data, out):
-        with self.lock:
-            own_data = self.raw.data
-            self.raw.data = data
-            try:
-                out[:] = self.raw.get_ob()
-            finally:
-                self.raw.data = own_data
+    def observe(self, episodes, rows):
+        for i in rows:
+            with _reading(self.raw, episodes.episode_data(i)):
+                episodes.observations[i] = self.raw.get_ob()
 
 
 def _physics_for(raw):
