@@ -16,8 +16,8 @@ rows moves a few percent of a scene frame's pixels by a few intensity levels aga
 state (tested against a live visual-scene collection with the same seed; none in the antmaze checks).
 Downloaded OGBench visual files are used unchanged.
 
-Cost: one MuJoCo render per row (~27 frames/s with MUJOCO_GL=egl on this project's 2-core CPU
-machines, i.e. ~10 h for the 1.1M rows of antmaze-*-stitch; far faster with EGL on a GPU). The
+Cost: one MuJoCo render per row, about 1.1M for antmaze-*-stitch: hours on a CPU, far less with EGL
+on a GPU (rates in docs/performance.md; the generator prints its own estimate before starting). The
 frames go into a memory-mapped file in batches, with the number of finished rows recorded after
 each batch, so a killed run resumes where it stopped; the `.npz` files appear only when complete.
 Memory: the frames never need to fit in RAM here (1M x 64 x 64 x 3 uint8 = 12.3 GB on disk).

@@ -11,7 +11,7 @@ short still leaves every finished figure on the screen):
      relative to GCBC-phi's. The data are a synthetic dataset with `--train_env`'s observation and action sizes
      (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not depend on the
      values, so no dataset is needed;
-  2. evaluation: one evaluation of N = 1, 4, 16 seeds of an untrained BYOL-gamma^a agent on `--eval_env` (5 tasks x
+  2. evaluation: one evaluation of N = 1, 4, 16 seeds of an untrained BYOL-gamma^a agent (--eval_preset) on `--eval_env` (5 tasks x
      50 episodes per seed, all seeds' episodes in one lockstep batch, as main.py runs it); untrained episodes run to
      the time limit, so this is an upper bound;
   3. the projected wall time of one paper run (1M steps + 10 evaluations) and of a 10-seed sweep cell
@@ -42,7 +42,8 @@ def parse_args(argv=None):
     parser.add_argument('--train_env', default='antmaze-medium-stitch-v0', help='its observation/action sizes shape the training data')
     parser.add_argument('--eval_env', default='pointmaze-large-stitch-v0', help='the env of the evaluation timings')
     parser.add_argument('--quick', action='store_true', help='tiny sizes for a CPU smoke run')
-    parser.add_argument('--presets', nargs='+', default=None, choices=list(PRESETS), help='default all (quick: gcbc, byol_gamma_a)')
+    parser.add_argument('--presets', nargs='+', default=None, choices=list(PRESETS), help='default all (quick: gcbc)')
+    parser.add_argument('--eval_preset', default=None, choices=list(PRESETS), help='the agent evaluated; default byol_gamma_a (quick: gcbc)')
     parser.add_argument('--batch_size', type=int, default=None, help='per seed; default 1024 (quick: 32)')
     parser.add_argument('--steps_per_call', type=int, default=None, help='default 500, as main.py (quick: 2)')
     parser.add_argument('--seconds', type=float, default=None, help='timed seconds per training figure (quick: 0)')
@@ -55,7 +56,8 @@ def parse_args(argv=None):
     parser.add_argument('--budget_s', type=float, default=420.0, help='skip measurements once this is spent')
     args = parser.parse_args(argv)
     quick = args.quick
-    defaults = dict(presets=['gcbc', 'byol_gamma_a'] if quick else list(PRESETS), batch_size=32 if quick else 1024,
+    defaults = dict(presets=['gcbc'] if quick else list(PRESETS), eval_preset='gcbc' if quick else 'byol_gamma_a',
+                    batch_size=32 if quick else 1024,
                     steps_per_call=2 if quick else 500, seconds=0.0 if quick else 2.0,
                     num_seeds=[1, 2] if quick else [1, 4, 16], eval_seeds=[1, 2] if quick else [1, 4, 16],
                     eval_episodes=2 if quick else 50, eval_tasks=2 if quick else 5, eval_max_steps=10 if quick else 0)
@@ -128,8 +130,8 @@ def measure_training(preset, num_seeds, raw, data, args):
 
 
 def measure_evaluation(num_seeds, envs, raw, args):
-    """(wall seconds, env steps) of one evaluation of `num_seeds` untrained BYOL-gamma^a seeds in one batch."""
-    agents, _ = make_agents('byol_gamma_a', num_seeds, raw, args.batch_size)
+    """(wall seconds, env steps) of one evaluation of `num_seeds` untrained seeds of `--eval_preset` in one batch."""
+    agents, _ = make_agents(args.eval_preset, num_seeds, raw, args.batch_size)
     policy = seeds_policy(agents, num_seeds)
     tasks = tuple(range(1, args.eval_tasks + 1))
     seeds = list(range(num_seeds))

@@ -18,7 +18,7 @@
 #   HEADLINE_ALPHA          BYOL-gamma^a's alpha (1); --alpha=... wins
 #   HEADLINE_SEEDS          seeds (0-9)
 #   HEADLINE_GROUP_SEEDS    seeds per method trained at once (2): the state a group leaves is about
-#                           14.4 MB per seed (both methods' checkpoints); see README for what fits a call
+#                           14.4 MB per seed (both methods' checkpoints); docs/reproduce.md says what fits a call
 #   HEADLINE_STEPS / HEADLINE_EVAL_INTERVAL / HEADLINE_EVAL_EPISODES   (1000000 / 100000 / 50)
 #   HEADLINE_CHUNK_SECONDS  SIGTERM to training this long after this script started (420)
 #   HEADLINE_KILL_SECONDS   SIGKILL to training still running (540); keep it inside the call's limit, and

@@ -1,5 +1,6 @@
 """Test-session settings and the fixtures several test files share."""
 
+import fcntl
 import os
 import tempfile
 
@@ -19,15 +20,38 @@ os.environ.setdefault('MUJOCO_GL', 'egl')
 os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', tempfile.mkdtemp(prefix='byol-gamma-tests-xla-'))
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
+# Most tests run tiny networks for a few steps, so compiling costs far more than running (about four fifths
+# of the suite's CPU time): XLA skips most of its optimisations, which compiles in about 60% of the time and
+# computes the same functions. Comparisons within a test (fused vs per-call, resumed vs uninterrupted) see
+# the same setting on both sides. The few tests that run long enough to need fast code use
+# `optimized_xla` (in-process) or `OPTIMIZED_XLA_ENV` (main.py subprocesses).
+os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
+OPTIMIZED_XLA_ENV = {'JAX_DISABLE_MOST_OPTIMIZATIONS': '0'}
 
 POINTMAZE = 'pointmaze-medium-stitch-v0'
 
 
+@pytest.fixture
+def optimized_xla():
+    """XLA's full optimisations for this test's compilations (restored afterwards)."""
+    import jax
+
+    jax.config.update('jax_disable_most_optimizations', False)
+    yield
+    jax.config.update('jax_disable_most_optimizations', True)
+
+
 @pytest.fixture(scope='session')
-def pointmaze_data_dir(tmp_path_factory):
-    """A small pointmaze-medium-stitch dataset (500 + 50 episodes of 201 rows), generated once per session."""
+def pointmaze_data_dir(tmp_path_factory, worker_id):
+    """A small pointmaze-medium-stitch dataset (500 + 50 episodes of 201 rows), generated once per test run
+    and shared, read-only, by the pytest-xdist workers (the first to need it generates it under a lock)."""
     from datagen.pointmaze import write_dataset
 
-    path = tmp_path_factory.mktemp('pointmaze-data')
-    write_dataset(POINTMAZE, str(path), seed=0, num_train_episodes=500, num_val_episodes=50, progress=False)
+    root = tmp_path_factory.getbasetemp()
+    root = root if worker_id == 'master' else root.parent
+    path = root / 'pointmaze-data'
+    with open(root / 'pointmaze-data.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / f'{POINTMAZE}-val.npz').exists():
+            write_dataset(POINTMAZE, str(path), seed=0, num_train_episodes=500, num_val_episodes=50, progress=False)
     return str(path)

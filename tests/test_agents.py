@@ -50,23 +50,33 @@ def data():
     return toy_dataset()
 
 
-def distinct_presets():
-    """Presets that run distinct code: one that differs from an earlier preset of the same agent only in
-    float-valued hyperparameters (a learning rate, alpha) trains the same program with another number, so
-    it is left out. The discount is kept apart: gamma = 0 switches the sampler to one-step offsets."""
-    kept = []
-    for name in sorted(PRESETS):
-        config = preset_config(name)
-        for other in kept:
-            other_config = preset_config(other)
-            if other_config.agent_name != config.agent_name or set(other_config) != set(config):
-                continue
-            differing = [k for k in config if k != 'preset' and config[k] != other_config[k]]
-            if all(isinstance(config[k], float) and k != 'discount' for k in differing):
-                break
-        else:
+def branches(config):
+    """The code paths a config selects: its enum and switch fields (strings, booleans), whether each count
+    field is on (nstep > 0, ...), and whether gamma is 0 (one-step offsets). Float hyperparameters (a
+    learning rate, alpha) change numbers, not paths."""
+    def path(key, value):
+        if isinstance(value, (bool, str, tuple)):
+            return value
+        if isinstance(value, int):
+            return value > 0
+        return value == 0.0 if key == 'discount' else None
+    return {(config.agent_name, key, path(key, value)) for key, value in config.items() if key != 'preset'}
+
+
+def covering_presets(names):
+    """Few presets, greedily chosen, that between them take every code path any of `names` takes: each
+    preset that adds a path nobody chosen takes is kept, in the registry's order."""
+    covered, kept = set(), []
+    for name in names:
+        paths = branches(preset_config(name))
+        if not paths <= covered:
+            covered |= paths
             kept.append(name)
     return kept
+
+
+def distinct_presets():
+    return covering_presets(list(PRESETS))
 
 
 # Hierarchical presets are trained, stage by stage, in test_hierarchical.py; the offline RL baselines
@@ -97,22 +107,8 @@ def test_preset_trains_with_finite_decreasing_loss(preset, data):
     np.testing.assert_array_equal(*deterministic)
 
 
-def representation_presets():
-    """One representation preset per agent and gradient path (action-conditioned psi, n-step rollout,
-    backward predictor), from the registry."""
-    seen, kept = set(), []
-    for name in distinct_presets():
-        if PRESETS[name].family == 'visual' or METHODS[PRESETS[name].method].kind != 'representation':
-            continue
-        config = preset_config(name)
-        path = (config.agent_name, config.get('action_conditioned'), config.get('nstep', 0) > 0, config.get('backward_predictor'))
-        if path not in seen:
-            seen.add(path)
-            kept.append(name)
-    return kept
-
-
-REPRESENTATION_PRESETS = representation_presets()
+REPRESENTATION_PRESETS = covering_presets([p for p in PRESETS if PRESETS[p].family != 'visual'
+                                           and METHODS[PRESETS[p].method].kind == 'representation'])
 
 
 @pytest.mark.parametrize('preset', REPRESENTATION_PRESETS)
@@ -120,13 +116,14 @@ def test_auxiliary_loss_never_reaches_the_actor_head(preset, data):
     config = small(preset_config(preset))
     agent = make_agent(config)
     batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
-    aux_grads = jax.grad(lambda p: agent.representation_loss(batch, p)[0])(agent.network.params)
+    # Jitted: one compilation instead of one per primitive of the eager computation.
+    aux_grads = jax.jit(jax.grad(lambda p: agent.representation_loss(batch, p)[0]))(agent.network.params)
     actor_norm = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(aux_grads['modules_actor']))
     assert actor_norm == 0.0
     encoder_norm = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(aux_grads['modules_encoder']))
     assert encoder_norm > 0.0
     # ... while the BC loss does train the encoder that feeds the actor.
-    bc_grads = jax.grad(lambda p: agent.actor_loss(batch, p)[0])(agent.network.params)
+    bc_grads = jax.jit(jax.grad(lambda p: agent.actor_loss(batch, p)[0]))(agent.network.params)
     bc_encoder = 'modules_psi_encoder' if preset == 'tra' else 'modules_encoder'
     assert sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(bc_grads[bc_encoder])) > 0.0
 

@@ -127,7 +127,7 @@ def test_both_learn_the_same_top_eigenspace(gamma_run, byol_run):
     assert F.subspace_metrics(gamma_run['phi'], np.linalg.qr(byol_run['phi'])[0])[0] < 2.0
 
 
-def test_sampled_minibatch_training_also_lands_on_sr_truncation(cfg):
+def test_sampled_minibatch_training_also_lands_on_sr_truncation(cfg, optimized_xla):
     """The default sampled run (s ~ U(S), s+ ~ M~(s, .), batch 512, 10000 steps, decaying lr)."""
     res = F.run_spectral(F.Config(), cfg.gamma, batch_size=F.Config().sampled_batch)
     final = res['final']

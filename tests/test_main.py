@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.conftest import OPTIMIZED_XLA_ENV
 from utils.checkpoints import CHECKPOINT_NAME
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,8 +28,9 @@ def main_args(dataset_dir, save_dir, *extra):
             f'--save_dir={save_dir}', '--wandb_mode=disabled', '--nodownload', *extra]
 
 
-def run_main(*args, check=True):
-    result = subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, timeout=600)
+def run_main(*args, check=True, env=None):
+    result = subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            env=None if env is None else dict(os.environ, **env))
     if check and result.returncode != 0:
         raise AssertionError(f'main.py failed ({result.returncode}):\n{result.stderr[-3000:]}')
     return result
@@ -45,7 +47,8 @@ def without_timing(rows):
 
 def test_gcbc_learns_on_generated_pointmaze(dataset_dir, tmp_path):
     run_main(*main_args(dataset_dir, tmp_path, '--agent=agents/gcbc.py', '--agent.batch_size=256', '--train_steps=1500',
-                        '--log_interval=250', '--eval_interval=1500', '--eval_episodes=8', '--save_interval=1500'))
+                        '--log_interval=250', '--eval_interval=1500', '--eval_episodes=8', '--save_interval=1500'),
+             env=OPTIMIZED_XLA_ENV)
     run_dir = tmp_path / 'default' / f'gcbc_{ENV}_sd0'
     train = read_csv(run_dir / 'train.csv')
     losses = [float(r['training/actor/bc_loss']) for r in train]
@@ -56,9 +59,9 @@ def test_gcbc_learns_on_generated_pointmaze(dataset_dir, tmp_path):
     assert (run_dir / 'DONE').exists() and (run_dir / 'flags.json').exists() and (run_dir / 'config.json').exists()
 
 
-RESUME_FLAGS = ['--agent=configs/presets.py:byol_gamma_a', *SMALL_NETS, '--train_steps=3000', '--log_interval=100',
-                '--save_interval=1000', '--eval_interval=1500', '--eval_episodes=3', '--eval_max_steps=60',
-                '--steps_per_call=100']
+RESUME_FLAGS = ['--agent=configs/presets.py:byol_gamma_a', *SMALL_NETS, '--train_steps=600', '--log_interval=50',
+                '--save_interval=200', '--eval_interval=300', '--eval_episodes=3', '--eval_max_steps=60',
+                '--steps_per_call=50']
 
 
 def wait_for(predicate, process, timeout=300):
@@ -72,7 +75,7 @@ def wait_for(predicate, process, timeout=300):
 @pytest.fixture(scope='module')
 def uninterrupted_run(dataset_dir, tmp_path_factory):
     save_dir = tmp_path_factory.mktemp('uninterrupted')
-    run_main(*main_args(dataset_dir, save_dir, *RESUME_FLAGS))
+    run_main(*main_args(dataset_dir, save_dir, *RESUME_FLAGS), env=OPTIMIZED_XLA_ENV)
     return save_dir / 'default' / f'byol_gamma_{ENV}_sd0'
 
 
@@ -80,7 +83,10 @@ def uninterrupted_run(dataset_dir, tmp_path_factory):
 def test_killed_and_resumed_run_matches_uninterrupted(kill_signal, dataset_dir, tmp_path, uninterrupted_run):
     args = main_args(dataset_dir, tmp_path, *RESUME_FLAGS)
     run_dir = tmp_path / 'default' / f'byol_gamma_{ENV}_sd0'
-    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # Optimised XLA: the five runs of these tests compile one program (then read from the compilation
+    # cache), so fast code beats fast compilation here.
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, **OPTIMIZED_XLA_ENV))
     wait_for(lambda: (run_dir / CHECKPOINT_NAME).exists(), process)
     process.send_signal(kill_signal)
     returncode = process.wait(timeout=120)
@@ -92,7 +98,7 @@ def test_killed_and_resumed_run_matches_uninterrupted(kill_signal, dataset_dir, 
 
         step = flax.serialization.msgpack_restore((run_dir / CHECKPOINT_NAME).read_bytes())['step']
         assert int(step) == int(read_csv(run_dir / 'train.csv')[-1]['step'])
-    run_main(*args, '--resume')
+    run_main(*args, '--resume', env=OPTIMIZED_XLA_ENV)
 
     for name in ('train.csv', 'eval.csv'):
         resumed, reference = read_csv(run_dir / name), read_csv(uninterrupted_run / name)

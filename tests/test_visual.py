@@ -335,7 +335,7 @@ def test_memory_check_fails_early_with_what_fits_where(visual_data_dir):
         check_dataset_fits(paths, host_bytes=needed)
 
 
-def test_gcbc_trains_on_rendered_pixels_and_evaluates_on_the_visual_env(visual_data_dir):
+def test_gcbc_trains_on_rendered_pixels_and_evaluates_on_the_visual_env(visual_data_dir, optimized_xla):
     """Visual GCBC (small CNN, 2 stacked frames, crops) fits its rendered data (loss falls), and acts
     in the pixel env through the frame-stacking evaluation policy."""
     env = make_eval_envs(VISUAL_DATASET, 2)
