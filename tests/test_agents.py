@@ -9,6 +9,7 @@ import pytest
 
 from agents import get_agent_class
 from configs.presets import METHODS, PRESETS, get_config as preset_config
+from utils.representation import encode_together, phi_policy_inputs
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import train_steps
 
@@ -206,3 +207,23 @@ def test_entries_encoded_together_equal_entries_encoded_one_by_one(preset, data)
                                jnp.concatenate([agent.network(batch['observations'], name='psi_encoder', params=params).mean(0),
                                                 agent.network(batch['actor_goals'], name='encoder', params=params).mean(0)], -1),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_encoding_arrays_together_equals_encoding_each_alone():
+    """Agents encode s, g and the sampled future states in one encoder call on their concatenation
+    (utils/representation.encode_together); every layer acts row by row, so each array's encoding must
+    be what its own call gives, and the actor's input concat(mean phi(s), mean phi(g)) likewise."""
+    agent = make_agent(small(preset_config('byol_gamma_a')))
+    params = agent.network.params
+    rng = np.random.default_rng(0)
+    arrays = {key: rng.normal(size=(rows, OBS_DIM)).astype(np.float32) for key, rows in (('s', 5), ('g', 3), ('future', 7))}
+    together = encode_together(agent.network, params, 'encoder', arrays)
+    assert list(together) == list(arrays)
+    for key, array in arrays.items():
+        alone = np.asarray(agent.network(array, name='encoder', params=params))
+        assert together[key].shape == alone.shape == (2, array.shape[0], 8)  # [ensemble, rows, latent]
+        np.testing.assert_allclose(np.asarray(together[key]), alone, rtol=1e-5, atol=1e-6)
+    inputs = phi_policy_inputs(agent.network, arrays['s'], arrays['s'][::-1], params)
+    alone_s = np.asarray(agent.network(arrays['s'], name='encoder', params=params)).mean(0)
+    alone_g = np.asarray(agent.network(arrays['s'][::-1], name='encoder', params=params)).mean(0)
+    np.testing.assert_allclose(np.asarray(inputs), np.concatenate([alone_s, alone_g], -1), rtol=1e-5, atol=1e-6)
