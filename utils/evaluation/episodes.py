@@ -242,7 +242,30 @@ class _Outcome:
         self.render_ok = self.render_ok and results['render_ok']
 
 
-class GymEpisodes:
+class EpisodeBatch:
+    """What every stepper of a lockstep batch keeps per episode row and reports back: `start` calls `_begin(n)`,
+    `step` updates the rows of live episodes, `results` returns them (the contract `_run_episodes` and the
+    worker processes read)."""
+
+    def _begin(self, n, frames):
+        self.frames = frames
+        self.success = np.zeros(n)
+        self.returns = np.zeros(n)
+        self.lengths = np.zeros(n, dtype=np.int64)
+        self.live = np.ones(n, dtype=bool)
+
+    def results(self):
+        return {
+            'success': self.success,
+            'return': self.returns,
+            'length': self.lengths,
+            'final_observation': self.observations,
+            'frames': self.frames,
+            'render_ok': self.renderer.ok,
+        }
+
+
+class GymEpisodes(EpisodeBatch):
     """The bookkeeping of episodes that advance together through gym envs, one per env: resets with per-episode
     seeds, clipped steps of the live ones, success read at each episode's last step. Evaluation in this process and
     every `EnvWorkers` process run this same code, which is what makes their episodes identical."""
@@ -268,11 +291,7 @@ class GymEpisodes:
         self.seeds = list(seeds)
         self.observations = np.stack([ob for ob, _ in first_steps])
         goals = np.stack([info['goal'] for _, info in first_steps])
-        self.frames = [[self.renderer(env)] if rec else None for env, rec in zip(self.envs, record)]
-        self.success = np.zeros(n)
-        self.returns = np.zeros(n)
-        self.lengths = np.zeros(n, dtype=np.int64)
-        self.live = np.ones(n, dtype=bool)
+        self._begin(n, [[self.renderer(env)] if rec else None for env, rec in zip(self.envs, record)])
         self.limit = max_steps or self.envs[0].spec.max_episode_steps
         self.frame_skip = frame_skip
         return self.observations, goals
@@ -295,13 +314,3 @@ class GymEpisodes:
                 self.live[i] = False
                 self.success[i] = info['success']
         return self.observations
-
-    def results(self):
-        return {
-            'success': self.success,
-            'return': self.returns,
-            'length': self.lengths,
-            'final_observation': self.observations,
-            'frames': self.frames,
-            'render_ok': self.renderer.ok,
-        }

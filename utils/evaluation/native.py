@@ -34,7 +34,7 @@ from ogbench.locomaze.ant import AntEnv
 from ogbench.locomaze.humanoid import HumanoidEnv
 from ogbench.locomaze.point import PointEnv
 
-from utils.evaluation.episodes import reset_episode
+from utils.evaluation.episodes import EpisodeBatch, reset_episode
 from utils.evaluation.videos import Renderer
 
 
@@ -59,7 +59,7 @@ def supports(env):
     return why_not(env) is None
 
 
-class NativeEpisodes:
+class NativeEpisodes(EpisodeBatch):
     """Episodes of one maze env, each a simulation of a persistent `mujoco.batch.Batch` stepped on `num_threads`
     threads (this one included). It holds any number of episodes (`capacity` None): the batch grows on demand and is
     kept for the next evaluation. The env itself does the resets and renders the video frames."""
@@ -78,7 +78,7 @@ class NativeEpisodes:
         self._model = self._raw.model
         self._physics = _physics_for(self._raw)
         self._low, self._high = env.action_space.low, env.action_space.high
-        self._renderer = Renderer()
+        self.renderer = Renderer()
         self._batch = None
         self._scratch = mujoco.MjData(self._model)  # one episode's data at a time, to observe or render it
         self.live = np.zeros(0, dtype=bool)
@@ -94,17 +94,13 @@ class NativeEpisodes:
             first_steps.append(reset_episode(self.local_env, task, seed))
             mujoco.mj_getState(self._model, self._raw.data, state[i], _INTEGRATION_STATE)
             goal_xy.append(self._raw.cur_goal_xy)
-            frames.append([self._renderer(self.local_env)] if rec else None)
+            frames.append([self.renderer(self.local_env)] if rec else None)
         self.observations = np.stack([ob for ob, _ in first_steps])
         self._goal_xy = np.array(goal_xy, dtype=np.float64)
-        self._frames = frames
         self._recorded = any(record)
         self._frame_skip = frame_skip
         self._limit = max_steps or self.spec.max_episode_steps
-        self.success = np.zeros(n)
-        self.returns = np.zeros(n)
-        self.lengths = np.zeros(n, dtype=np.int64)
-        self.live = np.ones(n, dtype=bool)
+        self._begin(n, frames)
         return self.observations, np.stack([info['goal'] for _, info in first_steps])
 
     def step(self, actions):
@@ -123,16 +119,6 @@ class NativeEpisodes:
         self.success[finished] = success[done]
         self.live[finished] = False
         return self.observations
-
-    def results(self):
-        return {
-            'success': self.success,
-            'return': self.returns,
-            'length': self.lengths,
-            'final_observation': self.observations,
-            'frames': self._frames,
-            'render_ok': self._renderer.ok,
-        }
 
     def close(self):
         """Free the episodes' simulations (the next evaluation makes them again)."""
@@ -157,7 +143,7 @@ class NativeEpisodes:
         if not self._recorded:
             return
         for i, finished in zip(rows, done):
-            frames = self._frames[i]
+            frames = self.frames[i]
             if frames is not None and (finished or self.lengths[i] % self._frame_skip == 0):
                 frames.append(self._render_episode(i))
 
@@ -171,7 +157,7 @@ class NativeEpisodes:
         target = self._model.geom('target').id
         data.geom_xpos[target] = self._model.geom_pos[target]
         with _reading(self._raw, data):
-            return self._renderer(self.local_env)
+            return self.renderer(self.local_env)
 
 
 _INTEGRATION_STATE = mujoco.mjtState.mjSTATE_INTEGRATION
