@@ -88,7 +88,7 @@ def distinct_presets():
 def test_preset_trains_with_finite_decreasing_loss(preset, data):
     config = small(preset_config(preset))
     agent = make_agent(config)
-    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 300)
+    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 200)
     infos = jax.tree_util.tree_map(np.asarray, infos)
     for key, values in infos.items():
         assert np.all(np.isfinite(values)), key

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.conftest import skip_without_rendering
 from utils.evaluation import (
     FrameStackPolicy, evaluate, evaluate_seeds, make_env, make_eval_envs, one_env, seeds_policy, tile_videos,
     videos_to_wandb,
@@ -473,7 +474,7 @@ def _videos_or_skip(policy, envs, **kwargs):
         result = evaluate(policy, envs, **kwargs)
     render_failures = [w for w in caught if 'env.render() failed' in str(w.message)]
     if render_failures:
-        pytest.skip(f'rendering unavailable here: {render_failures[0].message}')
+        skip_without_rendering(f'rendering unavailable here: {render_failures[0].message}')
     return result['videos']
 
 

@@ -219,7 +219,8 @@ def test_ema_targets_follow_tau(agent, batch):
 def test_validation_metrics_use_the_agents_own_key(agent, batch):
     info = jax.jit(lambda a: a.metrics(batch))(agent)
     loss, _ = jax.jit(lambda p: agent.total_loss(batch, p, agent.rng))(agent.network.params)
-    np.testing.assert_allclose(float(info['total_loss']), float(loss))
+    # Two programs compiled apart may round differently; another key (other latents z) changes the loss by far more.
+    np.testing.assert_allclose(float(info['total_loss']), float(loss), rtol=1e-6)
     np.testing.assert_allclose(float(loss), float(info['critic/loss']) + float(info['actor/q_loss']) + float(info['actor/bc_loss']), rtol=1e-5)
 
 

@@ -14,6 +14,7 @@ from agents import get_agent_class
 from configs.presets import PRESETS, get_config
 from datagen import visual
 from datagen.pointmaze import _save_npz_atomic
+from tests.conftest import skip_without_rendering
 from utils.config_checks import validate_config
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import ConfigError, DatasetError
@@ -270,7 +271,7 @@ def visual_data_dir(tmp_path_factory):
     try:
         visual.write_dataset(VISUAL_DATASET, directory, progress=False)
     except DatasetError as e:
-        pytest.skip(f'No headless MuJoCo rendering here: {e}')
+        skip_without_rendering(f'No headless MuJoCo rendering here: {e}')
     return directory
 
 
@@ -386,7 +387,7 @@ def test_scene_play_generated_then_rendered_equals_the_live_visual_scene(tmp_pat
     try:
         train_path, val_path = visual.write_dataset('visual-scene-play-v0', directory, progress=False)
     except DatasetError as e:
-        pytest.skip(f'No headless MuJoCo rendering here: {e}')
+        skip_without_rendering(f'No headless MuJoCo rendering here: {e}')
     live = scene.generate_scene_dataset(2, 0, episode_length=6, progress=False, env_id='visual-scene-v0')
     with np.load(train_path) as train, np.load(val_path) as val:
         for key in ('actions', 'button_states', 'qpos'):  # the same episodes

@@ -15,10 +15,13 @@ def usable_cpus():
 
 
 def make_env(env_name):
-    """One OGBench env from an env id (pointmaze-medium-v0) or a dataset name (pointmaze-medium-stitch-v0)."""
+    """One OGBench env from an env id (pointmaze-medium-v0) or a dataset name (pointmaze-medium-stitch-v0).
+
+    Without gymnasium's env checker: it only warns, and on a manipulation env it resets (and renders) the
+    env once more at creation just to look at an observation."""
     if env_name in gymnasium.registry:
-        return gymnasium.make(env_name)
-    return ogbench.make_env_and_datasets(env_name, env_only=True)
+        return gymnasium.make(env_name, disable_env_checker=True)
+    return ogbench.make_env_and_datasets(env_name, env_only=True, disable_env_checker=True)
 
 
 def make_eval_envs(env_name, num_envs, num_workers=1, native=True):
