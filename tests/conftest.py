@@ -43,9 +43,10 @@ def optimized_xla():
     """XLA's full optimisations for this test's compilations (restored afterwards)."""
     import jax
 
+    before = jax.config.read('jax_disable_most_optimizations')
     jax.config.update('jax_disable_most_optimizations', False)
     yield
-    jax.config.update('jax_disable_most_optimizations', True)
+    jax.config.update('jax_disable_most_optimizations', before)
 
 
 @pytest.fixture(scope='session')

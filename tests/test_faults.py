@@ -12,10 +12,8 @@ import subprocess
 import sys
 import time
 
-import flax.serialization
-import pytest
-
 from scripts import results as results_cli
+from utils import checkpoints
 from utils.loggers import read_csv_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,7 +63,7 @@ def wait_until(predicate, process=None, timeout=120):
 
 
 def checkpoint_step(run_dir):
-    return int(flax.serialization.msgpack_restore((run_dir / 'checkpoint.msgpack').read_bytes())['step'])
+    return checkpoints.checkpoint_step(str(run_dir / checkpoints.CHECKPOINT_NAME))
 
 
 def csv_steps(path):

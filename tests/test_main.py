@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import OPTIMIZED_XLA_ENV
-from utils.checkpoints import CHECKPOINT_NAME
+from utils.checkpoints import CHECKPOINT_NAME, checkpoint_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = 'pointmaze-medium-stitch-v0'
@@ -84,16 +84,12 @@ def uninterrupted_run(dataset_dir, tmp_path_factory):
     return save_dir / 'default' / f'byol_gamma_{ENV}_sd0'
 
 
-def checkpointed_step(run_dir):
-    path = run_dir / CHECKPOINT_NAME
-    return int(flax.serialization.msgpack_restore(path.read_bytes())['step']) if path.exists() else None
-
-
 def test_preempted_then_killed_run_resumes_to_the_uninterrupted_result(dataset_dir, tmp_path, uninterrupted_run):
     """SIGTERM (preemption) after the first checkpoint, --resume, SIGKILL after the resumed run's next
     checkpoint, --resume to the end: the logs equal those of the run nobody stopped."""
     args = main_args(dataset_dir, tmp_path, *RESUME_FLAGS)
     run_dir = tmp_path / 'default' / f'byol_gamma_{ENV}_sd0'
+    checkpoint = str(run_dir / CHECKPOINT_NAME)
     # Optimised XLA: these runs compile one program (then read from the compilation cache), so fast code
     # beats fast compilation here.
     env = dict(os.environ, **OPTIMIZED_XLA_ENV)
@@ -102,15 +98,15 @@ def test_preempted_then_killed_run_resumes_to_the_uninterrupted_result(dataset_d
         return subprocess.Popen([*args, *extra], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
     process = start()
-    wait_for(lambda: checkpointed_step(run_dir) is not None, process)
+    wait_for(lambda: os.path.exists(checkpoint), process)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 143  # preemption: a checkpoint of the current step, then exit
-    preempted = checkpointed_step(run_dir)
+    preempted = checkpoint_step(checkpoint)
     assert not (run_dir / 'DONE').exists(), 'the run finished before it could be stopped'
     assert preempted == int(read_csv(run_dir / 'train.csv')[-1]['step'])
 
     process = start('--resume')
-    wait_for(lambda: checkpointed_step(run_dir) > preempted, process)
+    wait_for(lambda: checkpoint_step(checkpoint) > preempted, process)
     process.send_signal(signal.SIGKILL)  # no chance to save: the last periodic checkpoint holds
     process.wait(timeout=120)
     assert not (run_dir / 'DONE').exists(), 'the run finished before it could be killed'

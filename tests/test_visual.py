@@ -19,7 +19,7 @@ from utils.config_checks import validate_config
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import ConfigError, DatasetError
 from utils.evaluation import FrameStackPolicy, evaluate, make_eval_envs
-from utils.networks import MLP, VISUAL_ENCODERS, visual_encoder
+from utils.networks import MLP, visual_encoder
 from utils.sampler import (
     CROP_PADDING,
     DeviceDataset,
