@@ -1,7 +1,9 @@
 """Test-session settings and the fixtures several test files share."""
 
+import contextlib
 import fcntl
 import os
+import sys
 import tempfile
 
 import pytest
@@ -24,7 +26,7 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 # of the suite's CPU time): XLA skips most of its optimisations, which compiles in about 60% of the time and
 # computes the same functions. Comparisons within a test (fused vs per-call, resumed vs uninterrupted) see
 # the same setting on both sides. The few tests that run long enough to need fast code use
-# `optimized_xla` (in-process) or `OPTIMIZED_XLA_ENV` (main.py subprocesses).
+# `with optimized_xla():` (in-process) or `OPTIMIZED_XLA_ENV` (main.py subprocesses).
 os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
 OPTIMIZED_XLA_ENV = {'JAX_DISABLE_MOST_OPTIMIZATIONS': '0'}
 # Two XLA CPU compiler settings that cut compilation by more than half (22 s -> 8.5 s for four presets'
@@ -38,20 +40,43 @@ for flag in ('--xla_cpu_use_fusion_emitters=false', '--xla_cpu_parallel_codegen_
 POINTMAZE = 'pointmaze-medium-stitch-v0'
 
 
-@pytest.fixture
+def pytest_configure(config):
+    # The persistent cache pays for the main.py subprocesses, which compile the same programs again and again;
+    # in a test worker nearly every program is compiled once, so writing it to disk (~4% of a worker's
+    # time) would buy nothing.
+    if os.environ.get('PYTEST_XDIST_WORKER') or not getattr(config.option, 'numprocesses', None):
+        import jax
+
+        jax.config.update('jax_enable_compilation_cache', False)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    # A test worker ends here, after it has sent its results to the main pytest process: it skips the
+    # interpreter's shutdown, which frees thousands of compiled programs one by one (about 5 s per worker).
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+@contextlib.contextmanager
 def optimized_xla():
-    """XLA's full optimisations for this test's compilations (restored afterwards)."""
+    """XLA's full optimisations for what is compiled inside (restored afterwards). Only around code that runs
+    long: compiling a network's random initialisation with them costs seconds."""
     import jax
 
     before = jax.config.read('jax_disable_most_optimizations')
     jax.config.update('jax_disable_most_optimizations', False)
-    yield
-    jax.config.update('jax_disable_most_optimizations', before)
+    try:
+        yield
+    finally:
+        jax.config.update('jax_disable_most_optimizations', before)
 
 
 @pytest.fixture(scope='session')
 def pointmaze_data_dir(tmp_path_factory, worker_id):
-    """A small pointmaze-medium-stitch dataset (500 + 50 episodes of 201 rows), generated once per test run
+    """A small pointmaze-medium-stitch dataset (250 + 25 episodes of 201 rows), generated once per test run
     and shared, read-only, by the pytest-xdist workers (the first to need it generates it under a lock)."""
     from datagen.pointmaze import write_dataset
 
@@ -61,7 +86,7 @@ def pointmaze_data_dir(tmp_path_factory, worker_id):
     with open(root / 'pointmaze-data.lock', 'w') as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (path / f'{POINTMAZE}-val.npz').exists():
-            write_dataset(POINTMAZE, str(path), seed=0, num_train_episodes=500, num_val_episodes=50, progress=False)
+            write_dataset(POINTMAZE, str(path), seed=0, num_train_episodes=250, num_val_episodes=25, progress=False)
     return str(path)
 
 

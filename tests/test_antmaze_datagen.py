@@ -133,10 +133,10 @@ def test_worker_processes_write_byte_identical_files(tmp_path):
 def test_worker_episode_info_matches_one_process():
     kwargs = dict(progress=False, return_episode_info=True, lockstep_envs=1)
     one = antmaze.generate_antmaze_dataset(STITCH, 3, seed=1, num_workers=1, **kwargs)
-    three = antmaze.generate_antmaze_dataset(STITCH, 3, seed=1, num_workers=3, **kwargs)
-    for part_one, part_three in zip(one, three):
-        assert part_one.keys() == part_three.keys()
+    two = antmaze.generate_antmaze_dataset(STITCH, 3, seed=1, num_workers=2, **kwargs)  # episodes split 2 + 1
+    for part_one, part_two in zip(one, two):
+        assert part_one.keys() == part_two.keys()
         for key in part_one:
-            np.testing.assert_array_equal(part_one[key], part_three[key])
+            np.testing.assert_array_equal(part_one[key], part_two[key])
     with pytest.raises(ValueError, match='expert=None'):
         antmaze.generate_antmaze_dataset(STITCH, 2, seed=1, num_workers=2, lockstep_envs=1, expert=lambda x: x)

@@ -51,16 +51,16 @@ def test_gcbc_learns_on_generated_pointmaze(dataset_dir, tmp_path):
     # The default networks at a higher learning rate: fewer steps to learn than at the paper's 3e-4.
     run_main(*main_args(dataset_dir, tmp_path, '--agent=agents/gcbc.py', '--agent.batch_size=256', '--agent.lr=1e-3',
                         '--train_steps=500', '--log_interval=100', '--eval_interval=500', '--eval_episodes=8',
-                        '--save_interval=500'),
+                        '--eval_tasks=1,2', '--save_interval=500'),
              env=OPTIMIZED_XLA_ENV)
     run_dir = tmp_path / 'default' / f'gcbc_{ENV}_sd0'
     train = read_csv(run_dir / 'train.csv')
     losses = [float(r['training/actor/bc_loss']) for r in train]
     assert losses[-1] < losses[0] - 0.05, losses
     evaluation = read_csv(run_dir / 'eval.csv')
-    # A random policy essentially never succeeds; 500 steps of GCBC solve the two short tasks (0.4 for seeds
-    # 0-3 at 400 and 600 steps).
-    assert float(evaluation[-1]['evaluation/overall_success']) >= 0.2, evaluation[-1]
+    # The two short tasks: the untrained policy never reaches them (0 of 16 episodes, seeds 0 and 1); after 500
+    # steps GCBC does (success 1.0 for seeds 0-2, 0.94 for seed 3).
+    assert float(evaluation[-1]['evaluation/overall_success']) >= 0.5, evaluation[-1]
     assert (run_dir / 'DONE').exists() and (run_dir / 'flags.json').exists() and (run_dir / 'config.json').exists()
 
 

@@ -21,7 +21,7 @@ def test_vmapped_seeds_match_single_runs(preset):
     data = toy_dataset()
     config = small(preset_config(preset))
     sampler_config = SamplerConfig.from_config(config)
-    seeds = [3, 4, 5]
+    seeds = [3, 4]
     keys = [jax.random.PRNGKey(100 + s) for s in seeds]
     singles = []
     for seed, key in zip(seeds, keys):

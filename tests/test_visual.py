@@ -14,7 +14,7 @@ from agents import get_agent_class
 from configs.presets import PRESETS, get_config
 from datagen import visual
 from datagen.pointmaze import _save_npz_atomic
-from tests.conftest import skip_without_rendering
+from tests.conftest import optimized_xla, skip_without_rendering
 from utils.config_checks import validate_config
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import ConfigError, DatasetError
@@ -336,7 +336,7 @@ def test_memory_check_fails_early_with_what_fits_where(visual_data_dir):
         check_dataset_fits(paths, host_bytes=needed)
 
 
-def test_gcbc_trains_on_rendered_pixels_and_evaluates_on_the_visual_env(visual_data_dir, optimized_xla):
+def test_gcbc_trains_on_rendered_pixels_and_evaluates_on_the_visual_env(visual_data_dir):
     """Visual GCBC (small CNN, 2 stacked frames, crops) fits its rendered data (loss falls), and acts
     in the pixel env through the frame-stacking evaluation policy."""
     env = make_eval_envs(VISUAL_DATASET, 2)
@@ -347,7 +347,8 @@ def test_gcbc_trains_on_rendered_pixels_and_evaluates_on_the_visual_env(visual_d
     config.actor_hidden_dims = (64, 64)
     sampler_config = SamplerConfig.from_config(config)
     agent = get_agent_class('gcbc').create(0, example_observations(raw['observations'], 2), raw['actions'][:1], config)
-    agent, info = train_steps(agent, data, jax.random.PRNGKey(0), 0, sampler_config, 60)
+    with optimized_xla():
+        agent, info = train_steps(agent, data, jax.random.PRNGKey(0), 0, sampler_config, 60)
     errors = np.asarray(info['actor/mse'])  # the BC loss minus its constant (fixed-std Gaussian) part, / 4
     assert np.all(np.isfinite(errors)) and errors[-10:].mean() < 0.8 * errors[:10].mean()
 
