@@ -42,7 +42,7 @@ from utils.evaluation import env_spaces, evaluate_seeds, make_eval_envs, seeds_p
 from utils.loggers import CsvLogger, WandbLogger
 from utils.rundir import CONFIG_FILE, FLAGS_FILE, RunDir, default_run_name, lock_all
 from utils.sampler import DeviceDataset, SamplerConfig, example_observations
-from utils.training import stack_trees, train_steps, train_steps_multi, validation_metrics
+from utils.training import compiled_create, stack_trees, train_steps, train_steps_multi, validation_metrics
 
 FLAGS = flags.FLAGS
 _ABSL_FLAGS = set(FLAGS)
@@ -95,7 +95,6 @@ RESUME_MAY_DIFFER = frozenset({
 
 PREEMPTED_EXIT_CODE = 143  # SIGTERM: checkpoint saved
 INTERRUPTED_EXIT_CODE = 130  # SIGINT (Ctrl-C): checkpoint saved, or nothing to save yet
-FAST_COMPILE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive_passes': True}
 MAX_SEED = 2**31 - 1  # jax.random.PRNGKey keeps 32 bits: larger seeds would alias smaller ones
 # What a failed write means and what to do, by errno.
 STORAGE_ERRNOS = {
@@ -499,15 +498,10 @@ def load_data(request: Request, train_path: str, val_path: str) -> Data:
 def build_agents(request: Request, data: Data, writers: List[RunWriter], start_step: int):
     """One agent per seed, exactly as a single-seed run with that seed would make it, restored from its
     checkpoint when resuming; stacked along a seed axis when there are several."""
-    # The whole initialisation as one compiled program, the seed an argument so that every seed reuses it, and
-    # compiled without XLA's optimisations since it runs once: the same parameters as creating eagerly (where
-    # every initialiser op is an executable of its own), in a fraction of the compile time.
-    example = (data.example_observations, data.example_actions)
-    create = jax.jit(lambda seed, observations, actions: request.agent_class.create(seed, observations, actions, request.config))
-    create = create.lower(np.int32(writers[0].seed), *example).compile(FAST_COMPILE)
+    create = compiled_create(request.agent_class, data.example_observations, data.example_actions, request.config)
     agents = []
     for writer in writers:
-        agent = create(np.int32(writer.seed), *example)
+        agent = create(writer.seed)
         if start_step:
             agent, step, _ = load_checkpoint(writer.checkpoint_path, agent)
             logging.info(f'Resumed {writer.dir} from step {step}.')

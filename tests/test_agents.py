@@ -11,7 +11,7 @@ from agents import get_agent_class
 from configs.presets import METHODS, PRESETS, get_config as preset_config
 from utils.representation import encode_together, phi_policy_inputs
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
-from utils.training import train_steps
+from utils.training import compiled_create, train_steps
 
 OBS_DIM, ACTION_DIM = 4, 2
 
@@ -183,6 +183,21 @@ def test_byol_preset_is_one_step_forward_only(data):
 def test_unknown_preset_lists_valid_ones():
     with pytest.raises(ValueError, match='byol_gamma_a'):
         preset_config('nope')
+
+
+@pytest.mark.parametrize('preset', ['byol_gamma_a', 'hgcbc_phi'])
+def test_compiled_create_is_the_eager_create_bit_for_bit(preset):
+    """main.py creates agents with one unoptimised program: the same parameters, optimizer state, targets and
+    RNG as `create` run op by op, for any seed (checked on every preset when written; here an ensemble with
+    EMA targets, and a hierarchical composition)."""
+    config = small(preset_config(preset))
+    ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
+    create = compiled_create(get_agent_class(config.agent_name), ex_obs, ex_act, config)
+    for seed in (0, 2**31 - 1):
+        compiled, eager = jax.tree_util.tree_leaves_with_path(create(seed)), jax.tree_util.tree_leaves_with_path(make_agent(config, seed))
+        assert [path for path, _ in compiled] == [path for path, _ in eager]
+        for (path, a), (_, b) in zip(compiled, eager):
+            assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b)), (seed, jax.tree_util.keystr(path))
 
 
 

@@ -10,6 +10,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 
@@ -35,6 +36,20 @@ def train_steps_multi(agents, data: DeviceDataset, data_keys, start_step, sample
     axis (see `stack_trees`); the dataset is shared. Metrics come back as [N, num_steps]."""
     run = lambda agent, key: _scan_updates(agent, data, key, start_step, sampler_config, num_steps)
     return jax.vmap(run)(agents, data_keys)
+
+
+# Compiler options for programs that run once: no XLA optimisations (the same numbers, compiled in a fraction of the time).
+FAST_COMPILE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive_passes': True}
+
+
+def compiled_create(agent_class, example_observations, example_actions, config):
+    """`seed -> agent_class.create(seed, example_observations, example_actions, config)`, the whole initialisation
+    compiled as one program without optimisations (the seed an argument: every seed reuses it). The same
+    parameters, bit for bit, as creating eagerly, where every initialiser op is an executable of its own and
+    compiling them takes longer than the program (docs/performance.md, "Start-up")."""
+    create = jax.jit(lambda seed, observations, actions: agent_class.create(seed, observations, actions, config))
+    compiled = create.lower(np.int32(0), example_observations, example_actions).compile(FAST_COMPILE)
+    return lambda seed: compiled(np.int32(seed), example_observations, example_actions)
 
 
 def stack_trees(trees):
