@@ -200,7 +200,6 @@ def test_compiled_create_is_the_eager_create_bit_for_bit(preset):
             assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b)), (seed, jax.tree_util.keystr(path))
 
 
-
 @pytest.mark.parametrize('preset', ['byol_gamma_a', 'tra', 'tdsr_a'])
 def test_entries_encoded_together_equal_entries_encoded_one_by_one(preset, data):
     """The shared encodings of an update (one encoder call on concatenated batch entries) are, entry by

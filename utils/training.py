@@ -45,8 +45,9 @@ FAST_COMPILE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive
 def compiled_create(agent_class, example_observations, example_actions, config):
     """`seed -> agent_class.create(seed, example_observations, example_actions, config)`, the whole initialisation
     compiled as one program without optimisations (the seed an argument: every seed reuses it). The same
-    parameters, bit for bit, as creating eagerly, where every initialiser op is an executable of its own and
-    compiling them takes longer than the program (docs/performance.md, "Start-up")."""
+    parameters, bit for bit, as creating eagerly, where every initialiser op is compiled, fully optimised, as an
+    executable of its own: that costs seconds for a program run once (docs/performance.md, "Start-up"). Files a
+    `create` reads (a hierarchical agent's stage1_checkpoint) are read while tracing: constants of the program."""
     create = jax.jit(lambda seed, observations, actions: agent_class.create(seed, observations, actions, config))
     compiled = create.lower(np.int32(0), example_observations, example_actions).compile(FAST_COMPILE)
     return lambda seed: compiled(np.int32(seed), example_observations, example_actions)
