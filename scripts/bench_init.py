@@ -48,7 +48,7 @@ def time_one(mode: str, preset: str) -> float:
 
 
 def measure(mode: str, preset: str) -> float:
-    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR='', JAX_ENABLE_COMPILATION_CACHE='false')
+    env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE='false')  # every process compiles from scratch
     result = subprocess.run([sys.executable, '-m', 'scripts.bench_init', f'--mode={mode}', f'--preset={preset}'],
                             cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     if result.returncode != 0:
