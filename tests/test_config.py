@@ -5,13 +5,13 @@ import ast
 import glob
 import importlib
 import os
-import subprocess
 import sys
 
 import pytest
 
 from agents import get_agent_class
 from configs.presets import PRESETS, get_config as preset_config
+from tests import launcher
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
 
@@ -79,11 +79,8 @@ def test_a_mixture_that_does_not_sum_to_one_names_all_three_fields():
 ])
 def test_main_rejects_bad_values_before_loading_data(override, tmp_path):
     # An empty dataset dir and no download: the run must stop at the config, before it looks for data.
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, 'main.py'), override, f'--dataset_dir={tmp_path}', '--nodownload',
-         f'--save_dir={tmp_path}', '--wandb_mode=disabled'],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
+    result = launcher.run([sys.executable, os.path.join(ROOT, 'main.py'), override, f'--dataset_dir={tmp_path}', '--nodownload',
+                           f'--save_dir={tmp_path}', '--wandb_mode=disabled'], timeout=120)
     assert result.returncode == 1
     paragraph = result.stderr.strip().split('Error: ', 1)[1]
     assert override.split('=')[0][2:] in paragraph and '\n' not in paragraph and 'Traceback' not in result.stderr

@@ -13,6 +13,7 @@ import sys
 import time
 
 from scripts import results as results_cli
+from tests import launcher
 from utils import checkpoints
 from utils.loggers import read_csv_rows
 
@@ -32,8 +33,8 @@ def main_command(data_dir, save_dir, *extra, env=ENV):
             f'--save_dir={save_dir}', *TINY, *extra]
 
 
-def start(command, **kwargs):
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+def start(command, env=None):
+    return launcher.launch(command, env=env)
 
 
 def finish(process, timeout=300):

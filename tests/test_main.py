@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests import launcher
 from tests.conftest import OPTIMIZED_XLA_ENV
 from utils.checkpoints import CHECKPOINT_NAME, checkpoint_step
 
@@ -31,8 +32,7 @@ def main_args(dataset_dir, save_dir, *extra):
 
 
 def run_main(*args, check=True, env=None):
-    result = subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, timeout=600,
-                            env=None if env is None else dict(os.environ, **env))
+    result = launcher.run(list(args), env=None if env is None else dict(os.environ, **env))
     if check and result.returncode != 0:
         raise AssertionError(f'main.py failed ({result.returncode}):\n{result.stderr[-3000:]}')
     return result
@@ -64,9 +64,13 @@ def test_gcbc_learns_on_generated_pointmaze(dataset_dir, tmp_path):
     assert (run_dir / 'DONE').exists() and (run_dir / 'flags.json').exists() and (run_dir / 'config.json').exists()
 
 
-RESUME_FLAGS = ['--agent=configs/presets.py:byol_gamma_a', *SMALL_NETS, '--train_steps=600', '--log_interval=50',
-                '--save_interval=200', '--eval_interval=300', '--eval_episodes=3', '--eval_max_steps=60',
-                '--steps_per_call=50']
+# GCBC: which agent is stopped does not matter to what this chain checks (BYOL-gamma^a's targets and
+# ensembles are resumed across processes in tests/test_gpu_headline.py), and GCBC compiles in a third of the
+# time. Batch 1024 (about 850 steps/s here) leaves about a second between the checkpoint a stop waits for and
+# the end of the run.
+RESUME_FLAGS = ['--agent=agents/gcbc.py', '--agent.actor_hidden_dims=(64,64)', '--agent.batch_size=1024',
+                '--train_steps=800', '--log_interval=50', '--save_interval=200', '--eval_interval=400',
+                '--eval_episodes=3', '--eval_max_steps=60', '--steps_per_call=50']
 
 
 def wait_for(predicate, process, timeout=300):
@@ -81,21 +85,21 @@ def wait_for(predicate, process, timeout=300):
 def uninterrupted_run(dataset_dir, tmp_path_factory):
     save_dir = tmp_path_factory.mktemp('uninterrupted')
     run_main(*main_args(dataset_dir, save_dir, *RESUME_FLAGS), env=OPTIMIZED_XLA_ENV)
-    return save_dir / 'default' / f'byol_gamma_{ENV}_sd0'
+    return save_dir / 'default' / f'gcbc_{ENV}_sd0'
 
 
 def test_preempted_then_killed_run_resumes_to_the_uninterrupted_result(dataset_dir, tmp_path, uninterrupted_run):
     """SIGTERM (preemption) after the first checkpoint, --resume, SIGKILL after the resumed run's next
     checkpoint, --resume to the end: the logs equal those of the run nobody stopped."""
     args = main_args(dataset_dir, tmp_path, *RESUME_FLAGS)
-    run_dir = tmp_path / 'default' / f'byol_gamma_{ENV}_sd0'
+    run_dir = tmp_path / 'default' / f'gcbc_{ENV}_sd0'
     checkpoint = str(run_dir / CHECKPOINT_NAME)
     # Optimised XLA: these runs compile one program (then read from the compilation cache), so fast code
     # beats fast compilation here.
     env = dict(os.environ, **OPTIMIZED_XLA_ENV)
 
     def start(*extra):
-        return subprocess.Popen([*args, *extra], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        return launcher.launch([*args, *extra], env=env)
 
     process = start()
     wait_for(lambda: os.path.exists(checkpoint), process)
@@ -195,6 +199,30 @@ def test_corrupt_checkpoint_is_a_clear_error(dataset_dir, tmp_path):
     result = run_main(*main_args(dataset_dir, tmp_path, '--agent=agents/gcbc.py', '--run_name=broken', '--resume'), check=False)
     assert result.returncode == 1 and 'Traceback' not in result.stderr
     assert 'unreadable' in result.stderr and CHECKPOINT_NAME in result.stderr
+
+
+def test_a_forked_launch_gives_what_python_main_py_gives(dataset_dir, tmp_path):
+    """The tests start main.py through tests/launcher.py (forked from a process that imported what main.py
+    imports). Started both ways, a short run writes the same checkpoint and logs and prints the same
+    evaluations, and a rejected request exits with the same code and error."""
+    tiny = ['--agent=agents/gcbc.py', *SMALL_NETS, '--train_steps=40', '--log_interval=20', '--eval_interval=20',
+            '--save_interval=40', '--eval_episodes=2', '--eval_tasks=1', '--eval_max_steps=5', '--eval_workers=1']
+    python = subprocess.run(main_args(dataset_dir, tmp_path / 'python', *tiny), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    launched = launcher.launch(main_args(dataset_dir, tmp_path / 'forked', *tiny))
+    assert isinstance(launched, launcher.Launched)  # forked, not a plain subprocess
+    out, err = launched.communicate(timeout=600)
+    assert python.returncode == launched.returncode == 0, python.stderr[-2000:] + err[-2000:]
+    python_dir, forked_dir = (tmp_path / how / 'default' / f'gcbc_{ENV}_sd0' for how in ('python', 'forked'))
+    assert (python_dir / CHECKPOINT_NAME).read_bytes() == (forked_dir / CHECKPOINT_NAME).read_bytes()
+    for name in ('train.csv', 'eval.csv'):
+        assert without_timing(read_csv(python_dir / name)) == without_timing(read_csv(forked_dir / name)), name
+    assert python.stdout == out and 'seed 0 step 40: success' in out
+
+    bad = main_args(dataset_dir, tmp_path / 'bad', '--eval_tasks=9')
+    python = subprocess.run(bad, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    forked = launcher.run(bad)
+    assert python.returncode == forked.returncode == 1
+    assert python.stderr.splitlines()[-1] == forked.stderr.splitlines()[-1] and 'out of range' in forked.stderr
 
 
 def test_existing_run_is_never_overwritten(dataset_dir, tmp_path):

@@ -1,7 +1,6 @@
 """N seeds in one process: seed k of a vmapped run equals a single run with that seed."""
 
 import os
-import subprocess
 import sys
 
 import jax
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 
 from configs.presets import get_config as preset_config
+from tests import launcher
 from tests.test_agents import make_agent, small, toy_dataset
 from utils.sampler import SamplerConfig
 from utils.training import stack_trees, train_steps, train_steps_multi
@@ -38,11 +38,12 @@ def test_vmapped_seeds_match_single_runs(preset):
 
 def test_main_num_seeds_writes_one_run_dir_per_seed(tmp_path, pointmaze_data_dir):
     env = 'pointmaze-medium-stitch-v0'
-    common = [sys.executable, 'main.py', f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={pointmaze_data_dir}', '--nodownload', '--wandb_mode=disabled',
+    common = [sys.executable, os.path.join(ROOT, 'main.py'), f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={pointmaze_data_dir}', '--nodownload', '--wandb_mode=disabled',
               '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--train_steps=60', '--log_interval=20',
               '--eval_interval=60', '--save_interval=60', '--eval_episodes=2', '--eval_max_steps=5']
-    subprocess.run(common + [f'--save_dir={tmp_path / "multi"}', '--num_seeds=2', '--seed=7'], cwd=ROOT, check=True, capture_output=True)
-    subprocess.run(common + [f'--save_dir={tmp_path / "single"}', '--seed=8'], cwd=ROOT, check=True, capture_output=True)
+    for extra in ([f'--save_dir={tmp_path / "multi"}', '--num_seeds=2', '--seed=7'], [f'--save_dir={tmp_path / "single"}', '--seed=8']):
+        result = launcher.run(common + extra)
+        assert result.returncode == 0, result.stderr[-3000:]
     run = 'gcbc_pointmaze-medium-stitch-v0_sd{}'
     for seed in (7, 8):
         run_dir = tmp_path / 'multi' / 'default' / run.format(seed)
