@@ -156,8 +156,7 @@ class _Server:
     def __init__(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per request
         self.process = subprocess.Popen(
-            [sys.executable, '-c', f'import sys; sys.path.insert(0, {ROOT!r}); from tests.launcher import serve; serve({theirs.fileno()})'],
-            cwd=ROOT, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+            [sys.executable, '-m', 'tests.launcher', str(theirs.fileno())], cwd=ROOT, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
         )
         theirs.close()
         self.connection = ours
@@ -243,3 +242,7 @@ def run(command, cwd=ROOT, env=None, timeout=600):
         process.kill()
         raise
     return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+if __name__ == '__main__':
+    serve(int(sys.argv[1]))
