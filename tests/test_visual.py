@@ -384,17 +384,17 @@ def test_scene_play_generated_then_rendered_equals_the_live_visual_scene(tmp_pat
     from datagen import scene
 
     directory = str(tmp_path)
-    scene.write_dataset('scene-play-v0', directory, seed=0, num_train_episodes=1, num_val_episodes=1, progress=False, episode_length=6)
+    scene.write_dataset('scene-play-v0', directory, seed=0, num_train_episodes=1, num_val_episodes=1, progress=False, episode_length=4)
     try:
         train_path, val_path = visual.write_dataset('visual-scene-play-v0', directory, progress=False)
     except DatasetError as e:
         skip_without_rendering(f'No headless MuJoCo rendering here: {e}')
-    live = scene.generate_scene_dataset(2, 0, episode_length=6, progress=False, env_id='visual-scene-v0')
+    live = scene.generate_scene_dataset(2, 0, episode_length=4, progress=False, env_id='visual-scene-v0')
     with np.load(train_path) as train, np.load(val_path) as val:
         for key in ('actions', 'button_states', 'qpos'):  # the same episodes
             np.testing.assert_array_equal(np.concatenate([train[key], val[key]]), live[key])
         frames = np.concatenate([train['observations'], val['observations']]).astype(int)
-    assert frames.shape == live['observations'].shape == (12, 64, 64, 3)
+    assert frames.shape == live['observations'].shape == (8, 64, 64, 3)
     difference = np.abs(frames - live['observations'])
     assert difference.max() <= 8 and np.mean(difference > 0) < 0.05
     # Distinct states give distinct frames: the comparison is not between near-constant images.
