@@ -2,18 +2,19 @@
 
 A test that runs main.py the way a user does starts a process, waits for it, signals it, reads its output and
 exit code. The suite starts dozens of them, and each spends its first second or so importing jax, flax, MuJoCo
-and the project (most of the run, when the request is rejected). `launch` forks them instead from a server process (one per test worker) that has
-already imported exactly the modules main.py imports at its top, and nothing else: no backend is initialised,
-no thread but OpenBLAS's idle pool is running, so the fork is clean. The child then runs main.py as
-`__main__` with the given arguments, working directory and environment, its stdout and stderr in files, its
-stdin /dev/null. It is a real process: its own pid (signals and /proc work as for `subprocess.Popen`), its own
-flags and config, its exit code (or -signal) as Popen reports it, atexit handlers run at exit.
+and the project (most of the run, when the request is rejected). `launch` forks them instead from a server
+process (one per test worker) that has already imported exactly the modules main.py imports at its top, and
+nothing else: no backend is initialised and no Python thread runs, so the fork is clean. The child then runs
+main.py as `__main__` with the given arguments, working directory and environment, its stdout and stderr in
+files, its stdin /dev/null. It is a real process: its own pid (signals and /proc work as for
+`subprocess.Popen`), its own flags and config, its exit code (or -signal) as Popen reports it, atexit handlers
+run at exit.
 
 What differs from `subprocess.Popen([sys.executable, 'main.py', ...])` is only what was imported before the
-arguments were known. Hence requests the server cannot honour go to a real subprocess instead: another
-program than main.py, or an environment that changes a JAX setting read at import (other than the two the
-tests use, which are applied through `jax.config` as `with optimized_xla()` does in-process). A test compares
-both ways on the same run (tests/test_main.py).
+arguments were known. Hence requests the server cannot honour get a real subprocess instead: another program
+than main.py, or an environment that changes a variable read at import (JAX, XLA, Python, MuJoCo, OpenGL,
+BLAS threads), except the two JAX settings the tests change, which the child applies through `jax.config` as
+`with optimized_xla()` does in-process. A test compares both ways on the same run (tests/test_main.py).
 """
 
 import ast
@@ -34,7 +35,8 @@ MESSAGE_BYTES = 1 << 20  # a request: its arguments and environment, as one sock
 # Environment variables read when the server imports its modules: a launch that changes one gets a real
 # subprocess, except for these two JAX settings, which the child applies to jax.config.
 READ_AT_IMPORT = ('JAX_', 'XLA_', 'PYTHON', 'MUJOCO_', 'PYOPENGL_', 'OPENBLAS_', 'OMP_', 'MKL_')
-JAX_SETTINGS = {'JAX_DISABLE_MOST_OPTIMIZATIONS': 'jax_disable_most_optimizations', 'JAX_COMPILATION_CACHE_DIR': 'jax_compilation_cache_dir'}
+JAX_SETTINGS = {'JAX_DISABLE_MOST_OPTIMIZATIONS': 'jax_disable_most_optimizations',
+                'JAX_COMPILATION_CACHE_DIR': 'jax_compilation_cache_dir'}
 
 
 def main_imports():
@@ -56,6 +58,7 @@ def main_imports():
 
 
 def _exit_code(exception):
+    """The exit status CPython gives a process that ends with this uncaught exception."""
     if isinstance(exception, SystemExit):
         if exception.code is None:
             return 0
@@ -67,7 +70,7 @@ def _exit_code(exception):
 
 
 def _run_child(request, out_fd, err_fd):
-    """In the forked child: become `python main.py <args>` and never return."""
+    """In the forked child: become `python <script> <args>` and never return."""
     code = 1
     try:
         null = os.open(os.devnull, os.O_RDONLY)
@@ -115,8 +118,8 @@ def _run_child(request, out_fd, err_fd):
         os._exit(code)
 
 
-def serve(fd):
-    """Answer requests on the socket `fd` until it closes: spawn (with the child's stdout/stderr fds) and poll."""
+def serve(socket_fd):
+    """Answer requests on the socket `socket_fd` until it closes: spawn (with the child's stdout/stderr fds) and poll."""
     for name in main_imports():
         try:
             __import__(name)
@@ -124,7 +127,7 @@ def serve(fd):
             pass  # `from x import function`: x itself was imported
     if threading.active_count() != 1:
         sys.exit(f'tests/launcher.py: importing main.py\'s modules started threads {threading.enumerate()}: forking is unsafe.')
-    connection = socket.socket(fileno=fd)
+    connection = socket.socket(fileno=socket_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for pytest must not kill the server
     while True:
         message, fds, _, _ = socket.recv_fds(connection, MESSAGE_BYTES, 2)
@@ -139,8 +142,8 @@ def serve(fd):
                 connection.close()
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 _run_child(request, *fds)
-            for fd_ in fds:
-                os.close(fd_)
+            for fd in fds:
+                os.close(fd)
             reply = {'pid': pid}
         else:
             pid, status = os.waitpid(request['pid'], os.WNOHANG)
@@ -155,9 +158,8 @@ def serve(fd):
 class _Server:
     def __init__(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per request
-        self.process = subprocess.Popen(
-            [sys.executable, '-m', 'tests.launcher', str(theirs.fileno())], cwd=ROOT, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-        )
+        self.process = subprocess.Popen([sys.executable, '-m', 'tests.launcher', str(theirs.fileno())], cwd=ROOT,
+                                        pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         theirs.close()
         self.connection = ours
         self.env = dict(os.environ)
