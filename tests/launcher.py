@@ -227,7 +227,8 @@ def launch(command, cwd=ROOT, env=None):
     """`subprocess.Popen(command, cwd=cwd, env=env, stdout=PIPE, stderr=PIPE, text=True)` for
     `command = [sys.executable, '.../main.py', *args]`, forked from the server when it can honour the request."""
     env = dict(os.environ if env is None else env)
-    if len(command) >= 2 and command[0] == sys.executable and os.path.abspath(command[1]) == MAIN:
+    # Linux only: the server relies on fork and on Unix sockets that keep message boundaries.
+    if sys.platform == 'linux' and len(command) >= 2 and command[0] == sys.executable and os.path.abspath(command[1]) == MAIN:
         server = _get_server()
         changed = {k for k in set(env) | set(server.env) if env.get(k) != server.env.get(k)}
         if all(k in JAX_SETTINGS or not k.startswith(READ_AT_IMPORT) for k in changed):
