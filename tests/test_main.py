@@ -66,8 +66,8 @@ def test_gcbc_learns_on_generated_pointmaze(dataset_dir, tmp_path):
 
 # GCBC: which agent is stopped does not matter to what this chain checks (BYOL-gamma^a's targets and
 # ensembles are resumed across processes in tests/test_gpu_headline.py), and GCBC compiles in a third of the
-# time. Batch 1024 (about 850 steps/s on a 2-core CPU) leaves about a second between the checkpoint a stop waits for and
-# the end of the run.
+# time. Batch 1024 (about 850 steps/s on a 2-core CPU) leaves about a second between the checkpoint a stop
+# waits for and the end of the run.
 RESUME_FLAGS = ['--agent=agents/gcbc.py', '--agent.actor_hidden_dims=(64,64)', '--agent.batch_size=1024',
                 '--train_steps=800', '--log_interval=50', '--save_interval=200', '--eval_interval=400',
                 '--eval_episodes=3', '--eval_max_steps=60', '--steps_per_call=50']
