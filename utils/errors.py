@@ -44,3 +44,10 @@ def is_out_of_memory(error: BaseException) -> bool:
     allocating ..." on the CPU), which main.py turns into a DeviceMemoryError paragraph."""
     text = str(error)
     return 'RESOURCE_EXHAUSTED' in text or 'out of memory' in text.lower()
+
+
+# main.py's exit statuses besides 0 (finished) and 1 (a named error above). Each of these means the run stopped
+# with a checkpoint of its last step saved, and `--resume` continues it exactly.
+EXIT_TIME_LIMIT = 75  # --time_limit reached (75 is EX_TEMPFAIL: "try again later")
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_PREEMPTED = 143  # SIGTERM (e.g. Slurm preemption or a job's time limit)
