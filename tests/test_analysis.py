@@ -4,6 +4,7 @@ hand-made inputs, and their errors on bad inputs."""
 import csv
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -11,7 +12,6 @@ import pytest
 
 from scripts import horizon, rep_heatmap, sp_correlation
 from experiments import analysis
-from tests import launcher
 from utils.evaluation import evaluate, make_env, make_eval_envs, one_env
 from utils.maze import pointmaze_oracle_policy
 
@@ -30,11 +30,12 @@ def dataset_dir(pointmaze_data_dir):
 def tiny_run(dataset_dir, tmp_path_factory):
     """A BYOL-gamma run of 100 steps: a real checkpoint, not a trained agent."""
     save_dir = tmp_path_factory.mktemp('runs')
-    result = launcher.run(
+    result = subprocess.run(
         [sys.executable, os.path.join(ROOT, 'main.py'), f'--env_name={ENV}', f'--dataset_dir={dataset_dir}',
          f'--save_dir={save_dir}', '--run_group=analysis', '--run_name=byol', '--wandb_mode=disabled', '--nodownload',
          '--agent=configs/presets.py:byol_gamma_a', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32',
-         '--train_steps=100', '--eval_interval=100', '--save_interval=100', '--eval_episodes=2', '--eval_max_steps=5'])
+         '--train_steps=100', '--eval_interval=100', '--save_interval=100', '--eval_episodes=2', '--eval_max_steps=5'],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return str(save_dir / 'analysis' / 'byol')
 

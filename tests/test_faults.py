@@ -13,7 +13,6 @@ import sys
 import time
 
 from scripts import results as results_cli
-from tests import launcher
 from utils import checkpoints
 from utils.loggers import read_csv_rows
 
@@ -34,7 +33,7 @@ def main_command(data_dir, save_dir, *extra, env=ENV):
 
 
 def start(command, env=None):
-    return launcher.launch(command, env=env)
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def finish(process, timeout=300):
@@ -90,8 +89,8 @@ def evaluation_workers(pid):
 
 
 def snapshot(run_dir):
-    """Every file of a run directory but its lock record (which names the last process that looked)."""
-    return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir()) if p.name != 'run.lock'}
+    """Every file of a run directory, the owner's record in run.lock included (a refused process leaves it)."""
+    return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir())}
 
 
 def test_resume_continues_exactly_or_refuses(pointmaze_data_dir, tmp_path, capsys):
@@ -126,16 +125,19 @@ def test_resume_continues_exactly_or_refuses(pointmaze_data_dir, tmp_path, capsy
     shutil.copytree(pointmaze_data_dir, tmp_path / 'other-data')
     with open(tmp_path / 'other-data' / f'{ENV}-val.npz', 'ab') as f:
         f.write(b'\0')
-    processes = {}
+    processes, before = {}, {}
     for name, (extra, _) in cases.items():
         shutil.copytree(run_dir, save_dir / 'default' / name)
+        before[name] = snapshot(save_dir / 'default' / name)
+        (save_dir / 'default' / name / 'checkpoint.msgpack.k3x9_q2z.tmp').write_bytes(b'')  # a SIGKILL mid-write
         processes[name] = start(main_command(pointmaze_data_dir, save_dir, *BUDGET, f'--run_name={name}', '--resume', *extra))
     for name, (_, expected) in cases.items():
-        before = snapshot(save_dir / 'default' / name)
         paragraph = error_paragraph(*finish(processes[name])[::2])
         assert all(text in paragraph for text in expected), paragraph
         assert '--run_name' in paragraph
-        assert snapshot(save_dir / 'default' / name) == before  # flags.json, config.json, checkpoint, DONE untouched
+        # flags.json, config.json, checkpoint, DONE and the last owner's record untouched; the dead writer's
+        # temporary file is gone.
+        assert snapshot(save_dir / 'default' / name) == before[name]
 
     paragraph = error_paragraph(*finish(full)[::2])
     full_dir = save_dir / 'default' / 'full'
@@ -186,6 +188,33 @@ def test_second_process_on_a_run_directory_stops_at_once_and_ctrl_c_saves(pointm
     step = checkpoint_step(run_dir)
     assert step == csv_steps(run_dir / 'train.csv')[-1] > 0
     assert not (run_dir / 'DONE').exists()
+
+
+def test_deleting_run_lock_does_not_let_a_second_writer_in(pointmaze_data_dir, tmp_path):
+    """The lock is on the run directory itself: with run.lock (the owner's record) deleted mid-run, a second
+    process (a sweep relaunch, which passes --resume) is still refused, and the first run ends with the files of a
+    run nobody disturbed."""
+    budget = ['--train_steps=60000', '--log_interval=2000', '--steps_per_call=500', '--eval_interval=60000',
+              '--save_interval=20000', '--run_name=r']
+    undisturbed = start(main_command(pointmaze_data_dir, tmp_path / 'undisturbed', *budget))
+    first = start(main_command(pointmaze_data_dir, tmp_path / 'runs', *budget))
+    run_dir = tmp_path / 'runs' / 'default' / 'r'
+    wait_until(lambda: csv_steps(run_dir / 'train.csv'), first)
+    os.unlink(run_dir / 'run.lock')
+    code, _, err = run(main_command(pointmaze_data_dir, tmp_path / 'runs', *budget, '--resume'))
+    paragraph = error_paragraph(code, err)
+    assert f'Run directory {run_dir} is in use by another process' in paragraph and 'record in run.lock is missing' in paragraph
+    assert first.poll() is None, 'the first run ended before the second tried: the test proves nothing'
+    assert finish(first)[0] == 0 and finish(undisturbed)[0] == 0
+    reference = tmp_path / 'undisturbed' / 'default' / 'r'
+    for name in ('train.csv', 'eval.csv'):
+        assert without_timing(read_csv_rows(str(run_dir / name))[1]) == without_timing(read_csv_rows(str(reference / name))[1])
+    assert (run_dir / 'checkpoint.msgpack').read_bytes() == (reference / 'checkpoint.msgpack').read_bytes()
+    assert (run_dir / 'DONE').exists() and not (run_dir / 'run.lock').exists()
+
+
+def without_timing(rows):
+    return [{k: v for k, v in r.items() if not k.startswith('time/')} for r in rows]
 
 
 def test_failed_evaluation_keeps_the_interval(tmp_path):

@@ -1,4 +1,5 @@
-"""main.py as a user runs it: learning, exact kill-and-resume, preemption, and bad-input errors."""
+"""main.py as a user runs it: learning, exact kill-and-resume, preemption, evaluation beside training, time limits,
+run names, and bad-input errors (checked in-process by the request check, and end to end for a few)."""
 
 import csv
 import os
@@ -12,9 +13,10 @@ import jax
 import numpy as np
 import pytest
 
-from tests import launcher
 from tests.conftest import OPTIMIZED_XLA_ENV
 from utils.checkpoints import CHECKPOINT_NAME, checkpoint_step
+from utils.errors import EXIT_TIME_LIMIT, ConfigError
+from utils.request import HelpRequested, check_request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = 'pointmaze-medium-stitch-v0'
@@ -31,11 +33,20 @@ def main_args(dataset_dir, save_dir, *extra):
             f'--save_dir={save_dir}', '--wandb_mode=disabled', '--nodownload', *extra]
 
 
-def run_main(*args, check=True, env=None):
-    result = launcher.run(list(args), env=None if env is None else dict(os.environ, **env))
-    if check and result.returncode != 0:
-        raise AssertionError(f'main.py failed ({result.returncode}):\n{result.stderr[-3000:]}')
-    return result
+def start(args, env=None, cwd=ROOT):
+    return subprocess.Popen(list(args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=None if env is None else dict(os.environ, **env))
+
+
+def finish(process, check=True, timeout=600):
+    out, err = process.communicate(timeout=timeout)
+    if check and process.returncode != 0:
+        raise AssertionError(f'main.py failed ({process.returncode}):\n{err[-3000:]}')
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def run_main(*args, check=True, env=None, cwd=ROOT):
+    return finish(start(args, env=env, cwd=cwd), check=check)
 
 
 def read_csv(path):
@@ -51,9 +62,9 @@ def test_gcbc_learns_on_generated_pointmaze(dataset_dir, tmp_path):
     # The default networks at a higher learning rate: fewer steps to learn than at the paper's 3e-4.
     run_main(*main_args(dataset_dir, tmp_path, '--agent=agents/gcbc.py', '--agent.batch_size=256', '--agent.lr=1e-3',
                         '--train_steps=500', '--log_interval=100', '--eval_interval=500', '--eval_episodes=8',
-                        '--eval_tasks=1,2', '--save_interval=500'),
+                        '--eval_tasks=1,2', '--save_interval=500', '--run_name=gcbc'),
              env=OPTIMIZED_XLA_ENV)
-    run_dir = tmp_path / 'default' / f'gcbc_{ENV}_sd0'
+    run_dir = tmp_path / 'default' / 'gcbc'
     train = read_csv(run_dir / 'train.csv')
     losses = [float(r['training/actor/bc_loss']) for r in train]
     assert losses[-1] < losses[0] - 0.05, losses
@@ -64,20 +75,18 @@ def test_gcbc_learns_on_generated_pointmaze(dataset_dir, tmp_path):
     assert (run_dir / 'DONE').exists() and (run_dir / 'flags.json').exists() and (run_dir / 'config.json').exists()
 
 
-# GCBC: which agent is stopped does not matter to what this chain checks (BYOL-gamma^a's targets and
-# ensembles are resumed across processes in tests/test_gpu_headline.py), and GCBC compiles in a third of the
-# time. Batch 1024 (about 850 steps/s on a 2-core CPU) leaves about a second between the checkpoint a stop
-# waits for and the end of the run.
+# GCBC: which agent is stopped does not matter to what this chain checks, and GCBC compiles fast. Batch 1024 (about
+# 850 steps/s on a 2-core CPU) leaves about a second between the checkpoint a stop waits for and the end of the run.
 RESUME_FLAGS = ['--agent=agents/gcbc.py', '--agent.actor_hidden_dims=(64,64)', '--agent.batch_size=1024',
                 '--train_steps=800', '--log_interval=50', '--save_interval=200', '--eval_interval=400',
-                '--eval_episodes=3', '--eval_max_steps=60', '--steps_per_call=50']
+                '--eval_episodes=3', '--eval_max_steps=60', '--steps_per_call=50', '--run_name=r']
 
 
 def wait_for(predicate, process, timeout=300):
-    start = time.time()
+    start_time = time.time()
     while not predicate():
         assert process.poll() is None, f'main.py exited early: {process.stderr.read()[-3000:]}'
-        assert time.time() - start < timeout
+        assert time.time() - start_time < timeout
         time.sleep(0.01)
 
 
@@ -85,23 +94,24 @@ def wait_for(predicate, process, timeout=300):
 def uninterrupted_run(dataset_dir, tmp_path_factory):
     save_dir = tmp_path_factory.mktemp('uninterrupted')
     run_main(*main_args(dataset_dir, save_dir, *RESUME_FLAGS), env=OPTIMIZED_XLA_ENV)
-    return save_dir / 'default' / f'gcbc_{ENV}_sd0'
+    return save_dir / 'default' / 'r'
+
+
+def assert_same_logs(run_dir, reference_dir):
+    for name in ('train.csv', 'eval.csv'):
+        resumed, reference = read_csv(run_dir / name), read_csv(reference_dir / name)
+        steps = [int(r['step']) for r in resumed]
+        assert steps == sorted(set(steps)), f'{name}: duplicated or unordered rows {steps}'
+        assert without_timing(resumed) == without_timing(reference), name
 
 
 def test_preempted_then_killed_run_resumes_to_the_uninterrupted_result(dataset_dir, tmp_path, uninterrupted_run):
     """SIGTERM (preemption) after the first checkpoint, --resume, SIGKILL after the resumed run's next
     checkpoint, --resume to the end: the logs equal those of the run nobody stopped."""
     args = main_args(dataset_dir, tmp_path, *RESUME_FLAGS)
-    run_dir = tmp_path / 'default' / f'gcbc_{ENV}_sd0'
+    run_dir = tmp_path / 'default' / 'r'
     checkpoint = str(run_dir / CHECKPOINT_NAME)
-    # Optimised XLA: these runs compile one program (then read from the compilation cache), so fast code
-    # beats fast compilation here.
-    env = dict(os.environ, **OPTIMIZED_XLA_ENV)
-
-    def start(*extra):
-        return launcher.launch([*args, *extra], env=env)
-
-    process = start()
+    process = start(args, env=OPTIMIZED_XLA_ENV)
     wait_for(lambda: os.path.exists(checkpoint), process)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 143  # preemption: a checkpoint of the current step, then exit
@@ -109,29 +119,78 @@ def test_preempted_then_killed_run_resumes_to_the_uninterrupted_result(dataset_d
     assert not (run_dir / 'DONE').exists(), 'the run finished before it could be stopped'
     assert preempted == int(read_csv(run_dir / 'train.csv')[-1]['step'])
 
-    process = start('--resume')
+    process = start([*args, '--resume'], env=OPTIMIZED_XLA_ENV)
     wait_for(lambda: checkpoint_step(checkpoint) > preempted, process)
     process.send_signal(signal.SIGKILL)  # no chance to save: the last periodic checkpoint holds
     process.wait(timeout=120)
     assert not (run_dir / 'DONE').exists(), 'the run finished before it could be killed'
     run_main(*args, '--resume', env=OPTIMIZED_XLA_ENV)
+    assert_same_logs(run_dir, uninterrupted_run)
 
-    for name in ('train.csv', 'eval.csv'):
-        resumed, reference = read_csv(run_dir / name), read_csv(uninterrupted_run / name)
-        steps = [int(r['step']) for r in resumed]
-        assert steps == sorted(set(steps)), f'{name}: duplicated or unordered rows {steps}'
-        assert without_timing(resumed) == without_timing(reference), name
+
+def test_time_limit_checkpoints_exits_75_and_resumes_exactly(dataset_dir, tmp_path):
+    """--time_limit: the run stops at a chunk boundary before its limit with a checkpoint and status 75; --resume
+    (here extending it by 100 steps) continues it to the logs of a run nobody stopped."""
+    tiny = ['--agent=agents/gcbc.py', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--log_interval=20',
+            '--steps_per_call=20', '--eval_interval=100000000', '--save_interval=100000000', '--eval_episodes=2',
+            '--eval_tasks=1', '--eval_max_steps=5', '--run_name=r']
+    limited = run_main(*main_args(dataset_dir, tmp_path / 'limited', *tiny, '--train_steps=100000000', '--time_limit=8'),
+                       check=False)
+    assert limited.returncode == EXIT_TIME_LIMIT and '--time_limit=8s reached' in limited.stderr, limited.stderr[-2000:]
+    run_dir = tmp_path / 'limited' / 'default' / 'r'
+    step = checkpoint_step(str(run_dir / CHECKPOINT_NAME))
+    assert step > 0 and step == int(read_csv(run_dir / 'train.csv')[-1]['step']) and not (run_dir / 'DONE').exists()
+    reference = start(main_args(dataset_dir, tmp_path / 'reference', *tiny, f'--train_steps={step + 100}'))
+    run_main(*main_args(dataset_dir, tmp_path / 'limited', *tiny, f'--train_steps={step + 100}', '--resume'))
+    finish(reference)
+    assert_same_logs(run_dir, tmp_path / 'reference' / 'default' / 'r')
+
+
+def test_evaluation_beside_training_gives_the_rows_of_evaluation_in_the_loop(dataset_dir, tmp_path):
+    """--eval_mode=async (the default on accelerators) against sync on the same run: identical eval.csv rows. The
+    evaluations (untrained episodes, run to the time limit) outlast the training between them, so training waits
+    for the one in flight and says so, and the checkpoint of step 60 waits for the evaluation of step 40. A SIGTERM
+    while an evaluation is in flight ends it and saves the checkpoint of the step it evaluated (no save was due
+    there); --resume runs that evaluation first and ends with the same logs."""
+    common = ['--agent=agents/gcbc.py', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--train_steps=60',
+              '--log_interval=20', '--steps_per_call=20', '--eval_interval=20', '--save_interval=60', '--eval_tasks=1',
+              '--eval_episodes=4', '--eval_max_steps=400', '--run_name=r', '--eval_workers=1']
+    sync = start(main_args(dataset_dir, tmp_path / 'sync', *common, '--eval_mode=sync'))
+    asynchronous = start(main_args(dataset_dir, tmp_path / 'async', *common, '--eval_mode=async'))
+    stopped_dir = tmp_path / 'stopped' / 'default' / 'r'
+    stopped = start(main_args(dataset_dir, tmp_path / 'stopped', *common, '--eval_mode=async'))
+    # Training reached step 40 and waits for the evaluation of step 20, which has no row yet: stop it now.
+    wait_for(lambda: os.path.exists(stopped_dir / 'train.csv') and [r['step'] for r in read_csv(stopped_dir / 'train.csv')][-1:] == ['40'],
+             stopped)
+    assert not os.path.exists(stopped_dir / 'eval.csv'), 'the evaluation of step 20 ended before training reached step 40'
+    stopped.send_signal(signal.SIGTERM)
+    result = finish(stopped, check=False)
+    assert result.returncode == 143 and 'checkpoints saved at step 20' in result.stderr, result.stderr[-3000:]
+    assert checkpoint_step(str(stopped_dir / CHECKPOINT_NAME)) == 20 and not os.path.exists(stopped_dir / 'eval.csv')
+
+    reference = finish(sync)
+    result = finish(asynchronous)
+    assert 'training waits for it' in result.stderr and 'waits for the evaluation of step' in result.stderr, result.stderr[-3000:]
+    sync_dir, async_dir = tmp_path / 'sync' / 'default' / 'r', tmp_path / 'async' / 'default' / 'r'
+    assert [r['step'] for r in read_csv(async_dir / 'eval.csv')] == ['20', '40', '60']
+    assert_same_logs(async_dir, sync_dir)
+    assert 'training waits' not in reference.stderr
+
+    resumed = run_main(*main_args(dataset_dir, tmp_path / 'stopped', *common, '--eval_mode=async', '--resume'))
+    assert 'Running the evaluation of step 20 that was due' in resumed.stderr
+    assert_same_logs(stopped_dir, sync_dir)
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(dataset_dir, tmp_path):
     # lr 1e30: step 1's loss is finite (and checkpointed: one step per chunk, a save after each), the
     # update it makes turns step 2's loss non-finite.
     args = ['--agent=agents/gcbc.py', *SMALL_NETS, '--log_interval=100', '--save_interval=1', '--eval_interval=100000',
-            '--eval_episodes=2', '--eval_max_steps=5', '--train_steps=400', '--agent.lr=1e30', '--eval_workers=1']
+            '--eval_episodes=2', '--eval_max_steps=5', '--train_steps=400', '--agent.lr=1e30', '--eval_workers=1', '--run_name=r']
     result = run_main(*main_args(dataset_dir, tmp_path, *args), check=False)
     assert result.returncode == 1
     assert 'Non-finite' in result.stderr and 'at step 2' in result.stderr and 'Traceback' not in result.stderr
-    state = flax.serialization.msgpack_restore((tmp_path / 'default' / f'gcbc_{ENV}_sd0' / CHECKPOINT_NAME).read_bytes())
+    assert 'start a new run (another --run_name) with a lower --agent.lr' in result.stderr
+    state = flax.serialization.msgpack_restore((tmp_path / 'default' / 'r' / CHECKPOINT_NAME).read_bytes())
     assert int(state['step']) == 1
     assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(state['agent']) if np.asarray(leaf).dtype.kind == 'f')
 
@@ -142,23 +201,79 @@ BAD_INPUTS = [
     (['--agent.not_a_key=1'], "Unknown config key 'not_a_key'"),
     (['--agent.actor_hidden_dims=abc'], "'actor_hidden_dims' must be a tuple of int"),
     (['--agent.lr=abc'], 'could not convert'),
+    (['--agent.lr=nan'], '--agent.lr=0.0003'),
     (['--agent=configs/presets.py:nope'], 'Valid presets'),
     (['--agent=agents/missing.py'], 'not found'),
     (['--eval_tasks=1,x'], '--eval_tasks must be'),
     (['--train_steps=0'], '--train_steps must be positive'),
+    (['--train_steps=abc'], "--train_steps=abc: invalid literal for int() with base 10: 'abc'"),
+    (['--not_a_flag=1'], "Unknown command line flag 'not_a_flag'"),
     (['--eval_tasks=9'], 'has tasks 1..5, so 9 is out of range'),
     (['--eval_max_steps=-1'], '--eval_max_steps must be 0'),
+    (['--time_limit=-5'], '--time_limit must be 0'),
+    (['--eval_mode=later'], 'eval_mode'),
+    (['--seed=2147483647', '--num_seeds=2'], '--seed must lie in 0..2147483646'),
+    (['--run_name=a/b'], '--run_name must be one directory name'),
     (['--env_name=pointmaze-medum-stitch-v0'], 'Did you mean pointmaze-medium-stitch-v0'),
+    (['--eval_episodes=1000000000'], 'does not fit in host memory'),
+    (['stray'], "Unexpected argument(s) 'stray'"),
 ]
 
 
 @pytest.mark.parametrize('extra,message', BAD_INPUTS)
-def test_bad_input_gives_one_clear_error(extra, message, dataset_dir, tmp_path):
-    result = run_main(*main_args(dataset_dir, tmp_path, *extra), check=False)
-    assert result.returncode != 0
-    assert message in result.stderr
-    assert 'Traceback' not in result.stderr
+def test_bad_input_is_rejected_by_the_request_check(extra, message, tmp_path):
+    with pytest.raises(ConfigError) as error:
+        check_request(['main.py', f'--save_dir={tmp_path}', *extra])
+    assert message in str(error.value) and '\n' not in str(error.value)
     assert not any(tmp_path.iterdir()), 'a rejected request writes nothing'
+
+
+def test_bad_input_gives_one_paragraph_and_writes_nothing(dataset_dir, tmp_path):
+    """End to end, as a user meets them: the request check's errors are one paragraph, exit 1, nothing written."""
+    for extra, message in (BAD_INPUTS[3], BAD_INPUTS[-2]):
+        result = run_main(*main_args(dataset_dir, tmp_path, *extra), check=False)
+        assert result.returncode == 1 and 'Traceback' not in result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith('Error: ') and message in result.stderr
+        assert not any(tmp_path.iterdir())
+    result = run_main(sys.executable, os.path.join(ROOT, 'main.py'), '--help', check=False)
+    assert result.returncode == 0 and '--time_limit' in result.stdout and 'configs/presets.py:<name>' in result.stdout
+
+
+def test_help_lists_every_flag():
+    with pytest.raises(HelpRequested) as help_text:
+        check_request(['main.py', '--help'])
+    for flag in ('--env_name', '--agent', '--eval_mode', '--time_limit', '--resume', '--run_name'):
+        assert flag in str(help_text.value)
+
+
+def test_default_run_names_tell_configs_apart(tmp_path):
+    """The run directory names the preset, and a config changed by overrides gets its hash: two methods, or one
+    method at two values, never share a directory by default; equal configs do."""
+    def names(*extra):
+        return check_request(['main.py', f'--save_dir={tmp_path}', *extra]).run_names
+
+    assert names() == ('byol_gamma_a_pointmaze-medium-stitch-v0_sd0',)
+    assert names('--agent=configs/presets.py:gcbc') == ('gcbc_pointmaze-medium-stitch-v0_sd0',)
+    assert names('--agent=configs/presets.py:gcbc_phi', '--seed=3') == ('gcbc_phi_pointmaze-medium-stitch-v0_sd3',)
+    assert names('--agent=agents/gcbc.py') == names('--agent=configs/presets.py:gcbc')  # the same config
+    alpha6 = names('--agent.alpha=6')[0]
+    assert alpha6.startswith('byol_gamma_a-') and alpha6 != names('--agent.alpha=40')[0] == names('--agent.alpha=40.0')[0]
+    assert names('--agent.alpha=1') == names()  # an override to the preset's own value changes nothing
+    assert names('--num_seeds=2', '--run_name=x') == ('x_sd0', 'x_sd1')
+    assert names('--run_name=x') == ('x',)
+
+
+def test_agent_files_are_found_from_any_directory(tmp_path):
+    request = check_request(['main.py', '--agent=agents/gcbc.py', f'--save_dir={tmp_path}'])
+    assert request.config.agent_name == 'gcbc'
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert check_request(['main.py', '--agent=configs/presets.py:tra']).config.agent_name == 'tra'
+        with pytest.raises(ConfigError, match="'agents/nope.py' not found"):
+            check_request(['main.py', '--agent=agents/nope.py'])
+    finally:
+        os.chdir(cwd)
 
 
 def test_missing_dataset_that_cannot_be_generated(tmp_path):
@@ -201,35 +316,18 @@ def test_corrupt_checkpoint_is_a_clear_error(dataset_dir, tmp_path):
     assert 'unreadable' in result.stderr and CHECKPOINT_NAME in result.stderr
 
 
-def test_a_forked_launch_gives_what_python_main_py_gives(dataset_dir, tmp_path):
-    """The tests start main.py through tests/launcher.py (forked from a process that imported what main.py
-    imports). Started both ways, a short run writes the same checkpoint and logs and prints the same
-    evaluations, and a rejected request exits with the same code and error."""
-    if sys.platform != 'linux':
-        pytest.skip('tests/launcher.py forks only on Linux; elsewhere every launch is a plain subprocess')
-    tiny = ['--agent=agents/gcbc.py', *SMALL_NETS, '--train_steps=40', '--log_interval=20', '--eval_interval=20',
-            '--save_interval=40', '--eval_episodes=2', '--eval_tasks=1', '--eval_max_steps=5', '--eval_workers=1']
-    python = subprocess.run(main_args(dataset_dir, tmp_path / 'python', *tiny), cwd=ROOT, capture_output=True, text=True, timeout=600)
-    launched = launcher.launch(main_args(dataset_dir, tmp_path / 'forked', *tiny))
-    assert isinstance(launched, launcher.Launched)  # forked, not a plain subprocess
-    out, err = launched.communicate(timeout=600)
-    assert python.returncode == launched.returncode == 0, python.stderr[-2000:] + err[-2000:]
-    python_dir, forked_dir = (tmp_path / how / 'default' / f'gcbc_{ENV}_sd0' for how in ('python', 'forked'))
-    assert (python_dir / CHECKPOINT_NAME).read_bytes() == (forked_dir / CHECKPOINT_NAME).read_bytes()
-    for name in ('train.csv', 'eval.csv'):
-        assert without_timing(read_csv(python_dir / name)) == without_timing(read_csv(forked_dir / name)), name
-    assert python.stdout == out and 'seed 0 step 40: success' in out
-
-    bad = main_args(dataset_dir, tmp_path / 'bad', '--eval_tasks=9')
-    python = subprocess.run(bad, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    forked = launcher.run(bad)
-    assert python.returncode == forked.returncode == 1
-    assert python.stderr.splitlines()[-1] == forked.stderr.splitlines()[-1] and 'out of range' in forked.stderr
-
-
-def test_existing_run_is_never_overwritten(dataset_dir, tmp_path):
-    args = main_args(dataset_dir, tmp_path, '--agent=agents/gcbc.py', *SMALL_NETS, '--train_steps=50', '--log_interval=50',
-                     '--eval_interval=50', '--save_interval=50', '--eval_episodes=2', '--eval_max_steps=5')
-    run_main(*args)
-    result = run_main(*args, check=False)
-    assert result.returncode == 1 and '--resume' in result.stderr
+def test_existing_run_is_never_overwritten_and_presets_do_not_collide(dataset_dir, tmp_path):
+    """Two presets one after another in the default group: two directories. The same command again is refused
+    (nothing overwritten); --resume of a run that has no checkpoint says it starts a new one. Run from another
+    directory, with the README's relative agent paths."""
+    tiny = ['--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--train_steps=20', '--log_interval=20',
+            '--eval_interval=20', '--save_interval=20', '--eval_episodes=1', '--eval_tasks=1', '--eval_max_steps=3']
+    gcbc = main_args(dataset_dir, tmp_path, '--agent=configs/presets.py:gcbc', *tiny)
+    run_main(*gcbc, cwd=tmp_path)
+    run_main(*main_args(dataset_dir, tmp_path, '--agent=configs/presets.py:gcbc_phi', *tiny), cwd=tmp_path)
+    assert sorted(p.name for p in (tmp_path / 'default').iterdir()) == sorted(
+        check_request(['main.py', f'--agent=configs/presets.py:{preset}', *tiny]).run_names[0] for preset in ('gcbc', 'gcbc_phi'))
+    result = run_main(*gcbc, check=False)
+    assert result.returncode == 1 and '--resume' in result.stderr and 'already holds a finished run' in result.stderr
+    result = run_main(*main_args(dataset_dir, tmp_path, '--agent=configs/presets.py:gcbc', *tiny, '--run_name=new', '--resume'))
+    assert 'has no checkpoint, so this starts a new run there' in result.stderr

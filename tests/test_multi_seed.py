@@ -1,6 +1,7 @@
 """N seeds in one process: seed k of a vmapped run equals a single run with that seed."""
 
 import os
+import subprocess
 import sys
 
 import jax
@@ -8,7 +9,6 @@ import numpy as np
 import pytest
 
 from configs.presets import get_config as preset_config
-from tests import launcher
 from tests.test_agents import make_agent, small, toy_dataset
 from utils.sampler import SamplerConfig
 from utils.training import stack_trees, train_steps, train_steps_multi
@@ -40,11 +40,11 @@ def test_main_num_seeds_writes_one_run_dir_per_seed(tmp_path, pointmaze_data_dir
     env = 'pointmaze-medium-stitch-v0'
     common = [sys.executable, os.path.join(ROOT, 'main.py'), f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={pointmaze_data_dir}', '--nodownload', '--wandb_mode=disabled',
               '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--train_steps=60', '--log_interval=20',
-              '--eval_interval=60', '--save_interval=60', '--eval_episodes=2', '--eval_max_steps=5']
+              '--eval_interval=60', '--save_interval=60', '--eval_episodes=2', '--eval_max_steps=5', '--run_name=r']
     for extra in ([f'--save_dir={tmp_path / "multi"}', '--num_seeds=2', '--seed=7'], [f'--save_dir={tmp_path / "single"}', '--seed=8']):
-        result = launcher.run(common + extra)
+        result = subprocess.run(common + extra, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
-    run = 'gcbc_pointmaze-medium-stitch-v0_sd{}'
+    run = 'r_sd{}'
     for seed in (7, 8):
         run_dir = tmp_path / 'multi' / 'default' / run.format(seed)
         assert (run_dir / 'DONE').exists() and (run_dir / 'checkpoint.msgpack').exists()
@@ -52,7 +52,7 @@ def test_main_num_seeds_writes_one_run_dir_per_seed(tmp_path, pointmaze_data_dir
         evaluation = np.genfromtxt(run_dir / 'eval.csv', delimiter=',', names=True)
         assert int(evaluation['step']) == 60 and float(evaluation['evaluationoverall_length']) == 5.0
     multi = np.genfromtxt(tmp_path / 'multi' / 'default' / run.format(8) / 'train.csv', delimiter=',', names=True)
-    single = np.genfromtxt(tmp_path / 'single' / 'default' / run.format(8) / 'train.csv', delimiter=',', names=True)
+    single = np.genfromtxt(tmp_path / 'single' / 'default' / 'r' / 'train.csv', delimiter=',', names=True)
     for name in multi.dtype.names:
         if not name.startswith('time'):
             np.testing.assert_allclose(multi[name], single[name], rtol=1e-3, atol=1e-5, err_msg=name)

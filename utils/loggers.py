@@ -92,7 +92,10 @@ def _has_wandb_credentials() -> bool:
 
 class WandbLogger:
     """wandb in online / offline / disabled mode. Online without credentials falls back to offline;
-    any wandb failure (init or log) is reported once and logging continues to CSV only."""
+    any wandb failure (init or log) is reported once and logging continues to CSV only.
+
+    Every metric is plotted against the `step` it carries (wandb's own step counts log calls), so rows may
+    arrive out of order: an evaluation run beside training is logged after training rows of later steps."""
 
     def __init__(self, mode: str, project: str, group: str, name: str, config: dict, run_dir: str, resume: bool):
         self.run = None
@@ -103,6 +106,9 @@ class WandbLogger:
             mode = 'offline'
         if mode == 'disabled':
             return
+        # wandb offers its LLM-tracing add-on (Weave) whenever a module named `agents` is imported, as this
+        # project's is; this run has no LLM calls to trace.
+        os.environ.setdefault('WANDB_DISABLE_WEAVE', 'true')
         try:
             import wandb
 
@@ -111,6 +117,8 @@ class WandbLogger:
                 id=_wandb_run_id(group, name), resume='allow' if resume else None,
                 settings=wandb.Settings(init_timeout=60, silent=True),
             )
+            self.run.define_metric('step')
+            self.run.define_metric('*', step_metric='step')
         except Exception as e:
             logging.warning(f'wandb init failed ({type(e).__name__}: {e}); continuing with CSV logs only.')
 
@@ -118,7 +126,7 @@ class WandbLogger:
         if self.run is None:
             return
         try:
-            self.run.log(metrics, step=step)
+            self.run.log(dict(metrics, step=step))
         except Exception as e:
             logging.warning(f'wandb log failed ({type(e).__name__}: {e}); continuing with CSV logs only.')
             self.run = None

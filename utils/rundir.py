@@ -8,16 +8,16 @@
         checkpoint.msgpack  agent (params, optimizer state, RNG) and step, rewritten atomically
         dataset.json        the dataset files the run trained on: paths, sizes, sha256, source
         resumes.json        one record per --resume: the step it started from, flags that differed
-        run.lock            who owns the directory (pid, host, start, command); locked while it runs
+        run.lock            who owns or last owned the directory (pid, host, start, command)
         DONE                present once the run reached --train_steps
 
 `main.py` writes it; the sweep launcher (`experiments/sweep.py`) asks whether it is done; the
 results tables (`experiments/results.py`) and the analyses (`experiments/analysis.py`)
 read it. With `--num_seeds N` every seed gets its own directory of this same layout.
 
-One owner: `RunLock` holds an exclusive `flock` on `run.lock` for as long as the owning process
-lives. The kernel drops the lock when the process dies however it dies, so a crash never leaves a
-stale lock; the file stays behind as a record of the last owner.
+One owner: `RunLock` holds an exclusive `flock` on the directory itself for as long as the owning
+process lives. The kernel drops the lock when the process dies however it dies, so a crash never
+leaves a stale lock; `run.lock` is the record of the last owner, and deleting it unlocks nothing.
 """
 
 import dataclasses
@@ -27,14 +27,15 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shlex
 import socket
 import sys
 import time
 from typing import Dict, List, Optional
 
-from utils.atomic_io import read_json, with_path, write_json
-from utils.errors import RunLockedError
+from utils.atomic_io import atomic_write_bytes, read_json, with_path, write_json
+from utils.errors import RunDirError, RunLockedError
 from utils.loggers import read_csv_rows
 
 FLAGS_FILE = 'flags.json'
@@ -46,12 +47,10 @@ DATASET_FILE = 'dataset.json'
 RESUMES_FILE = 'resumes.json'
 LOCK_FILE = 'run.lock'
 CHECKPOINT_NAME = 'checkpoint.msgpack'  # here, not in utils/checkpoints.py, so that reading a layout imports no JAX
+# utils.atomic_io's temporary files: <target name>.<8 random characters of tempfile.mkstemp>.tmp
+TEMPORARY = re.compile(r'.+\.[a-z0-9_]{8}\.tmp')
 # File systems that cannot lock (some FUSE and old NFS mounts) answer flock with one of these.
 _NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
-
-
-def default_run_name(agent_name: str, env_name: str, seed: int) -> str:
-    return f'{agent_name}_{env_name}_sd{seed}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +138,7 @@ def _holder_record() -> Dict:
 
 def describe_holder(holder: Dict) -> str:
     if not holder:
-        return 'a process that has not written its details yet'
+        return 'a process whose record in run.lock is missing (deleted, or not written yet)'
     return (f'pid {holder.get("pid")} on host {holder.get("host")}, started {holder.get("started")}, '
             f'command: {holder.get("command")}')
 
@@ -147,66 +146,138 @@ def describe_holder(holder: Dict) -> str:
 class RunLock:
     """Exclusive ownership of one run directory, for the life of this process (or until `release`).
 
-    `RunLock.acquire(run_dir)` creates the directory and `run.lock`, takes a non-blocking exclusive
-    `flock` on it and writes this process's pid, host, start time and command into it; if another
-    process holds the lock it raises RunLockedError naming that process instead. The lock belongs to
-    the open file description, which exec'd children (evaluation workers) do not inherit.
+    `RunLock.acquire(run_dir)` creates the directory and takes a non-blocking exclusive `flock` on the
+    directory itself, opened as a file descriptor: a lock nobody deletes by accident (deleting `run.lock`, the
+    owner's record, changes nothing). It then records this process's pid, host, start time and command in
+    `run.lock`. If another process holds the lock it raises RunLockedError naming that process instead. The lock
+    belongs to the open file description, which exec'd children (evaluation workers) do not inherit, and the
+    kernel drops it when the process dies, however it dies.
+
+    Where a file system cannot lock a directory (some network file systems), the lock falls back to `run.lock`
+    itself, and `verify` (called before every write of a run) stops the run with a named error if that file was
+    deleted or replaced, since a second process could then lock a new one.
     """
 
-    def __init__(self, path: str, fd: Optional[int]):
-        self.path, self._fd = path, fd
+    def __init__(self, run_dir: 'RunDir', fd: int, locked_path: str, previous_record: Optional[bytes]):
+        self.run_dir, self._fd, self.locked_path = run_dir, fd, locked_path
+        self._identity = _identity(os.fstat(fd))
+        self._previous_record = previous_record
+        self.owner = False  # set by mark_owner once this process starts writing the run
 
     @classmethod
     def acquire(cls, run_dir: 'RunDir') -> 'RunLock':
-        path = run_dir.file(LOCK_FILE)
+        record = run_dir.file(LOCK_FILE)
         try:
             os.makedirs(run_dir.path, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # never O_TRUNC: the holder's record stays
+            fd = os.open(run_dir.path, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as e:
-            raise with_path(e, path) from e
+            raise with_path(e, run_dir.path) from e
+        locked_path = run_dir.path
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = cls._read_holder(fd)
-            os.close(fd)
-            raise RunLockedError(
-                f'Run directory {run_dir.path} is in use by another process ({describe_holder(holder)}). Two '
-                f'processes writing one run directory would mix or destroy each other\'s logs and checkpoints, '
-                f'so this one stopped before touching it. Wait for that run to end (or stop it; its lock is '
-                f'released the moment it exits, even after a crash), or choose another --run_name / --run_group.'
-            ) from None
-        except OSError as e:
-            if e.errno not in _NO_LOCKING:
+            if not _try_flock(fd, run_dir):
                 os.close(fd)
-                raise with_path(e, path) from e
-            logging.warning(f'{run_dir.path}: this file system does not support flock ({e.strerror}); the run '
-                            f'directory is NOT protected against a second process writing into it.')
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(_holder_record(), indent=2) + '\n').encode(), 0)
-            os.fsync(fd)
-        except OSError as e:
+                fd, locked_path = os.open(record, os.O_RDWR | os.O_CREAT, 0o644), record
+                if not _try_flock(fd, run_dir):
+                    logging.warning(f'{run_dir.path}: this file system supports no flock; the run directory is NOT '
+                                    f'protected against a second process writing into it.')
+        except BaseException:
             os.close(fd)
-            raise with_path(e, path) from e
-        return cls(path, fd)
+            raise
+        lock = cls(run_dir, fd, locked_path, _read_bytes(record))
+        try:
+            write_json(record, _holder_record())
+        except BaseException:
+            lock.release()
+            raise
+        _remove_stale_temporaries(run_dir.path)
+        return lock
 
-    @staticmethod
-    def _read_holder(fd: int, attempts: int = 5) -> Dict:
-        # The holder writes its record right after locking: give it a moment if the file is still empty.
-        for _ in range(attempts):
-            text = os.pread(fd, 65536, 0).decode(errors='replace').strip()
-            if text:
-                try:
-                    return json.loads(text)
-                except ValueError:
-                    pass
-            time.sleep(0.05)
-        return {}
+    def mark_owner(self):
+        """This process writes the run from now on: its record in run.lock stays when it exits."""
+        self.owner = True
+
+    def verify(self):
+        """RunDirError if the run directory (or the fallback lock file) is no longer the one this process locked:
+        moved, deleted or replaced, so that another process could now own a directory at this path."""
+        try:
+            current = _identity(os.stat(self.locked_path))
+        except OSError:
+            current = None
+        if current != self._identity:
+            raise RunDirError(
+                f'{self.locked_path} was {"deleted or moved" if current is None else "replaced"} while this run was '
+                f'writing {self.run_dir.path}, so this process no longer owns what is at that path and stopped '
+                f'before writing more. Its last checkpoint and logs are wherever the directory went; restore it and '
+                f'rerun with --resume.'
+            )
 
     def release(self):
-        if self._fd is not None:
-            os.close(self._fd)  # closing the last descriptor drops the flock
-            self._fd = None
+        """Drop the lock. A process that never started writing the run (it was refused, or failed its checks)
+        puts back the record of the last owner it found."""
+        if self._fd is None:
+            return
+        if not self.owner and self._previous_record is not None:
+            try:
+                atomic_write_bytes(self.run_dir.file(LOCK_FILE), self._previous_record)
+            except OSError:
+                pass
+        os.close(self._fd)  # closing the last descriptor drops the flock
+        self._fd = None
+
+
+def _identity(stat_result):
+    return stat_result.st_dev, stat_result.st_ino
+
+
+def _try_flock(fd: int, run_dir: 'RunDir') -> bool:
+    """Lock `fd` (False if this file system cannot lock it); RunLockedError if another process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        holder = _read_holder(run_dir.file(LOCK_FILE))
+        raise RunLockedError(
+            f'Run directory {run_dir.path} is in use by another process ({describe_holder(holder)}). Two '
+            f'processes writing one run directory would mix or destroy each other\'s logs and checkpoints, '
+            f'so this one stopped before touching it. Wait for that run to end (or stop it; its lock is '
+            f'released the moment it exits, even after a crash), or choose another --run_name / --run_group.'
+        ) from None
+    except OSError as e:
+        if e.errno in _NO_LOCKING:
+            return False
+        raise with_path(e, run_dir.path) from e
+
+
+def _read_bytes(path: str) -> Optional[bytes]:
+    try:
+        with open(path, 'rb') as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _read_holder(path: str, attempts: int = 5) -> Dict:
+    # The holder writes its record right after locking: give it a moment if there is none yet.
+    for _ in range(attempts):
+        text = (_read_bytes(path) or b'').decode(errors='replace').strip()
+        if text:
+            try:
+                return json.loads(text)
+            except ValueError:
+                pass
+        time.sleep(0.05)
+    return {}
+
+
+def _remove_stale_temporaries(directory: str):
+    """Temporary files of atomic writes (`<name>.<random>.tmp`) left by a process killed mid-write. Called with
+    the directory locked, so no live writer owns them."""
+    for name in os.listdir(directory):
+        if TEMPORARY.fullmatch(name):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
 
 
 def lock_all(run_dirs: List['RunDir']) -> List[RunLock]:
@@ -221,3 +292,14 @@ def lock_all(run_dirs: List['RunDir']) -> List[RunLock]:
             lock.release()
         raise
     return [locks[run_dir.path] for run_dir in run_dirs]
+
+
+def flatten(record: Dict, prefix: str = '') -> Dict[str, object]:
+    """A nested record's leaves under dotted keys: {'sampler': {'gamma': 0.99}} -> {'sampler.gamma': 0.99}."""
+    flat = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f'{prefix}{key}.'))
+        else:
+            flat[prefix + key] = value
+    return flat

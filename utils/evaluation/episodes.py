@@ -8,7 +8,7 @@ call (`utils.evaluation.policies.seeds_policy`). Rows of finished episodes stay 
 observation, and their actions are ignored, so a jitted policy compiles for one batch size only.
 
 What steps the episodes (`make_eval_envs`): a native pool (`native.py`: one MuJoCo state per episode, stepped by
-threads) holds any number of rows. The gym paths (a list of envs stepped here, or an `EnvWorkers` pool of processes)
+threads) holds any number of rows, of which at most MAX_ROWS_PER_BATCH step together (about 220 KB of memory each). The gym paths (a list of envs stepped here, or an `EnvWorkers` pool of processes)
 hold one env per row; given fewer envs than rows, the evaluation runs in waves: the per-seed rows are cut into
 blocks of at most len(envs) // N, and each wave runs one block of every seed (still seed-major, so a seeds policy
 sees N equal slices). Stateful policies are reset at the start of every wave.
@@ -34,6 +34,44 @@ from tqdm import tqdm
 
 from utils.evaluation.envs import one_env
 from utils.evaluation.videos import Renderer
+
+# Episodes stepped together at most; an evaluation with more rows runs in successive batches of this size.
+MAX_ROWS_PER_BATCH = 4096
+# Memory of one episode being stepped: 180-230 KB for a point, ant or humanoid maze (MuJoCo 4.0, measured), rounded up.
+EPISODE_BYTES = 256 << 10
+# What an evaluation keeps per episode until it ends, besides its final observation (success, return, length, seeds).
+RESULT_BYTES_PER_EPISODE = 64
+
+
+def memory_needed(num_rows: int, observation_bytes: int, in_batches: bool = True) -> int:
+    """Host memory an evaluation of `num_rows` episodes needs: the episodes stepping together (at most
+    MAX_ROWS_PER_BATCH of them) and every episode's results until the evaluation ends."""
+    stepping = min(num_rows, MAX_ROWS_PER_BATCH) if in_batches else num_rows
+    return stepping * EPISODE_BYTES + num_rows * (observation_bytes + RESULT_BYTES_PER_EPISODE)
+
+
+def check_memory(num_seeds: int, num_tasks: int, episodes_per_task: int, observation_bytes: int, available_bytes):
+    """ConfigError before any training if an evaluation of these sizes would not fit in `available_bytes` of host
+    memory (None: unknown, not checked), naming the largest --eval_episodes that fits."""
+    rows = num_seeds * num_tasks * episodes_per_task
+    needed = memory_needed(rows, observation_bytes)
+    budget = None if available_bytes is None else 0.8 * available_bytes
+    if budget is None or needed <= budget:
+        return
+    per_episode = num_seeds * num_tasks * (observation_bytes + RESULT_BYTES_PER_EPISODE)
+    largest = int((budget - MAX_ROWS_PER_BATCH * EPISODE_BYTES) // per_episode)
+    from utils.errors import ConfigError
+
+    raise ConfigError(
+        f'--eval_episodes={episodes_per_task} does not fit in host memory: an evaluation of {rows:,} episodes '
+        f'({num_seeds} seed(s) x {num_tasks} task(s)) needs about {needed / 1e9:.1f} GB, and {available_bytes / 1e9:.1f} '
+        f'GB are available (80% may be used). Pass --eval_episodes={max(largest, 1)} or fewer '
+        f'(or fewer --eval_tasks / --num_seeds), or use a machine with more memory. Nothing was written.'
+    )
+
+
+class EvaluationCancelled(Exception):
+    """The caller's `cancel` event was set: the evaluation stopped without results."""
 
 
 def evaluate(
@@ -86,12 +124,14 @@ def evaluate_seeds(
     num_video_episodes=0,
     video_frame_skip=3,
     progress=False,
+    cancel=None,
 ):
     """Evaluate N seeds' policies in one lockstep batch of N x tasks x episodes rows (see the module docstring).
 
     `policy_fn` gets the rows seed-major: rows [k * R, (k + 1) * R) of every call belong to the k-th entry of
-    `seeds` (R = rows per seed in the batch). Other arguments as in `evaluate`. Returns one metrics dict per seed,
-    each exactly what `evaluate(..., seed=seeds[k])` returns for a policy whose rows do not depend on the batch.
+    `seeds` (R = rows per seed in the batch). Other arguments as in `evaluate`; `cancel`, a threading.Event, ends the
+    evaluation with EvaluationCancelled at the next environment step once it is set. Returns one metrics dict per
+    seed, each exactly what `evaluate(..., seed=seeds[k])` returns for a policy whose rows do not depend on the batch.
     """
     plan = _Plan(seeds, task_ids, episodes_per_task, num_video_episodes, one_env(envs))
     stepper = envs if hasattr(envs, 'start') else GymEpisodes(list(envs))
@@ -101,7 +141,7 @@ def evaluate_seeds(
         outcome = _Outcome(plan.num_rows)
         with tqdm(total=plan.num_rows, desc='evaluation', unit='episode', disable=not progress) as bar:
             for rows in waves:
-                outcome.record(rows, _run_batch(policy_fn, stepper, plan, rows, max_steps, video_frame_skip, bar))
+                outcome.record(rows, _run_batch(policy_fn, stepper, plan, rows, max_steps, video_frame_skip, bar, cancel))
     except BaseException:
         if hasattr(stepper, 'abort'):
             stepper.abort()  # e.g. a worker may be mid-episode: its pool cannot be trusted with another evaluation
@@ -159,7 +199,8 @@ class _Plan:
                 f'batch), got {capacity}; make them with make_eval_envs(env_name, {num_seeds * self.per_seed}) to run '
                 f'all {self.num_rows} episodes in one batch.'
             )
-        block = self.per_seed if capacity is None else min(self.per_seed, capacity // num_seeds)
+        capacity = MAX_ROWS_PER_BATCH if capacity is None else min(capacity, max(MAX_ROWS_PER_BATCH, num_seeds))
+        block = min(self.per_seed, capacity // num_seeds)
         if not lockstep:
             block = 1
         return [
@@ -204,7 +245,7 @@ def _check_tasks(task_ids, env):
         raise ValueError(f'task_ids {ids} repeat a task: each task is reported once, so give it once.')
 
 
-def _run_batch(policy_fn, stepper, plan, rows, max_steps, frame_skip, bar):
+def _run_batch(policy_fn, stepper, plan, rows, max_steps, frame_skip, bar, cancel=None):
     """The episodes of `rows`, started together and stepped with one batched policy call per step."""
     if hasattr(policy_fn, 'reset'):  # acting state (e.g. hierarchical re-planning) restarts with the episodes
         policy_fn.reset()
@@ -214,6 +255,8 @@ def _run_batch(policy_fn, stepper, plan, rows, max_steps, frame_skip, bar):
     )
     live = len(rows)
     while live:
+        if cancel is not None and cancel.is_set():
+            raise EvaluationCancelled()
         observations = stepper.step(np.asarray(policy_fn(observations, goals)))
         still_live = int(stepper.live.sum())
         bar.update(live - still_live)

@@ -1,0 +1,97 @@
+"""When main.py's evaluations run: in the training loop (sync), or beside it (async).
+
+    evaluations = Evaluations(run_evaluation, asynchronous=True)
+    evaluations.start(step, agent)          # async: returns at once; training goes on with `agent`'s successors
+    ...
+    done = evaluations.collect(block=False) # (step, results) once finished, else None
+    step, snapshot = evaluations.cancel()   # a stop signal: end it now, keep the parameters it evaluated
+
+Async: `start` copies the agent on its device (the training loop donates its buffers to the next update) and a
+background thread runs the evaluation from that copy: the env stepping on the CPU cores, the policy where JAX
+runs it, while the accelerator trains. At most one evaluation is in flight; main.py collects it before starting
+the next one and before any checkpoint, so a checkpoint never lies beyond an evaluation that is not logged yet.
+The evaluation itself is the same function in both modes, on the same parameters and episode seeds, so it gives
+the same numbers: only when they are computed changes.
+"""
+
+import threading
+import time
+from typing import Callable, List, Optional, Tuple
+
+
+class EvaluationFailed(Exception):
+    """The evaluation of `step` raised `__cause__`; `snapshot` holds the parameters it evaluated."""
+
+    def __init__(self, step: int, snapshot, seconds: float):
+        super().__init__(step)
+        self.step, self.snapshot, self.seconds = step, snapshot, seconds
+
+
+class _Pending:
+    def __init__(self, step, snapshot):
+        self.step, self.snapshot = step, snapshot
+        self.cancel = threading.Event()
+        self.results, self.error = None, None
+        self.started = time.perf_counter()
+        self.seconds = None
+        self.thread = None
+
+
+class Evaluations:
+    """`run_evaluation(agent, step, cancel) -> results` evaluated at most one at a time, in the caller or beside
+    it. `cancel` is a threading.Event the evaluation checks at every environment step."""
+
+    def __init__(self, run_evaluation: Callable, asynchronous: bool):
+        self.run_evaluation, self.asynchronous = run_evaluation, asynchronous
+        self.pending: Optional[_Pending] = None
+
+    @property
+    def in_flight(self) -> Optional[int]:
+        """The step of the evaluation started and not collected yet, or None."""
+        return None if self.pending is None else self.pending.step
+
+    def start(self, step: int, agent):
+        if self.pending is not None:
+            raise RuntimeError(f'The evaluation of step {self.pending.step} is still pending: collect it first.')
+        if not self.asynchronous:
+            self.pending = _Pending(step, agent)
+            self._run(self.pending)
+            return
+        import jax
+        import jax.numpy as jnp
+
+        self.pending = _Pending(step, jax.tree_util.tree_map(jnp.copy, agent))
+        self.pending.thread = threading.Thread(target=self._run, args=(self.pending,), name=f'evaluation-{step}', daemon=True)
+        self.pending.thread.start()
+
+    def _run(self, pending: _Pending):
+        try:
+            pending.results = self.run_evaluation(pending.snapshot, pending.step, pending.cancel)
+        except BaseException as e:  # handed to the training loop, which reports it
+            pending.error = e
+        pending.seconds = time.perf_counter() - pending.started
+
+    def finished(self) -> bool:
+        return self.pending is not None and (self.pending.thread is None or not self.pending.thread.is_alive())
+
+    def collect(self, block: bool) -> Optional[Tuple[int, List, float]]:
+        """(step, results, seconds) of the pending evaluation once it is done (waiting for it if `block`), None if
+        none is pending or it is still running; EvaluationFailed (from the evaluation's error) if it failed."""
+        if self.pending is None or not (block or self.finished()):
+            return None
+        pending, self.pending = self.pending, None
+        if pending.thread is not None:
+            pending.thread.join()
+        if pending.error is not None:
+            raise EvaluationFailed(pending.step, pending.snapshot, pending.seconds) from pending.error
+        return pending.step, pending.results, pending.seconds
+
+    def cancel(self) -> Optional[Tuple[int, object]]:
+        """End the pending evaluation without results: (its step, the parameters it was evaluating), or None."""
+        if self.pending is None:
+            return None
+        pending, self.pending = self.pending, None
+        pending.cancel.set()
+        if pending.thread is not None:
+            pending.thread.join()
+        return pending.step, pending.snapshot

@@ -1,0 +1,228 @@
+"""What main.py writes for one seed, and the checks a run directory passes before anything is written.
+
+    writers = open_runs(request)        # one RunWriter per seed; each owns (locks) its directory
+    start_step = check_runs(request, writers)   # --resume against what the directory records (reads only)
+    begin_runs(request, writers, dataset_record) # the first writes: flags.json, config.json, dataset.json
+    writer.open_logs(start_step); writer.log_train(...); writer.log_eval(...); writer.finish(done=True)
+
+With --num_seeds N every seed gets its own directory, laid out exactly like a single-seed run (utils/rundir.py),
+so sweeps, results tables and analyses treat both alike. docs/guarantees.md says what these checks promise.
+"""
+
+import datetime
+import logging
+import os
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from utils import provenance
+from utils.checkpoints import checkpoint_step, save_checkpoint
+from utils.errors import ResumeMismatchError, RunDirError
+from utils.loggers import CsvLogger, WandbLogger
+from utils.request import FLAG_DEFAULTS, RESUME_MAY_DIFFER, Request, plain
+from utils.rundir import CONFIG_FILE, FLAGS_FILE, RunDir, flatten, lock_all
+
+_ABSENT = '(absent)'
+# Config keys that name a config rather than set it: never compared on --resume.
+_LABELS = ('preset',)
+
+
+class RunWriter:
+    """What one seed writes: its run directory, CSV logs, wandb run and its last evaluations."""
+
+    def __init__(self, request: Request, seed: int, name: str):
+        self.request, self.seed = request, seed
+        self.run_dir = RunDir.at(request.save_dir, request.run_group, name)
+        self.dir = self.run_dir.path
+        self.checkpoint_path = self.run_dir.checkpoint_path
+        self.recorded_flags: Optional[Dict] = None  # flags.json of the run being resumed
+        self.start_step = 0
+        self.lock = None  # the RunLock held while this process lives
+
+    # --- check_runs: reads only ---
+
+    def check(self) -> int:
+        """The step this seed starts from (its checkpoint's when resuming), or a RunDirError."""
+        run_dir, resume = self.run_dir, self.request.resume
+        if not resume:
+            if run_dir.has_checkpoint() or run_dir.is_done():
+                raise RunDirError(
+                    f'Run directory {self.dir} already holds a {"finished run" if run_dir.is_done() else "checkpoint"}. '
+                    f'Pass --resume to continue it, or choose another --run_name / --run_group (nothing was overwritten).'
+                )
+            return 0
+        if not run_dir.has_checkpoint():
+            if run_dir.is_done():
+                raise RunDirError(f'{self.dir} is marked DONE but has no checkpoint to continue from. Choose another '
+                                  f'--run_name, or move the directory away to start over.')
+            logging.warning(f'--resume: {self.dir} has no checkpoint, so this starts a new run there.')
+            return 0
+        self.start_step = checkpoint_step(self.checkpoint_path)
+        self.check_same_run()
+        return self.start_step
+
+    def check_same_run(self):
+        missing = self.run_dir.missing((FLAGS_FILE, CONFIG_FILE))
+        if missing:
+            raise RunDirError(f'{self.dir} has a checkpoint but no {" or ".join(missing)}, so --resume cannot check '
+                              f'that it continues the same run. Restore the file(s), or start a new --run_name.')
+        self.recorded_flags = self.run_dir.read_flags()
+        differences = self.flag_differences() + self.config_differences()
+        if differences:
+            raise ResumeMismatchError(
+                f'--resume would continue {self.dir} with settings it was not started with, mixing two runs in one '
+                f'directory. Differences (recorded -> requested): {"; ".join(differences)}. Pass the recorded values '
+                f'(or drop those flags) to continue this run, or start a new run with another --run_name (or '
+                f'--run_group). Paths, logging, checkpoint, wandb and parallelism flags may differ; --train_steps may '
+                f'change but not fall below the checkpoint\'s step.'
+            )
+        if self.request.train_steps < self.start_step:
+            raise ResumeMismatchError(
+                f'--train_steps={self.request.train_steps} is below the step of the checkpoint in {self.dir} '
+                f'({self.start_step}; the run was started with --train_steps={self.recorded_flags.get("train_steps")}). '
+                f'Pass --train_steps={self.start_step} or more to continue or extend it, or start a new --run_name for '
+                f'a shorter run.'
+            )
+
+    def flag_differences(self) -> List[str]:
+        """Flags that must match and do not. A flag the run predates matches at its default value."""
+        recorded, requested = plain(self.recorded_flags), plain(self.request.seed_flags(self.seed))
+        differences = []
+        for name in sorted(set(recorded) | set(requested)):
+            if name in RESUME_MAY_DIFFER or name == 'train_steps':
+                continue
+            old, new = recorded.get(name, _ABSENT), requested.get(name, _ABSENT)
+            if old is _ABSENT and new == plain(FLAG_DEFAULTS.get(name, _ABSENT)):
+                continue
+            if name == 'eval_tasks' and _ABSENT not in (old, new):
+                same = [t.strip() for t in str(old).split(',')] == [t.strip() for t in str(new).split(',')]
+            else:
+                same = old == new
+            if not same:
+                differences.append(f'--{name}: {old} -> {new}')
+        return differences
+
+    def config_differences(self) -> List[str]:
+        """Config values (and the sampler derived from them) that differ. A key the run predates matches at the
+        config file's default; a key this version's config no longer has is left out (what it set is compared
+        through the derived sampler); a derived sampler field the run predates is not compared."""
+        recorded, requested = flatten(plain(self.run_dir.read_config())), flatten(self.request.config_record())
+        defaults = flatten(dict(self.request.config_defaults))
+        differences = []
+        for key in sorted(set(recorded) | set(requested)):
+            if key in _LABELS:
+                continue
+            old, new = recorded.get(key, _ABSENT), requested.get(key, _ABSENT)
+            if old is _ABSENT and (key.startswith('sampler.') or (key in defaults and new == defaults[key])):
+                continue
+            if new is _ABSENT and not key.startswith('sampler.') and key not in defaults:
+                continue
+            if old != new:
+                name = f'{key} (derived from the agent config)' if key.startswith('sampler.') else f'--agent.{key}'
+                differences.append(f'{name}: {old} -> {new}')
+        return differences
+
+    def check_dataset(self, record: Dict):
+        recorded = self.run_dir.read_dataset_record() if self.recorded_flags is not None else None
+        differences = provenance.record_differences(recorded, record) if recorded else []
+        if differences:
+            raise ResumeMismatchError(
+                f'--resume would continue {self.dir} on other data than it was trained on: {"; ".join(differences)}. '
+                f'Point --dataset_dir at the files the run used, or start a new --run_name.'
+            )
+
+    # --- begin_runs: the first writes ---
+
+    def begin(self, dataset: Dict):
+        """Record what this run is before it loads anything: a new run's flags.json, config.json and
+        dataset.json; for a resumed one, only a changed --train_steps (and DONE goes, if it grows past
+        the checkpoint) plus a resumes.json entry listing the flags that differ."""
+        request, train_steps = self.request, self.request.train_steps
+        self.lock.mark_owner()
+        if self.recorded_flags is None:
+            self.flags = request.seed_flags(self.seed)
+            self.run_dir.write_metadata(self.flags, request.config_record())
+            self.run_dir.write_dataset_record(dataset)
+            return
+        self.flags = dict(self.recorded_flags, train_steps=train_steps)
+        if train_steps > self.start_step:
+            self.run_dir.clear_done()
+        if self.recorded_flags.get('train_steps') != train_steps:
+            self.run_dir.write_metadata(self.flags, self.run_dir.read_config())
+        if self.run_dir.read_dataset_record() is None:
+            self.run_dir.write_dataset_record(dict(dataset, recorded_at_step=self.start_step))
+        requested = plain(request.seed_flags(self.seed))
+        changed = {name: [self.recorded_flags.get(name), requested[name]] for name in sorted(RESUME_MAY_DIFFER | {'train_steps'})
+                   if name in requested and plain(self.recorded_flags.get(name)) != requested[name]}
+        self.run_dir.add_resume_record(dict(
+            at=datetime.datetime.now().astimezone().isoformat(timespec='seconds'), from_step=self.start_step,
+            train_steps=train_steps, changed_flags=changed))
+
+    # --- logs ---
+
+    def open_logs(self, start_step: int):
+        self.train_log = CsvLogger(self.run_dir.train_log_path)
+        self.eval_log = CsvLogger(self.run_dir.eval_log_path)
+        self.train_log.truncate_after(start_step)
+        self.eval_log.truncate_after(start_step)
+        rows = self.eval_log.rows()
+        self.evaluated_steps = {int(r['step']) for r in rows}
+        self.recent_success = [float(r['evaluation/overall_success']) for r in rows][-2:]
+        request = self.request
+        self.wandb = WandbLogger(
+            request.wandb_mode, request.wandb_project, request.run_group, self.run_dir.name,
+            dict(self.flags, agent=request.config.to_dict()), self.dir, request.resume,
+        )
+
+    def log_train(self, metrics, step):
+        self.lock.verify()
+        self.train_log.log(metrics, step)
+        self.wandb.log(metrics, step)
+
+    def log_eval(self, metrics, step):
+        self.lock.verify()
+        self.recent_success = (self.recent_success + [metrics['evaluation/overall_success']])[-3:]
+        metrics['evaluation/overall_success_last3'] = float(np.mean(self.recent_success))
+        self.eval_log.log(metrics, step)
+        self.evaluated_steps.add(step)
+        self.wandb.log(metrics, step)
+
+    def save_checkpoint(self, agent, step: int):
+        self.lock.verify()
+        save_checkpoint(self.dir, agent, step)
+
+    def finish(self, done: bool):
+        self.wandb.finish()
+        if done:
+            self.lock.verify()
+            self.run_dir.mark_done()
+
+
+def open_runs(request: Request) -> List[RunWriter]:
+    """A writer per seed, each owning (locking) its run directory until this process exits; a RunLockedError
+    naming the holder if another process owns one of them."""
+    writers = [RunWriter(request, seed, name) for seed, name in zip(request.seeds, request.run_names)]
+    for writer, lock in zip(writers, lock_all([w.run_dir for w in writers])):
+        writer.lock = lock
+    return writers
+
+
+def check_runs(request: Request, writers: List[RunWriter]) -> int:
+    """The common start step of the seeds (0 for a new run)."""
+    steps = [writer.check() for writer in writers]
+    if len(set(steps)) > 1:
+        raise RunDirError(
+            f'Seeds {list(request.seeds)} have checkpoints at different steps {steps}; resume them as separate runs '
+            f'(--num_seeds=1 --seed=...), or move the lagging run directories away.'
+        )
+    return steps[0]
+
+
+def already_finished(request: Request, writers: List[RunWriter], start_step: int) -> bool:
+    return request.resume and start_step == request.train_steps and all(w.run_dir.is_done() for w in writers)
+
+
+def begin_runs(writers: List[RunWriter], dataset: Dict):
+    for writer in writers:
+        writer.begin(dataset)
