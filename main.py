@@ -12,7 +12,6 @@ loss. docs/guarantees.md says what it promises when something goes wrong.
 """
 
 import os
-import signal
 import sys
 import time
 
@@ -26,14 +25,14 @@ import datagen
 from utils import provenance
 from utils.checkpoints import load_checkpoint
 from utils.datasets import check_dataset_fits, ensure_dataset, load_dataset
-from utils.errors import (EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT, EvaluationError, NonFiniteLossError,
-                          named_error, out_of_memory_error)
-from utils.evaluation import env_spaces, evaluate_seeds, make_eval_envs, seeds_policy, usable_cpus, videos_to_wandb
+from utils.errors import EXIT_INTERRUPTED, NonFiniteLossError, named_error
+from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
 from utils.evaluation.scheduler import EvaluationFailed, Evaluations
 from utils.request import HelpRequested, Request, check_request
 from utils.run_writer import already_finished, begin_runs, check_runs, open_runs
 from utils.sampler import DeviceDataset, example_observations
-from utils.training import compiled_create, stack_trees, train_steps, train_steps_multi, validation_metrics
+from utils.stops import StopNow, StopRequests, exit_at_once_on_sigterm
+from utils.training import compiled_create, first_nonfinite, stack_trees, train_seeds, validation_metrics
 
 STARTED = time.time()
 # The gym-stepped envs of an evaluation (the native stepper holds any number of episodes): enough for one batch of
@@ -64,7 +63,7 @@ def main(argv):
 
 
 def train(request: Request):
-    signal.signal(signal.SIGTERM, stop_now)  # before training: nothing to save, exit at once (143)
+    exit_at_once_on_sigterm()  # before training: nothing to save
     writers = open_runs(request)
     try:
         start_step = check_runs(request, writers)
@@ -119,35 +118,6 @@ def build_agents(request: Request, data: Data, writers, start_step: int):
     return stack_trees(agents) if len(agents) > 1 else agents[0]
 
 
-class StopNow(BaseException):
-    """A signal before training started: there is nothing to save, exit with `code`."""
-
-    def __init__(self, code):
-        super().__init__(code)
-        self.code = code
-
-
-def stop_now(signum, _frame):
-    raise StopNow(StopSignals.EXIT_CODES.get(signum, EXIT_PREEMPTED))
-
-
-class StopSignals:
-    """SIGTERM (preemption) and SIGINT (Ctrl-C) during training: finish the current chunk, save a checkpoint,
-    exit 143 or 130. A second Ctrl-C aborts at once, without saving."""
-
-    EXIT_CODES = {signal.SIGTERM: EXIT_PREEMPTED, signal.SIGINT: EXIT_INTERRUPTED}
-
-    def __init__(self):
-        self.received = None
-        for sig in self.EXIT_CODES:
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, _frame):
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.received = self.received or signum
-
-
 def due(step: int, interval: int, last: int) -> bool:
     return step % interval == 0 or step == last
 
@@ -170,7 +140,7 @@ class Trainer:
 
     def run(self):
         request = self.request
-        self.stops = StopSignals()
+        self.stops = StopRequests(request.time_limit, STARTED)
         desc = os.path.basename(self.writers[0].dir) + (f' (+{len(self.writers) - 1} seeds)' if self.multi else '')
         self.progress = tqdm.tqdm(total=request.train_steps, initial=self.step, smoothing=0.1, dynamic_ncols=True, desc=desc)
         self.chunk_start_time, self.chunk_start_step = time.time(), self.step
@@ -207,24 +177,9 @@ class Trainer:
         stop = min(request.train_steps, step + request.steps_per_call,
                    *(step // interval * interval + interval for interval in
                      (request.log_interval, request.eval_interval, request.save_interval)))
-        try:
-            if self.multi:
-                self.state, infos = train_steps_multi(self.state, self.data.train, self.data_keys, step,
-                                                      request.sampler_config, stop - step)
-            else:
-                self.state, infos = train_steps(self.state, self.data.train, self.data_keys[0], step,
-                                                request.sampler_config, stop - step)
-                infos = jax.tree_util.tree_map(lambda x: x[None], infos)
-            infos = jax.device_get(infos)  # [N, steps] per metric: one transfer per chunk
-        except Exception as e:
-            error = out_of_memory_error(e, request)
-            if error is not None:
-                raise error from e
-            raise
+        self.state, infos = train_seeds(self.state, self.data.train, self.data_keys, step, request.sampler_config, stop - step)
         for k, writer in enumerate(self.writers):
-            values = {key: np.asarray(v[k]) for key, v in infos.items()}
-            bad = min(((int(np.flatnonzero(~np.isfinite(v))[0]), key) for key, v in values.items() if not np.all(np.isfinite(v))),
-                      default=None)
+            bad = first_nonfinite({key: v[k] for key, v in infos.items()})
             if bad is not None:
                 raise NonFiniteLossError(
                     f'Non-finite {bad[1]} at step {step + bad[0] + 1} (seed {writer.seed}): training stopped. The last '
@@ -265,9 +220,8 @@ class Trainer:
         """On SIGTERM / SIGINT, or when the next chunk would end past --time_limit: checkpoint and exit. An
         evaluation still running is ended; the checkpoint is then of the step it evaluated, so --resume runs it
         first and retrains the steps since, exactly."""
-        limit = self.request.time_limit  # checked once a chunk was trained: every call makes progress
-        out_of_time = limit and self.longest_chunk_s and time.time() + 2 * self.longest_chunk_s >= STARTED + limit
-        if self.stops.received is None and not out_of_time:
+        reason = self.stops.reason(2 * self.longest_chunk_s)
+        if reason is None:
             return
         cancelled = self.evaluations.cancel()
         if cancelled is not None:
@@ -277,11 +231,10 @@ class Trainer:
         elif self.saved_step != self.step:
             self.save()
         self.progress.close()  # before the message
-        reason = f'{signal.Signals(self.stops.received).name} received' if self.stops.received else f'--time_limit={limit}s reached'
         logging.warning(f'{reason}: checkpoints saved at step {self.saved_step}; rerun with --resume.')
         for writer in self.writers:
             writer.finish(done=False)
-        sys.exit(StopSignals.EXIT_CODES[self.stops.received] if self.stops.received else EXIT_TIME_LIMIT)
+        sys.exit(self.stops.exit_code())
 
     def start_evaluation(self):
         if self.evaluations.in_flight is not None:
@@ -308,16 +261,7 @@ class Trainer:
         except EvaluationFailed as failure:
             if self.saved_step != failure.step:
                 self.save(failure.snapshot, failure.step)
-            cause = failure.__cause__
-            text = str(cause).strip().splitlines()[0] if str(cause).strip() else ''
-            since = f' (training went on to step {self.step} meanwhile; those steps are not saved)' if self.step > failure.step else ''
-            raise EvaluationError(
-                f'The evaluation at step {failure.step} failed ({type(cause).__name__}: {text[:500]}). Training up to '
-                f'step {failure.step} is kept: the checkpoint of step {failure.step} is saved in '
-                f'{", ".join(w.dir for w in self.writers)}{since}. Fix the cause (see any output above), then rerun with '
-                f'--resume: the evaluation of step {failure.step} runs first. --eval_workers=1 evaluates in this '
-                f'process, without worker processes.'
-            ) from cause
+            raise failure.error([w.dir for w in self.writers], self.step) from failure.__cause__
         if done is None:
             return
         step, per_seed, seconds = done
@@ -329,23 +273,11 @@ class Trainer:
                 f'{key.split("/")[-1]}={v:.2f}' for key, v in metrics.items() if '/task' in key))
 
     def evaluate(self, state, step: int, cancel):
-        """Every seed's evaluation metrics at `step` (all seeds' episodes in one lockstep batch, each seed's results
-        those of its own evaluation)."""
-        request, num_seeds = self.request, len(self.writers)
-        eval_seeds = [int(jax.random.randint(jax.random.fold_in(self.eval_seed_keys[k], step), (), 0, 2**31 - 1))
-                      for k in range(num_seeds)]
-        seed_results = evaluate_seeds(
-            seeds_policy(state, num_seeds, request.sampler_config.frame_stack), self.data.eval_envs, eval_seeds,
-            task_ids=request.eval_tasks, episodes_per_task=request.eval_episodes,
-            max_steps=request.eval_max_steps or None, num_video_episodes=request.video_episodes, cancel=cancel,
-        )
-        per_seed = []
-        for results in seed_results:
-            metrics = {key: float(v) for key, v in results.items() if key.startswith('evaluation/')}
-            if results.get('videos'):
-                metrics['evaluation/video'] = videos_to_wandb(results['videos'])
-            per_seed.append(metrics)
-        return per_seed
+        request = self.request
+        return evaluate_agents(state, len(self.writers), self.data.eval_envs, self.eval_seed_keys, step,
+                               request.sampler_config.frame_stack, task_ids=request.eval_tasks,
+                               episodes_per_task=request.eval_episodes, max_steps=request.eval_max_steps or None,
+                               num_video_episodes=request.video_episodes, cancel=cancel)
 
 
 def keep_argv(argv):

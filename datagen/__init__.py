@@ -8,9 +8,12 @@ download fails; only pointmaze) and `estimated_bytes(...)`; each writes a proven
 every file (utils/provenance.py) and never replaces an existing file.
 """
 
+import contextlib
+import logging
+
 from datagen import antmaze, pointmaze, scene
 from datagen import visual  # after antmaze and scene: renders their datasets
-from utils.datasets import check_writable_space
+from utils.datasets import check_dataset_paths, check_writable_space, dataset_lock, dataset_paths
 
 _GENERATORS = {name: pointmaze for name in pointmaze.GENERATABLE_DATASETS}
 _GENERATORS.update({name: antmaze for name in antmaze.GENERATABLE_DATASETS})
@@ -42,10 +45,20 @@ def estimated_bytes(dataset_name: str, **kwargs) -> int:
     return _generator(dataset_name).estimated_bytes(dataset_name, **kwargs)
 
 
-def write_dataset(dataset_name: str, dataset_dir: str, **kwargs):
-    """Generate `<name>.npz` and `<name>-val.npz` into `dataset_dir`; returns both paths. The folder's
-    writability and free space are checked first; an existing file is never replaced."""
+def write_dataset(dataset_name: str, dataset_dir: str, log=None, **kwargs):
+    """Generate `<name>.npz` and `<name>-val.npz` into `dataset_dir`; returns both paths. What sits at both
+    paths (no directory, dangling link or unreadable file), the folder's writability and its free space are
+    checked first; an existing file is never replaced. Runs under the dataset's lock (and, for a visual
+    dataset, its state dataset's): a second process generating the same files waits for the first
+    (`log`, default logging.info, says for whom) and then finds them written."""
     generator = _generator(dataset_name)
+    check_dataset_paths(dataset_paths(dataset_name, dataset_dir))
     sizes = {k: v for k, v in kwargs.items() if k in ('num_train_episodes', 'num_val_episodes', 'episode_length')}
     check_writable_space(dataset_dir, generator.estimated_bytes(dataset_name, **sizes), f'{dataset_name} files')
-    return generator.write_dataset(dataset_name, dataset_dir, **kwargs)
+    names = [dataset_name] + ([visual.state_dataset_name(dataset_name)] if generator is visual else [])
+    log = log or logging.info
+    with contextlib.ExitStack() as locks:
+        for name in names:  # always the visual dataset before its state dataset: no two processes lock crosswise
+            locks.enter_context(dataset_lock(name, dataset_dir, log))
+        check_dataset_paths(dataset_paths(dataset_name, dataset_dir))
+        return generator.write_dataset(dataset_name, dataset_dir, **kwargs)

@@ -28,7 +28,7 @@ from configs.presets import METHODS, method_of, methods_of_kind
 from utils import atomic_io
 from utils.loggers import read_csv_rows
 from utils.provenance import record_label
-from utils.rundir import CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE
+from utils.rundir import CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE, flatten
 
 METRIC = 'evaluation/overall_success'
 # Bolding compares non-RL (behavioral cloning) methods only; the offline RL baselines and FB are shown as
@@ -128,16 +128,6 @@ def hashable(value):
     return value
 
 
-def flatten(config: dict, prefix: str = '') -> Dict[str, object]:
-    flat = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f'{prefix}{key}.'))
-        else:
-            flat[prefix + key] = hashable(value)
-    return flat
-
-
 def find_upward(directory: str, root: str, name: str) -> Optional[str]:
     """`name` in `directory` or its nearest ancestor not above `root`."""
     root = os.path.abspath(root)
@@ -196,7 +186,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
             data_source = record_label(read_json(find_upward(directory, root, DATASET_FILE)))
             env = re.sub(r'-v\d+$', '', flags['env_name'])
             method = method_of(config.get('preset') or config['agent_name'])
-            setting = {k: v for k, v in flatten(config).items() if k.split('.')[0] not in NON_SETTING_CONFIG}
+            setting = {k: hashable(v) for k, v in flatten(config).items() if k.split('.')[0] not in NON_SETTING_CONFIG}
             setting.update({k: hashable(flags[k]) for k in PROTOCOL_FLAGS if k in flags})
             by_seed = defaultdict(list)
             for row in rows:
@@ -453,10 +443,22 @@ def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, d
     return '\n'.join(lines)
 
 
-def format_markdown(table: Table, decimals: int = 0, ci: Optional[BootstrapOptions] = None) -> str:
-    """The paper's table; cells are mean ± std over seeds, or mean [bootstrap CI] with `ci`."""
-    lines = ['| dataset | ' + ' | '.join(method_label(m) for m in table.methods) + ' |',
-             '|---|' + '---|' * len(table.methods)]
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One cell of a table as every format draws it."""
+
+    method: str
+    mean: float  # nan: no result
+    std: Optional[float]  # None in average rows
+    scores: Tuple[float, ...]
+    mark: str  # 'best', 'bold' (within BOLD_FRACTION of the best non-RL mean) or ''
+    notes: Tuple[str, ...] = ()  # 'n=<seeds>' (fewer than the table's most), 'unfinished', 'mixed data'
+
+
+def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
+    """(row label, whether it is an average row, its entries in column order): what format_markdown and
+    format_latex draw, each in its own notation."""
+    rows = []
     for env in table.envs:
         present = {m: table.cells[(env, m)] for m in table.methods if (env, m) in table.cells}
         marks = row_marks({m: c.mean for m, c in present.items()}, table.rl_methods)
@@ -464,24 +466,39 @@ def format_markdown(table: Table, decimals: int = 0, ci: Optional[BootstrapOptio
         for method in table.methods:
             cell = present.get(method)
             if cell is None:
-                entries.append('·')
+                entries.append(Entry(method, float('nan'), None, (), ''))
                 continue
-            mean = _number(cell.mean, decimals)
-            spread = format_interval(*ci.interval(cell.scores), decimals) if ci else f'± {_number(cell.std, decimals)}'
-            entry = f'**{mean}** {spread}' if marks[method] else f'{mean} {spread}'
-            if cell.n < table.seed_count:
-                entry += f' (n={cell.n})'
-            if cell.unfinished:
-                entry += ' †'
-            if len(cell.data_sources) > 1:
-                entry += ' ‡'
-            entries.append(entry)
-        lines.append(f'| {env} | ' + ' | '.join(entries) + ' |')
+            notes = ((f'n={cell.n}',) if cell.n < table.seed_count else ()) + (('unfinished',) if cell.unfinished else ()) \
+                + (('mixed data',) if len(cell.data_sources) > 1 else ())
+            entries.append(Entry(method, cell.mean, cell.std, tuple(cell.scores), marks[method], notes))
+        rows.append((env, False, entries))
     for name, row in table.averages:
         marks = row_marks(row, table.rl_methods)
-        entries = ['·' if not np.isfinite(row[m]) else f'**{_number(row[m], decimals)}**' if marks[m] else _number(row[m], decimals)
-                   for m in table.methods]
-        lines.append(f'| {name} | ' + ' | '.join(entries) + ' |')
+        rows.append((name, True, [Entry(m, row[m], None, (), marks[m]) for m in table.methods]))
+    return rows
+
+
+MARKDOWN_NOTES = {'unfinished': ' †', 'mixed data': ' ‡'}
+LATEX_NOTES = {'unfinished': r'\dagger', 'mixed data': r'\ddagger'}
+
+
+def format_markdown(table: Table, decimals: int = 0, ci: Optional[BootstrapOptions] = None) -> str:
+    """The paper's table; cells are mean ± std over seeds, or mean [bootstrap CI] with `ci`."""
+    lines = ['| dataset | ' + ' | '.join(method_label(m) for m in table.methods) + ' |',
+             '|---|' + '---|' * len(table.methods)]
+    for label, average, entries in table_rows(table):
+        cells = []
+        for entry in entries:
+            if not np.isfinite(entry.mean):
+                cells.append('·')
+                continue
+            mean = _number(entry.mean, decimals)
+            text = f'**{mean}**' if entry.mark else mean
+            if not average:
+                text += ' ' + (format_interval(*ci.interval(entry.scores), decimals) if ci else f'± {_number(entry.std, decimals)}')
+                text += ''.join(MARKDOWN_NOTES.get(note, f' ({note})') for note in entry.notes)
+            cells.append(text)
+        lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
@@ -489,40 +506,28 @@ def format_latex(table: Table, decimals: int = 0) -> str:
     lines = [r'% Needs \usepackage{booktabs} and \usepackage{xcolor}.',
              r'\begin{tabular}{l' + 'l' * len(table.methods) + r'}\toprule',
              r'\textbf{Dataset} & ' + ' & '.join(rf'\textbf{{{method_label(m, latex=True)}}}' for m in table.methods) + r' \\\midrule']
-
-    def entry(method, mean, std, mark, notes=''):
-        value = rf'\mathbf{{{_number(mean, decimals)}}}' if mark else _number(mean, decimals)
-        text = f'${value}' + (rf' \pm {_number(std, decimals)}' if std is not None else '') + f'{notes}$'
-        if mark == 'best':
-            return rf'\textcolor{{brown}}{{{text}}}'
-        return rf'\textcolor{{gray}}{{{text}}}' if method in table.rl_methods else text
-
-    previous_visual = None
-    for env in table.envs:
-        if previous_visual is False and env.startswith('visual-'):
+    previous = None
+    for label, average, entries in table_rows(table):
+        if (previous is not None and not previous.startswith('visual-') and label.startswith('visual-')) or \
+                (average and previous is not None and not previous.startswith('average')):
             lines.append(r'\midrule')
-        previous_visual = env.startswith('visual-')
-        present = {m: table.cells[(env, m)] for m in table.methods if (env, m) in table.cells}
-        marks = row_marks({m: c.mean for m, c in present.items()}, table.rl_methods)
-        entries = []
-        for method in table.methods:
-            cell = present.get(method)
-            if cell is None:
-                entries.append(r'$\cdot$')
+        previous = label
+        cells = []
+        for entry in entries:
+            if not np.isfinite(entry.mean):
+                cells.append(r'$\cdot$')
                 continue
-            superscripts = ([f'n={cell.n}'] if cell.n < table.seed_count else []) + ([r'\dagger'] if cell.unfinished else []) \
-                + ([r'\ddagger'] if len(cell.data_sources) > 1 else [])
-            notes = '^{' + ','.join(superscripts) + '}' if superscripts else ''
-            entries.append(entry(method, cell.mean, cell.std, marks[method], notes))
-        lines.append(rf'\texttt{{{env}}} & ' + ' & '.join(entries) + r' \\')
-    if table.averages:
-        lines.append(r'\midrule')
-    for name, row in table.averages:
-        marks = row_marks(row, table.rl_methods)
-        entries = [r'$\cdot$' if not np.isfinite(row[m]) else entry(m, row[m], None, marks[m]) for m in table.methods]
-        lines.append(rf'\texttt{{{name}}} & ' + ' & '.join(entries) + r' \\')
-    lines.append(r'\bottomrule')
-    lines.append(r'\end{tabular}')
+            value = rf'\mathbf{{{_number(entry.mean, decimals)}}}' if entry.mark else _number(entry.mean, decimals)
+            notes = [LATEX_NOTES.get(note, note) for note in entry.notes]
+            text = (f'${value}' + (rf' \pm {_number(entry.std, decimals)}' if entry.std is not None else '')
+                    + ('^{' + ','.join(notes) + '}' if notes else '') + '$')
+            if entry.mark == 'best':
+                text = rf'\textcolor{{brown}}{{{text}}}'
+            elif entry.method in table.rl_methods:
+                text = rf'\textcolor{{gray}}{{{text}}}'
+            cells.append(text)
+        lines.append(rf'\texttt{{{label}}} & ' + ' & '.join(cells) + r' \\')
+    lines += [r'\bottomrule', r'\end{tabular}']
     return '\n'.join(lines)
 
 

@@ -7,16 +7,24 @@ axis appear in the run name, fixed single-valued keys do not:
 
     <sweep>/<preset>_<env>[_a<alpha>][_<key><value>...]_sd<seed>
 
-Every command passes --resume, so relaunching the same sweep continues killed or preempted runs from
-their checkpoints and skips finished ones (those with a DONE file). With `seeds_per_job > 1`
-consecutive pending seeds of one setting share a process (main.py --num_seeds), which writes the same
-per-seed directories.
+Every command passes --resume, so relaunching the same sweep continues killed, preempted or
+time-limited runs from their checkpoints and skips finished ones (those with a DONE file). With
+`seeds_per_job > 1` consecutive pending seeds of one setting share a process (main.py --num_seeds),
+which writes the same per-seed directories.
+
+Before launching, `prepare_datasets` obtains each dataset once (main.py's own `ensure_dataset`, with the
+dataset flags passed through), so jobs never race to generate one. The local backend runs jobs on
+`workers` slots, optionally pinned to GPUs (`gpus`, `runs_per_gpu`: CUDA_VISIBLE_DEVICES and a JAX memory
+fraction per slot); a job that main.py stops at its --time_limit (exit 75) or by SIGTERM (143) is
+resumable, not failed. On Slurm (submitit) both are requeued with the same command.
 """
 
 import dataclasses
 import datetime
 import itertools
+import math
 import os
+import queue
 import re
 import shlex
 import signal
@@ -27,13 +35,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from utils.errors import ConfigError
+from utils.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT, ConfigError
 from utils.rundir import RunDir
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MAIN = os.path.join(REPO_ROOT, 'main.py')
-PRESETS_FILE = 'configs/presets.py'  # Relative to REPO_ROOT, where every command runs.
-PREEMPTED_EXIT_CODE = 143  # main.py's exit status after a SIGTERM (checkpoint saved).
+# Absolute, like the main.py path: a printed command works pasted into any directory.
+PRESETS_FILE = os.path.join(REPO_ROOT, 'configs', 'presets.py')
+PREEMPTED_EXIT_CODE = EXIT_PREEMPTED  # main.py's exit status after a SIGTERM (checkpoint saved).
+# main.py exit statuses after which the run has a checkpoint of its last step and `--resume` continues it.
+RESUMABLE_EXIT_CODES = {EXIT_TIME_LIMIT: 'stopped at its --time_limit', EXIT_PREEMPTED: 'stopped by SIGTERM',
+                        EXIT_INTERRUPTED: 'stopped by SIGINT'}
+# A preset name: letters, digits, '_' and '-' (fb_lr1e-5), not starting with '-'; run names stay path-safe.
+PRESET_NAME = r'[A-Za-z0-9_][A-Za-z0-9_-]*'
 # main.py flags the launcher sets itself; passing them as extra flags would break naming or resuming.
 LAUNCHER_FLAGS = ('env_name', 'agent', 'seed', 'num_seeds', 'save_dir', 'run_group', 'run_name', 'resume')
 NAME_ABBREVIATIONS = {'alpha': 'a'}
@@ -117,7 +131,7 @@ def split_top_level(text: str, separator: str) -> List[str]:
 def parse_method(spec: str) -> MethodSpec:
     """`byol_gamma_a:alpha=1,6:tau=0.99` -> MethodSpec('byol_gamma_a', (('alpha', ('1', '6')), ('tau', ('0.99',))))."""
     preset, *fields = split_top_level(spec.strip(), ':')
-    if not re.fullmatch(r'[A-Za-z0-9_]+', preset):
+    if not re.fullmatch(PRESET_NAME, preset):
         raise ConfigError(f'MethodSpec spec {spec!r} must start with a preset name, e.g. byol_gamma_a:alpha=1,6,40,100.')
     overrides, seen = [], set()
     for field in fields:
@@ -261,6 +275,102 @@ def check_grid(methods: Sequence[MethodSpec], envs: Sequence[str], main_flags: S
     return problems
 
 
+def check_job_commands(jobs: Sequence[Job]) -> List[str]:
+    """Pre-launch check of every job's command: problems that would make its main.py stop at start, found
+    without starting it (one line each, duplicates merged); the CLI refuses to launch if there are any.
+
+    Today: agent override values that cannot be read as the preset's field type (`alpha=abc` for a
+    float). The complete check is main.py's own pure request check, `utils.request.check_request(argv)`
+    on `job.command[2:]`, which is meant to be called here (each problem then reads as main.py's paragraph).
+    """
+    from configs.presets import PRESETS, get_config
+
+    problems, configs = [], {}
+    for job in jobs:
+        preset = job.runs[0].preset
+        if preset not in PRESETS:
+            continue  # check_grid reports it
+        config = configs.setdefault(preset, get_config(preset))
+        for arg in job.command:
+            if not arg.startswith('--agent.') or '=' not in arg:
+                continue
+            key, value = arg[len('--agent.'):].split('=', 1)
+            default = config.get(key) if key in config else None
+            problem = _value_problem(default, value)
+            if problem:
+                line = f'{arg} (preset {preset}): {problem}'
+                if line not in problems:
+                    problems.append(line)
+    return problems
+
+
+def _value_problem(default, value: str) -> str:
+    """Why `value` cannot stand for a config field whose default is `default` ('' if it can, or if unsure)."""
+    if isinstance(default, bool):
+        ok = value.lower() in ('true', 'false', '1', '0')
+        return '' if ok else f'expected a boolean (true or false), got {value!r}'
+    if isinstance(default, int):
+        try:
+            int(value)
+            return ''
+        except ValueError:
+            return f'expected an integer, e.g. {default}, got {value!r}'
+    if isinstance(default, float):
+        try:
+            float(value)
+            return ''
+        except ValueError:
+            return f'expected a number, e.g. {default:g}, got {value!r}'
+    return ''
+
+
+# main.py's dataset flags and their defaults (main.py --helpfull): the sweep obtains each dataset as main.py would.
+DATASET_FLAG_DEFAULTS = dict(dataset_dir='~/.ogbench/data', download=True, generate_dataset=False)
+
+
+def dataset_options(main_flags: Sequence[str]) -> Dict:
+    """main.py's --dataset_dir, --download and --generate_dataset as the sweep passes them to every job (the
+    last occurrence wins, as in main.py); absl's boolean spellings --x, --nox, --x=true/false/1/0."""
+    options = dict(DATASET_FLAG_DEFAULTS)
+    for flag in main_flags:
+        name, equals, value = flag.lstrip('-').partition('=')
+        if name == 'dataset_dir' and equals:
+            options['dataset_dir'] = value
+            continue
+        for key in ('download', 'generate_dataset'):
+            if name == key and not equals:
+                options[key] = True
+            elif name == 'no' + key and not equals:
+                options[key] = False
+            elif name == key:
+                if value.lower() not in ('true', 'false', '1', '0'):
+                    raise ConfigError(f'{flag!r}: --{key} takes true or false, e.g. --{key}=false (or --no{key}).')
+                options[key] = value.lower() in ('true', '1')
+    return options
+
+
+def prepare_datasets(envs: Sequence[str], main_flags: Sequence[str], log=print) -> Dict[str, Tuple[str, str]]:
+    """Obtain every dataset the jobs train on, once, before any job starts (so jobs never race to generate
+    one): main.py's own `utils.datasets.ensure_dataset` with the dataset flags the sweep passes to main.py.
+    Returns {env: (train_path, val_path)}; raises what main.py would report (DatasetError, ConfigError, or an
+    OSError), before anything is launched."""
+    import jax
+
+    import datagen
+    from utils.datasets import ensure_dataset
+
+    # Generation that runs a network (the antmaze expert) must not open the GPUs in this long-lived launcher
+    # process: JAX would hold 75% of a GPU's memory for the whole sweep. This process's setting only; jobs
+    # inherit the environment, not it.
+    jax.config.update('jax_platforms', 'cpu')
+    options = dataset_options(main_flags)
+    paths = {}
+    for env in dict.fromkeys(envs):
+        paths[env] = ensure_dataset(env, options['dataset_dir'], download=options['download'], generator=datagen,
+                                    generate=options['generate_dataset'], log=log)
+    return paths
+
+
 def describe(runs: Sequence[SweepRun], jobs: Sequence[Job]) -> str:
     pending = sum(len(job.runs) for job in jobs)
     return f'{len(runs)} runs: {len(runs) - pending} finished (skipped), {pending} to run in {len(jobs)} jobs.'
@@ -273,16 +383,97 @@ def describe(runs: Sequence[SweepRun], jobs: Sequence[Job]) -> str:
 @dataclasses.dataclass
 class JobOutcome:
     job: Job
-    status: str  # 'ok', 'failed', 'stopped' (interrupted; resumable) or 'not started'.
+    # 'ok', 'failed', 'stopped' (interrupted: SIGTERM/SIGINT; resumable), 'time limit' (main.py's --time_limit;
+    # resumable) or 'not started'.
+    status: str
     returncode: Optional[int] = None
+    log_start: int = 0  # Byte offset of this attempt's header in the job's log (several attempts share the file).
+    log_end: Optional[int] = None  # The log's size when the process exited.
+    gpu: Optional[str] = None
 
 
-def child_environment(workers: int) -> Dict[str, str]:
+def default_mem_fraction(runs_per_gpu: int) -> float:
+    """The JAX memory fraction of each of `runs_per_gpu` processes sharing a GPU: 90% of the memory split
+    evenly, less 2% each for what lies outside JAX's pool (the CUDA context, ~0.3-0.5 GB)."""
+    return math.floor((0.9 / runs_per_gpu - 0.02) * 1000 + 1e-6) / 1000
+
+
+def child_environment(workers: int, gpu: Optional[str] = None, runs_per_gpu: int = 1,
+                      mem_fraction: Optional[float] = None) -> Dict[str, str]:
+    """The environment of a job's main.py. With `gpu`: that GPU only (CUDA_VISIBLE_DEVICES) and, when
+    `runs_per_gpu` > 1, a preallocated share of its memory: JAX's documented XLA_PYTHON_CLIENT_MEM_FRACTION is
+    the fraction it preallocates, so preallocation is on and each process owns its share from the start (none
+    can grow into another's). Without: several workers share whatever GPU there is, allocating on demand."""
     env = dict(os.environ, PYTHONUNBUFFERED='1')
+    if gpu is not None:
+        env['CUDA_VISIBLE_DEVICES'] = str(gpu)
+        if runs_per_gpu > 1:
+            env['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'true'
+            env['XLA_PYTHON_CLIENT_MEM_FRACTION'] = f'{mem_fraction or default_mem_fraction(runs_per_gpu):g}'
+            env.pop('XLA_CLIENT_MEM_FRACTION', None)  # JAX refuses both names at once
+        return env
     if workers > 1:
         # Several JAX processes may share one GPU: each would otherwise grab 75% of its memory up front.
         env.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
     return env
+
+
+def parse_gpus(text: str) -> List[str]:
+    """`0,1,3` -> ['0', '1', '3'] (ids as CUDA_VISIBLE_DEVICES takes them: indices, or GPU-/MIG- UUIDs)."""
+    gpus = [part.strip() for part in text.split(',')]
+    bad = [g for g in gpus if not re.fullmatch(r'\d+|(?:GPU|MIG)-[A-Za-z0-9/-]+', g)]
+    if not text.strip() or bad:
+        raise ConfigError(f'Bad --gpus={text!r}: list GPU ids separated by commas, e.g. --gpus=0,1,2,3 (as nvidia-smi '
+                          f'numbers them, or GPU-<uuid>).')
+    duplicates = sorted({g for g in gpus if gpus.count(g) > 1})
+    if duplicates:
+        raise ConfigError(f'--gpus={text} lists GPU {", ".join(duplicates)} twice: to run several jobs per GPU, list each '
+                          f'once and pass --runs_per_gpu=K.')
+    return gpus
+
+
+def worker_slots(workers: Optional[int], gpus: Optional[Sequence[str]], runs_per_gpu: int = 1,
+                 mem_fraction: Optional[float] = None) -> List[Optional[str]]:
+    """One entry per parallel job: its GPU (None: no GPU assignment). `workers` and `gpus` must agree."""
+    if runs_per_gpu < 1:
+        raise ConfigError(f'--runs_per_gpu must be at least 1, got {runs_per_gpu}.')
+    if not gpus:
+        if runs_per_gpu != 1 or mem_fraction is not None:
+            raise ConfigError('--runs_per_gpu and --gpu_mem_fraction apply to GPUs listed with --gpus (e.g. --gpus=0,1 '
+                              '--runs_per_gpu=2); without --gpus, --workers sets the number of parallel jobs.')
+        workers = 1 if workers is None else workers
+        if workers < 1:
+            raise ConfigError(f'--workers must be at least 1, got {workers}.')
+        return [None] * workers
+    slots = len(gpus) * runs_per_gpu
+    if workers is not None and workers != slots:
+        raise ConfigError(
+            f'--workers={workers} does not match --gpus={",".join(gpus)} with --runs_per_gpu={runs_per_gpu}, which make '
+            f'{slots} parallel jobs ({len(gpus)} GPUs x {runs_per_gpu}). Drop --workers (it follows from --gpus and '
+            f'--runs_per_gpu), or make them agree.')
+    if mem_fraction is not None and not (0 < mem_fraction <= 1 and mem_fraction * runs_per_gpu <= 1):
+        raise ConfigError(f'--gpu_mem_fraction={mem_fraction:g} with --runs_per_gpu={runs_per_gpu}: each run\'s share must '
+                          f'be in (0, 1] and all {runs_per_gpu} shares together at most 1, e.g. '
+                          f'{default_mem_fraction(runs_per_gpu):g}.')
+    # Spread first: the first len(gpus) jobs land on distinct GPUs.
+    return [gpu for _ in range(runs_per_gpu) for gpu in gpus]
+
+
+def attempt_excerpt(path: str, start: int = 0, end: Optional[int] = None, lines: int = 5, indent: str = '    ') -> str:
+    """What one attempt wrote to a shared log: bytes [start, end) only (another sweep, or an earlier attempt,
+    may write the same file): main.py's `Error: ...` paragraph when there is one (it names the problem and
+    the fix; lines around it may be another process's), else the attempt's last lines."""
+    try:
+        with open(path, 'rb') as f:
+            f.seek(start)
+            data = f.read(None if end is None else max(0, end - start))
+    except OSError:
+        return f'{indent}(no log at {path})'
+    text = [line.rstrip() for line in data.decode(errors='replace').replace('\r', '\n').splitlines() if line.strip()]
+    errors = [line for line in text if line.startswith('Error: ')]
+    if errors:
+        return indent + errors[-1]
+    return '\n'.join(indent + line for line in text[-lines:]) or f'{indent}(this attempt wrote nothing to {path})'
 
 
 def log_tail(path: str, lines: int = 5, indent: str = '    ') -> str:
@@ -295,27 +486,41 @@ def log_tail(path: str, lines: int = 5, indent: str = '    ') -> str:
     return '\n'.join(indent + line for line in tail)
 
 
-def launch_local(jobs: Sequence[Job], workers: int, out=None) -> List[JobOutcome]:
-    """Run jobs with `workers` parallel processes; a failure is reported and the others go on.
+def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, gpus: Optional[Sequence[str]] = None,
+                 runs_per_gpu: int = 1, mem_fraction: Optional[float] = None) -> List[JobOutcome]:
+    """Run jobs on parallel slots; a failure is reported and the others go on.
 
-    Each job's stdout and stderr are appended to its `<run>.log`. On SIGINT or SIGTERM the running
-    jobs get SIGTERM (main.py then saves a checkpoint and exits 143) and no new job starts; rerunning
-    the sweep resumes them.
+    Slots: `workers` of them, or with `gpus` `runs_per_gpu` per GPU (`worker_slots`), each job then seeing
+    only its slot's GPU (`child_environment`). Each job's stdout and stderr are appended to its `<run>.log`,
+    after a `=== <time> <command>` header. On SIGINT or SIGTERM the running jobs get SIGTERM (main.py then
+    saves a checkpoint and exits 143) and no new job starts; a job main.py stopped at its --time_limit
+    (exit 75) is 'time limit'. Rerunning the sweep resumes both.
     """
-    if workers < 1:
-        raise ConfigError(f'--workers must be at least 1, got {workers}.')
+    slots = worker_slots(workers, gpus, runs_per_gpu, mem_fraction)
     out = out or sys.stdout
     stopping, lock, live = threading.Event(), threading.Lock(), set()
     done_count = [0]
-    env = child_environment(workers)
+    free_slots = queue.Queue()
+    for slot in slots:
+        free_slots.put(slot)
 
     def run_job(job: Job) -> JobOutcome:
         if stopping.is_set():
             return JobOutcome(job, 'not started')
+        gpu = free_slots.get()  # the pool runs len(slots) jobs at a time: one is always free here
+        try:
+            return run_on(job, gpu)
+        finally:
+            free_slots.put(gpu)
+
+    def run_on(job: Job, gpu: Optional[str]) -> JobOutcome:
+        env = child_environment(len(slots), gpu, runs_per_gpu, mem_fraction)
         os.makedirs(os.path.dirname(job.log_path), exist_ok=True)
         with open(job.log_path, 'a') as log:
-            log.write(f'\n=== {datetime.datetime.now().isoformat(timespec="seconds")} {job.shell_command()}\n')
+            on_gpu = f' [CUDA_VISIBLE_DEVICES={gpu}]' if gpu is not None else ''
+            log.write(f'\n=== {datetime.datetime.now().isoformat(timespec="seconds")}{on_gpu} {job.shell_command()}\n')
             log.flush()
+            log_start = log.tell()
             # A new session: a Ctrl-C in the terminal reaches only the launcher, which turns it into
             # the SIGTERM that makes main.py checkpoint.
             process = subprocess.Popen(job.command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -325,14 +530,24 @@ def launch_local(jobs: Sequence[Job], workers: int, out=None) -> List[JobOutcome
             if stopping.is_set():
                 process.terminate()
             returncode = process.wait()
+        log_end = os.path.getsize(job.log_path) if os.path.exists(job.log_path) else None
+        if returncode == EXIT_TIME_LIMIT:
+            status = 'time limit'
         # A job we stopped may die before main.py installs its SIGTERM handler (exit -15): still resumable.
-        interrupted = returncode == PREEMPTED_EXIT_CODE or (stopping.is_set() and returncode != 0)
-        outcome = JobOutcome(job, 'ok' if returncode == 0 else 'stopped' if interrupted else 'failed', returncode)
+        elif returncode in (EXIT_PREEMPTED, EXIT_INTERRUPTED) or (stopping.is_set() and returncode != 0):
+            status = 'stopped'
+        else:
+            status = 'ok' if returncode == 0 else 'failed'
+        outcome = JobOutcome(job, status, returncode, log_start, log_end, gpu)
         with lock:
             live.discard(process)
             done_count[0] += 1
-            detail = f' (exit {returncode}), log: {job.log_path}' if returncode else ''
-            print(f'[{done_count[0]}/{len(jobs)}] {job.name}: {outcome.status}{detail}', file=out, flush=True)
+            if status == 'time limit':
+                label = f'{RESUMABLE_EXIT_CODES[EXIT_TIME_LIMIT]} (exit {returncode}: checkpoint saved; rerun the sweep to resume)'
+            else:
+                label = status + (f' (exit {returncode})' if returncode else '')
+            print(f'[{done_count[0]}/{len(jobs)}] {job.name}: {label}' + (f', log: {job.log_path}' if returncode else ''),
+                  file=out, flush=True)
         return outcome
 
     def stop(signum, _frame):
@@ -345,7 +560,7 @@ def launch_local(jobs: Sequence[Job], workers: int, out=None) -> List[JobOutcome
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             return list(pool.map(run_job, jobs))
     finally:
         for sig, handler in previous.items():
@@ -353,17 +568,23 @@ def launch_local(jobs: Sequence[Job], workers: int, out=None) -> List[JobOutcome
 
 
 def summarize_local(outcomes: Sequence[JobOutcome]) -> Tuple[str, int]:
-    """A report of failures (with their log tails) and the exit status for the CLI."""
+    """A report of failures (each with this attempt's part of its log, main.py's error first) and the exit
+    status for the CLI: 1 if a job failed, else 130 if jobs were stopped or not started, else 75
+    (EXIT_TIME_LIMIT: "try again later") if jobs stopped at their --time_limit, else 0."""
     failed = [o for o in outcomes if o.status == 'failed']
     stopped = [o for o in outcomes if o.status in ('stopped', 'not started')]
-    lines = [f'{len(outcomes) - len(failed) - len(stopped)} jobs finished, {len(failed)} failed, '
-             f'{len(stopped)} stopped or not started.']
+    timed = [o for o in outcomes if o.status == 'time limit']
+    lines = [f'{len(outcomes) - len(failed) - len(stopped) - len(timed)} jobs finished, {len(failed)} failed, '
+             f'{len(stopped)} stopped or not started' + (f', {len(timed)} stopped at their time limit.' if timed else '.')]
     for outcome in failed:
         lines.append(f'FAILED {outcome.job.name} (exit {outcome.returncode}); log {outcome.job.log_path}:')
-        lines.append(log_tail(outcome.job.log_path))
+        lines.append(attempt_excerpt(outcome.job.log_path, outcome.log_start, outcome.log_end))
+    if timed:
+        lines.append(f'{len(timed)} job(s) reached main.py\'s --time_limit and saved a checkpoint '
+                     f'({", ".join(o.job.name for o in timed)}): rerunning the same sweep command resumes them.')
     if stopped:
         lines.append('Stopped runs resume from their checkpoints when the same sweep command runs again.')
-    return '\n'.join(lines), (1 if failed else 130 if stopped else 0)
+    return '\n'.join(lines), (1 if failed else EXIT_INTERRUPTED if stopped else EXIT_TIME_LIMIT if timed else 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -376,10 +597,28 @@ def _ignore_sigusr2():
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
+EXCERPT_BEGIN, EXCERPT_END = "--- this attempt's log ---", '--- end of log excerpt ---'
+
+
+def _submitit_requeue_signal():
+    """The signal on which submitit's handler in this job checkpoints and requeues it (its preemption
+    signal, SUBMITIT_PREEMPT_SIGNAL, USR2 by default), or None outside a submitit job."""
+    import submitit
+
+    sig = getattr(signal, 'SIG' + submitit.JobEnvironment.USR_SIG, None)
+    if sig is None or not callable(signal.getsignal(sig)):  # SIG_DFL / SIG_IGN: no submitit handler installed
+        return None
+    return sig
+
+
 class MainCommand:
     """Runs one main.py command inside a submitit job. Checkpointable: on timeout or preemption
     submitit calls `checkpoint`, which has main.py save (SIGTERM) and requeues the same command,
-    and --resume continues it."""
+    and --resume continues it. When main.py itself stops at its --time_limit (exit 75, checkpoint saved),
+    the job requeues itself the same way: it raises submitit's preemption signal in its own process, so
+    submitit's handler calls `checkpoint` (main.py has exited: nothing to stop), saves the same command and
+    requeues the job (`scontrol requeue` on Slurm, a restart on the local executor), counting against
+    --max_timeouts when the job used up its Slurm time."""
 
     # How long `checkpoint` waits for main.py to save; Slurm's default warning comes 90 s before the kill.
     save_timeout_s = 60
@@ -392,6 +631,7 @@ class MainCommand:
         with open(log_path, 'a') as log:
             log.write(f'\n=== {datetime.datetime.now().isoformat(timespec="seconds")} {shlex.join(command)}\n')
             log.flush()
+            log_start = log.tell()
             self._process = subprocess.Popen(list(command), cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
                                              env=child_environment(1), preexec_fn=_ignore_sigusr2)
             # Poll rather than wait(): wait() would hold the lock that `checkpoint` (a signal handler
@@ -399,10 +639,21 @@ class MainCommand:
             while self._process.poll() is None:
                 time.sleep(1)
         returncode = self._process.returncode
+        log_end = os.path.getsize(log_path)
+        if returncode == EXIT_TIME_LIMIT:
+            sig = _submitit_requeue_signal()
+            if sig is not None:
+                with open(log_path, 'a') as log:
+                    log.write(f'=== main.py stopped at its --time_limit (exit {returncode}, checkpoint saved): '
+                              f'requeueing the same command\n')
+                signal.raise_signal(sig)  # submitit's handler: checkpoint(), requeue, exit this process
+            raise RuntimeError(f'main.py stopped at its --time_limit (exit {returncode}, checkpoint saved) and the job '
+                               f'could not requeue itself; relaunch the sweep to resume. Log: {log_path}')
         if returncode == PREEMPTED_EXIT_CODE:
             raise RuntimeError(f'main.py was stopped by SIGTERM (checkpoint saved); relaunch the sweep to resume. Log: {log_path}')
         if returncode != 0:
-            raise RuntimeError(f'main.py exited with status {returncode}. Log: {log_path}\n{log_tail(log_path)}')
+            raise RuntimeError(f'main.py exited with status {returncode}. Log: {log_path}\n{EXCERPT_BEGIN}\n'
+                               f'{attempt_excerpt(log_path, log_start, log_end)}\n{EXCERPT_END}')
         return log_path
 
     def checkpoint(self, command: Sequence[str], log_path: str):

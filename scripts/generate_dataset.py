@@ -9,19 +9,21 @@ sha256); only pointmaze follows the very procedure OGBench's own data were colle
 other generated datasets are this project's, not OGBench's. Existing files are never replaced: a
 file already there is kept if it is exactly what this command would write (so a missing val file is
 written alone), and the command stops otherwise. The folder's writability and free space are
-checked before generating. Antmaze stitch
+checked before generating. A second process generating (or main.py obtaining) the same dataset into the
+same folder waits for the first (it says for whom) and then uses its files. Ctrl-C stops with exit
+status 130 and says which files, if any, were completed (none is ever left partly written). Antmaze stitch
 datasets are simulated by --workers processes (default: one per usable core); the files are
 byte-identical for any number of workers.
 """
-import sys
-
+import os
 import sys
 
 from absl import app, flags
 
 
 from datagen import GENERATABLE_DATASETS, describe, is_faithful, write_dataset
-from utils.errors import DatasetError
+from utils.datasets import dataset_paths
+from utils.errors import EXIT_INTERRUPTED, DatasetError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('env_name', None, GENERATABLE_DATASETS, 'OGBench dataset name to generate.')
@@ -42,10 +44,13 @@ def main(_):
         if not FLAGS.env_name.startswith('antmaze-'):
             sys.exit('Error: --workers applies to antmaze datasets only.')
         extra['num_workers'] = FLAGS.workers
+    paths = dataset_paths(FLAGS.env_name, FLAGS.dataset_dir)
+    present_before = {path for path in paths if os.path.lexists(path)}
     try:
         train_path, val_path = write_dataset(
             FLAGS.env_name,
             FLAGS.dataset_dir,
+            log=lambda message: print(message, flush=True),
             seed=FLAGS.seed,
             num_train_episodes=FLAGS.num_episodes,
             num_val_episodes=FLAGS.num_val_episodes,
@@ -53,7 +58,23 @@ def main(_):
         )
     except DatasetError as e:
         sys.exit(f'Error: {e}')
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print(f'\n{interrupted_message(FLAGS.env_name, paths, present_before)}', file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
     print(f'Wrote {train_path} and {val_path}')
+
+
+def interrupted_message(dataset_name, paths, present_before):
+    """What a Ctrl-C left: files are published whole (val first, then train) or not at all."""
+    completed = [path for path in paths if os.path.exists(path) and path not in present_before]
+    if not completed:
+        return (f'Interrupted (Ctrl-C): generation of {dataset_name} stopped and nothing was written (files appear only '
+                f'when complete; no partial or temporary file is left). Rerun the same command to generate it.')
+    missing = [path for path in paths if not os.path.exists(path)]
+    return (f'Interrupted (Ctrl-C): generation of {dataset_name} stopped after {", ".join(completed)} was complete '
+            f'(it is kept); {", ".join(missing) or "nothing else"} was not written. Rerun the same command '
+            f'to write it: the complete file is checked against it, never replaced.')
 
 
 if __name__ == '__main__':

@@ -2,15 +2,20 @@
 
     python scripts/sweep.py --name=state --envs=antmaze-medium-stitch-v0,antmaze-large-stitch-v0 \
         --method=byol_gamma_a:alpha=1,6,40,100 --method=gcbc --seeds=0-9 \
-        [--backend=local --workers=2 | --backend=slurm --partition=gpu --time_min=1440] [--dry_run] \
+        [--backend=local --workers=2 | --backend=local --gpus=0,1,2,3 --runs_per_gpu=2 |
+         --backend=slurm --partition=gpu --time_min=1440] [--dry_run] \
         [--main_flags='--train_steps=500000'] [-- --agent.batch_size=256 --wandb_mode=offline]
 
 Runs land in <save_dir>/<name>/<preset>_<env>[_a<alpha>]..._sd<seed>, each with a <run>.log beside it.
 Finished runs (DONE) are skipped and the rest are passed --resume, so the same command both starts
-and continues a sweep. Flags after `--` go to every main.py command. See docs/experiments.md.
+and continues a sweep (also after a run stopped at main.py's --time_limit: exit status 75 = rerun to
+resume). Flags after `--` go to every main.py command. Before launching, each dataset is obtained once
+here with the dataset flags given to main.py (--dataset_dir, --download/--nodownload, --generate_dataset);
+one that cannot be obtained stops the sweep with main.py's message. See docs/experiments.md.
 """
 
 import argparse
+import errno
 import os
 import re
 import shlex
@@ -18,7 +23,8 @@ import sys
 
 
 from experiments import sweep
-from utils.errors import ConfigError
+from utils import errors
+from utils.errors import ConfigError, DatasetError
 
 
 def parse_args(argv):
@@ -34,7 +40,16 @@ def parse_args(argv):
     parser.add_argument('--save_dir', default='runs', help='Root of run directories (main.py --save_dir).')
     parser.add_argument('--backend', choices=['local', 'slurm', 'submitit_local'], default='local',
                         help='local: a process pool here; slurm: submitit job array; submitit_local: submitit on this machine.')
-    parser.add_argument('--workers', type=int, default=1, help='local: parallel main.py processes.')
+    parser.add_argument('--workers', type=int, default=None,
+                        help='local: parallel main.py processes (default 1; with --gpus: GPUs x --runs_per_gpu).')
+    parser.add_argument('--runs_per_gpu', type=int, default=1,
+                        help='local with --gpus: jobs sharing each GPU, each with its share of the GPU memory.')
+    parser.add_argument('--gpu_mem_fraction', type=float, default=None,
+                        help='local with --runs_per_gpu > 1: the memory fraction each job preallocates '
+                             '(default 0.9 / runs_per_gpu - 0.02).')
+    parser.add_argument('--prepare_datasets', action=argparse.BooleanOptionalAction, default=True,
+                        help='Obtain each dataset here, once, before launching (default). --no-prepare_datasets: '
+                             'this machine cannot see the jobs\' --dataset_dir; each job then obtains it itself.')
     parser.add_argument('--seeds_per_job', type=int, default=1, help='Consecutive seeds trained in one process (main.py --num_seeds).')
     parser.add_argument('--dry_run', action='store_true', help='Print the commands of unfinished runs; launch nothing.')
     parser.add_argument('--main_flags', default='',
@@ -46,7 +61,9 @@ def parse_args(argv):
     slurm.add_argument('--account', default=defaults.account)
     slurm.add_argument('--qos', default=defaults.qos)
     slurm.add_argument('--time_min', type=int, default=defaults.time_min, help='Time limit per job; jobs past it are requeued and resume.')
-    slurm.add_argument('--gpus', type=int, default=defaults.gpus, help='GPUs per job.')
+    parser.add_argument('--gpus', default=None,
+                        help='local: GPU ids to run on, e.g. 0,1,2,3 (each job sees one: CUDA_VISIBLE_DEVICES); '
+                             f'slurm and submitit_local: GPUs per job (default {defaults.gpus}).')
     slurm.add_argument('--cpus', type=int, default=defaults.cpus, help='CPUs per job.')
     slurm.add_argument('--mem_gb', type=float, default=defaults.mem_gb, help='Memory per job.')
     slurm.add_argument('--array_parallelism', type=int, default=defaults.array_parallelism, help='Array tasks running at once.')
@@ -54,8 +71,22 @@ def parse_args(argv):
     slurm.add_argument('--slurm_setup', action='append', default=[], help='Shell line run before each job; repeatable.')
     slurm.add_argument('--wait', action='store_true', help='slurm: wait for the jobs and report failures (always on for submitit_local).')
     args = parser.parse_args(own)
-    if args.workers < 1:
-        parser.error(f'--workers must be at least 1, got {args.workers}.')
+    try:
+        if args.backend == 'local':
+            args.gpu_ids = sweep.parse_gpus(args.gpus) if args.gpus is not None else None
+            args.slots = sweep.worker_slots(args.workers, args.gpu_ids, args.runs_per_gpu, args.gpu_mem_fraction)
+        else:
+            if args.workers is not None or args.runs_per_gpu != 1 or args.gpu_mem_fraction is not None:
+                raise ConfigError(f'--workers, --runs_per_gpu and --gpu_mem_fraction apply to --backend=local; with '
+                                  f'--backend={args.backend} each job gets --gpus GPUs and Slurm places it.')
+            if args.gpus is None:
+                args.gpus = defaults.gpus
+            elif not re.fullmatch(r'\d+', args.gpus.strip()):
+                raise ConfigError(f'--gpus={args.gpus}: with --backend={args.backend} it is the number of GPUs per job '
+                                  f'(e.g. --gpus=1); GPU ids (--gpus=0,1) are for --backend=local.')
+            args.gpus = int(args.gpus)
+    except ConfigError as e:
+        parser.error(str(e))
     return args, shlex.split(args.main_flags) + main_flags
 
 
@@ -67,6 +98,9 @@ def main(argv=None):
         runs = sweep.build_runs(args.name, methods, envs, sweep.parse_seeds(args.seeds), args.save_dir)
         jobs = sweep.build_jobs(runs, main_flags, args.seeds_per_job, main_path=os.path.abspath(args.main))
         problems = sweep.check_grid(methods, envs, main_flags)
+        if not problems:
+            problems = sweep.check_job_commands(jobs)
+        sweep.dataset_options(main_flags)  # a malformed --download=... stops here, not in every job
     except ConfigError as e:
         sys.exit(f'Error: {e}')
     if problems and not args.dry_run:
@@ -85,11 +119,42 @@ def main(argv=None):
         return 0
     if not jobs:
         return 0
+    if args.prepare_datasets:
+        prepare(args, jobs, main_flags)
     if args.backend == 'local':
-        report, status = sweep.summarize_local(sweep.launch_local(jobs, args.workers))
+        outcomes = sweep.launch_local(jobs, args.workers, gpus=args.gpu_ids, runs_per_gpu=args.runs_per_gpu,
+                                      mem_fraction=args.gpu_mem_fraction)
+        report, status = sweep.summarize_local(outcomes)
         print(report)
         return status
     return submit(args, jobs)
+
+
+def prepare(args, jobs, main_flags):
+    """Each dataset of the pending jobs obtained once, here, before any job starts; a dataset that cannot be
+    obtained stops the sweep with the paragraph main.py would print."""
+    envs = list(dict.fromkeys(job.runs[0].env for job in jobs))
+    try:
+        paths = sweep.prepare_datasets(envs, main_flags, log=lambda message: print(f'# {message}', flush=True))
+    except (ConfigError, DatasetError, OSError) as e:
+        error = storage_error(e) if isinstance(e, OSError) else e
+        if error is None:  # not a failure main.py names: a bug, whose traceback is wanted
+            raise
+        sys.exit(f'Error: {error} No job of sweep {args.name} was launched.')
+    for env, (train_path, _) in paths.items():
+        print(f'# dataset {env}: {train_path} (and its -val file) ready', flush=True)
+
+
+def storage_error(e: OSError):
+    """main.py's paragraph for a failed write (utils.errors.named_error), or None for other OSErrors."""
+    named = getattr(errors, 'named_error', None)
+    if named is not None:
+        error = named(e)
+        return error if error is not None and not isinstance(error, OSError) else None
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR):
+        return None
+    return DatasetError(f'Cannot write {e.filename or "a file"}: {e.strerror}. Files are written atomically, so nothing '
+                        f'was left half-written. Free space, or pass a writable --dataset_dir, then rerun.')
 
 
 def submit(args, jobs):
@@ -112,10 +177,13 @@ def submit(args, jobs):
             print(f'{job.name}: ok', flush=True)
         except Exception as e:  # submitit re-raises the job's error with its traceback; report and go on.
             failures += 1
-            reason = re.search(r'main\.py (exited with status -?\d+|was stopped by SIGTERM)', str(e))
+            text = str(e)
+            reason = re.search(r'main\.py (exited with status -?\d+|was stopped by SIGTERM|stopped at its --time_limit)', text)
             print(f'FAILED {job.name}: {reason.group(0) if reason else type(e).__name__}; log {job.log_path} '
                   f'(submitit log {handle.paths.stderr}):', flush=True)
-            print(sweep.log_tail(job.log_path), flush=True)
+            # This attempt's part of the log (MainCommand cuts it out: another sweep may share the file).
+            excerpt = re.search(re.escape(sweep.EXCERPT_BEGIN) + r'\n(.*?)\n' + re.escape(sweep.EXCERPT_END), text, re.S)
+            print(excerpt.group(1) if excerpt else sweep.log_tail(job.log_path), flush=True)
     print(f'{len(jobs) - failures} jobs finished, {failures} failed.')
     return 1 if failures else 0
 

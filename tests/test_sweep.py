@@ -1,8 +1,11 @@
 """The sweep launcher: naming, skipping finished runs, dry runs, the local process pool (with a stub
-main.py), checkpoint-and-requeue, and a tiny real grid through submitit's local executor."""
+main.py), datasets prepared once before launching, GPU slots, time limits, checkpoint-and-requeue, and a
+tiny real grid through submitit's local executor."""
 
+import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,20 +23,49 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = 'pointmaze-medium-stitch-v0'
 
 # Stands in for main.py: creates the run directory, then fails for seed 13, waits for SIGTERM when
-# STUB_WAIT is set (exit 143 like main.py), and otherwise finishes (DONE).
+# STUB_WAIT is set (exit 143 like main.py), stops at its "time limit" (exit 75, like main.py --time_limit)
+# on its first attempt when STUB_TIME_LIMIT is set, and otherwise finishes (DONE). STUB_RECORD: a file to
+# which it appends its GPU environment, whether the dataset files existed, and its start and end times.
 STUB_MAIN = textwrap.dedent('''
-    import os, signal, sys, time
+    import json, os, signal, sys, time
+    started = time.time()
     args = dict(a[2:].split('=', 1) for a in sys.argv[1:] if '=' in a)
     run_dir = os.path.join(args['save_dir'], args['run_group'], args['run_name'])
     os.makedirs(run_dir, exist_ok=True)
     print('stub started', run_dir, flush=True)
     if args['seed'] == '13':
         sys.exit('stub failure for seed 13')
+    if os.environ.get('STUB_LOCK'):  # main.py's run-directory lock, its "in use" paragraph, and a chatty run
+        import fcntl
+        lock = open(os.path.join(run_dir, 'run.lock'), 'a')
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print('\\nError: Run directory ' + run_dir + ' is in use by another process (pid ...).', file=sys.stderr)
+            sys.exit(1)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        open(os.path.join(run_dir, 'STARTED'), 'w').close()
+        for step in range(10 ** 9):
+            print('Finished: chunk', step, 'of the first sweep', flush=True)
+            time.sleep(0.01)
     if os.environ.get('STUB_WAIT'):
         signal.signal(signal.SIGTERM, lambda *_: (open(os.path.join(run_dir, 'TERMINATED'), 'w').close(), sys.exit(143)))
         open(os.path.join(run_dir, 'STARTED'), 'w').close()
         while True:
             time.sleep(0.05)
+    if os.environ.get('STUB_TIME_LIMIT') and not os.path.exists(os.path.join(run_dir, 'checkpoint')):
+        open(os.path.join(run_dir, 'checkpoint'), 'w').close()
+        print('stub: time limit reached, checkpoint saved', flush=True)
+        sys.exit(75)
+    if os.environ.get('STUB_RECORD'):
+        data = os.path.expanduser(args.get('dataset_dir', '~/.ogbench/data'))
+        time.sleep(float(os.environ.get('STUB_SLEEP', '0')))
+        record = dict(run=args['run_name'], start=started, end=time.time(),
+                      data=[os.path.exists(os.path.join(data, args['env_name'] + s)) for s in ('.npz', '-val.npz')],
+                      **{k: os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', 'XLA_PYTHON_CLIENT_MEM_FRACTION',
+                                                         'XLA_PYTHON_CLIENT_PREALLOCATE', 'XLA_CLIENT_MEM_FRACTION')})
+        with open(os.environ['STUB_RECORD'], 'a') as f:
+            f.write(json.dumps(record) + '\\n')
     open(os.path.join(run_dir, 'DONE'), 'w').close()
 ''')
 
@@ -56,9 +88,16 @@ def test_parse_method_and_seeds():
     assert method.named_keys() == ['alpha', 'actor_hidden_dims']  # tau is fixed: not in the name
     assert len(method.settings()) == 4
     assert sweep.parse_seeds('0-3,7') == [0, 1, 2, 3, 7]
-    for bad in ('byol:alpha', 'byol:alpha=', 'byol:alpha=1:alpha=2', ':alpha=1', 'byol-x'):
+    for bad in ('byol:alpha', 'byol:alpha=', 'byol:alpha=1:alpha=2', ':alpha=1', '-byol', 'byol/x', 'byol x'):
         with pytest.raises(ConfigError):
             sweep.parse_method(bad)
+    # Presets with '-' (fb_lr1e-5, fb_lr1e-6): accepted, and their run names stay one path-safe directory name.
+    runs = sweep.build_runs('sw', [sweep.parse_method('fb_lr1e-5'), sweep.parse_method('fb_lr1e-6:tau=0.01,0.02')],
+                            [ENV], [0], '/tmp')
+    assert [r.name for r in runs] == [f'fb_lr1e-5_{ENV}_sd0', f'fb_lr1e-6_{ENV}_tau0.01_sd0', f'fb_lr1e-6_{ENV}_tau0.02_sd0']
+    from configs.presets import PRESETS
+    assert {'fb_lr1e-5', 'fb_lr1e-6'} <= set(PRESETS)
+    assert sweep.check_grid([sweep.parse_method('fb_lr1e-5:tau=0.01')], [ENV], []) == []
     for bad in ('3-1', 'a', '1,,2'):
         with pytest.raises(ConfigError, match='Bad --seeds'):
             sweep.parse_seeds(bad)
@@ -87,7 +126,8 @@ def test_commands_skip_finished_runs_and_group_seeds(tmp_path):
     open(os.path.join(finished.run_dir, 'DONE'), 'w').close()
     jobs = sweep.build_jobs(runs, ['--train_steps=50'], python='py', main_path='main.py')
     assert [job.name for job in jobs] == [r.name for r in runs if r is not finished]
-    assert jobs[0].command == ('py', 'main.py', f'--env_name={ENV}', '--agent=configs/presets.py:byol_gamma_a',
+    assert os.path.isabs(sweep.PRESETS_FILE)  # commands work pasted into any directory
+    assert jobs[0].command == ('py', 'main.py', f'--env_name={ENV}', f'--agent={sweep.PRESETS_FILE}:byol_gamma_a',
                                '--agent.alpha=6', '--seed=0', f'--run_name=byol_gamma_a_{ENV}_a6_sd0',
                                f'--save_dir={tmp_path}', '--run_group=sw', '--resume', '--train_steps=50')
     assert jobs[0].log_path == str(tmp_path / 'sw' / f'byol_gamma_a_{ENV}_a6_sd0.log')
@@ -143,9 +183,9 @@ def test_bad_grid_is_refused_but_dry_run_warns(tmp_path, capsys):
     assert status == 1 and 'the sweep sets --seed itself' in err
 
 
-def test_local_pool_reports_failures_and_resumes(tmp_path, stub_main, capsys):
+def test_local_pool_reports_failures_and_resumes(tmp_path, stub_main, capsys, pointmaze_data_dir):
     args = ['--name=pool', f'--envs={ENV}', '--method=gcbc', '--seeds=0,1,13', f'--save_dir={tmp_path}',
-            '--workers=2', f'--main={stub_main}']
+            '--workers=2', f'--main={stub_main}', '--', f'--dataset_dir={pointmaze_data_dir}', '--nodownload']
     status, out, err = run_cli(capsys, *args)
     assert status == 1, out + err
     log = tmp_path / 'pool' / f'gcbc_{ENV}_sd13.log'
@@ -158,13 +198,16 @@ def test_local_pool_reports_failures_and_resumes(tmp_path, stub_main, capsys):
     _, again, _ = run_cli(capsys, *args)  # finished runs are skipped; only the failed one runs again
     assert again.startswith('# sweep pool: 3 runs: 2 finished (skipped), 1 to run in 1 jobs.')
     assert log.read_text().count('=== ') == 2  # the log keeps both attempts
+    # The excerpt is this attempt's part of the log: the first attempt's lines are not in it.
+    assert again.count('stub failure for seed 13') == 1 and again.count('stub started') == 1
 
 
-def test_interrupt_stops_runs_with_sigterm(tmp_path, stub_main):
+def test_interrupt_stops_runs_with_sigterm(tmp_path, stub_main, pointmaze_data_dir):
     env = dict(os.environ, STUB_WAIT='1')
     process = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=int', f'--envs={ENV}', '--method=gcbc',
-         '--seeds=0-2', f'--save_dir={tmp_path}', '--workers=2', f'--main={stub_main}'],
+         '--seeds=0-2', f'--save_dir={tmp_path}', '--workers=2', f'--main={stub_main}', '--',
+         f'--dataset_dir={pointmaze_data_dir}', '--nodownload'],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     started = [tmp_path / 'int' / f'gcbc_{ENV}_sd{seed}' / 'STARTED' for seed in (0, 1)]
     deadline = time.time() + 60
@@ -213,9 +256,10 @@ def test_submitit_checkpoint_stops_main_and_requeues_same_command(tmp_path, stub
     assert isinstance(delayed.function, sweep.MainCommand) and delayed.args == (command, log_path)
 
 
-def test_submitit_reports_a_failed_job(tmp_path, stub_main, capsys):
+def test_submitit_reports_a_failed_job(tmp_path, stub_main, capsys, pointmaze_data_dir):
     status, out, _ = run_cli(capsys, '--name=fail', f'--envs={ENV}', '--method=gcbc', '--seeds=0,13', f'--save_dir={tmp_path}',
-                             '--backend=submitit_local', '--gpus=0', f'--main={stub_main}')
+                             '--backend=submitit_local', '--gpus=0', f'--main={stub_main}', '--',
+                             f'--dataset_dir={pointmaze_data_dir}', '--nodownload')
     assert status == 1
     assert f'gcbc_{ENV}_sd0: ok' in out and f'FAILED gcbc_{ENV}_sd13: main.py exited with status 1; log ' in out
     assert 'stub failure for seed 13' in out and '1 jobs finished, 1 failed.' in out
@@ -251,7 +295,7 @@ def test_paper_grid_scripts(tmp_path):
     assert state.returncode == 0 and not state.stderr, state.stderr
     commands = state.stdout.splitlines()[1:]
     assert len(commands) == 5 * (4 + 1 + 4 + 4 + 1) * 10
-    assert sum('--agent=configs/presets.py:tdsr_a --agent.alpha=0.005 ' in c for c in commands) == 50
+    assert sum(f'--agent={os.path.join(ROOT, "configs", "presets.py")}:tdsr_a --agent.alpha=0.005 ' in c for c in commands) == 50
     visual = subprocess.run(['bash', 'scripts/sweep_visual.sh', '--dry_run', f'--save_dir={tmp_path}'], cwd=ROOT,
                             capture_output=True, text=True, timeout=120, env=env)
     assert visual.returncode == 0 and not visual.stderr, visual.stderr
@@ -290,3 +334,194 @@ def test_stitch_benchmark_script(tmp_path):
     assert '8 runs' in header and len(commands) == 2
     assert all(' --train_steps=300 ' in c and ' --eval_interval=100 ' in c and 'medium-stitch' in c for c in commands)
     assert not os.path.exists(tmp_path / 'stitch')
+
+
+def test_dry_run_commands_work_pasted_in_any_directory(tmp_path, capsys, pointmaze_data_dir):
+    """A printed command, run from another directory, trains: both main.py and the preset file are absolute."""
+    status, out, err = run_cli(
+        capsys, '--name=paste', f'--envs={ENV}', '--method=gcbc', '--seeds=0', f'--save_dir={tmp_path / "runs"}', '--dry_run',
+        '--', f'--dataset_dir={pointmaze_data_dir}', '--nodownload', '--wandb_mode=disabled', '--train_steps=20',
+        '--steps_per_call=20', '--log_interval=20', '--eval_interval=20', '--save_interval=20', '--eval_episodes=2',
+        '--eval_tasks=1', '--eval_max_steps=5', '--eval_workers=1', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32')
+    assert status == 0, err
+    command = out.splitlines()[1]
+    assert f'--agent={ROOT}/configs/presets.py:gcbc ' in command
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    result = subprocess.run(command, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / 'runs' / 'paste' / f'gcbc_{ENV}_sd0' / 'DONE').exists()
+
+
+def half_pair(source, destination):
+    """A folder holding a generated train file (with its provenance) whose val file is missing: the cheapest
+    dataset that has to be generated (the val file is regenerated from the recorded seed and counts)."""
+    destination.mkdir(parents=True)
+    for name in (f'{ENV}.npz', f'{ENV}.npz.provenance.json'):
+        shutil.copyfile(os.path.join(source, name), destination / name)
+    return destination
+
+
+@pytest.fixture(scope='module')
+def small_data(tmp_path_factory):
+    from datagen.pointmaze import write_dataset
+
+    path = tmp_path_factory.mktemp('small-data')
+    write_dataset(ENV, str(path), seed=0, num_train_episodes=20, num_val_episodes=4, progress=False)
+    return str(path)
+
+
+def test_datasets_are_prepared_once_before_any_job(tmp_path, stub_main, capsys, small_data):
+    """The sweep obtains each dataset once, with the dataset flags it passes to main.py, before any job starts
+    (so parallel jobs never race to generate it); the dry run obtains nothing."""
+    data = half_pair(small_data, tmp_path / 'data')
+    record = tmp_path / 'record.jsonl'
+    args = ['--name=prep', f'--envs={ENV}', '--method=gcbc', '--seeds=0-3', f'--save_dir={tmp_path / "runs"}', '--workers=2',
+            f'--main={stub_main}', '--', f'--dataset_dir={data}', '--nodownload']
+    status, out, err = run_cli(capsys, '--dry_run', *args)
+    assert status == 0 and not (data / f'{ENV}-val.npz').exists(), out + err
+    os.environ['STUB_RECORD'] = str(record)
+    try:
+        status, out, err = run_cli(capsys, *args)
+    finally:
+        del os.environ['STUB_RECORD']
+    assert status == 0, out + err
+    assert out.count('is missing: regenerating it') == 1, out
+    assert f'# dataset {ENV}: {data / f"{ENV}.npz"} (and its -val file) ready' in out
+    assert out.index('ready') < out.index('[1/4]')
+    runs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(runs) == 4 and all(run['data'] == [True, True] for run in runs)  # there when each job started
+
+
+def test_a_dataset_that_cannot_be_obtained_stops_the_sweep_before_launching(tmp_path, stub_main, capsys, small_data):
+    """main.py's own paragraph, and not one job started (no log, no run directory)."""
+    status, out, err = run_cli(capsys, '--name=nodata', '--envs=antmaze-medium-stitch-v0', '--method=gcbc',
+                               f'--save_dir={tmp_path / "runs"}', f'--main={stub_main}', '--',
+                               f'--dataset_dir={tmp_path / "empty"}', '--nodownload')
+    assert status == 1 and 'Traceback' not in err
+    assert "NOT OGBench's data" in err and 'generate_dataset.py --env_name=antmaze-medium-stitch-v0' in err
+    assert 'No job of sweep nodata was launched.' in err and not (tmp_path / 'runs').exists()
+    data = half_pair(small_data, tmp_path / 'data')
+    (data / f'{ENV}-val.npz').mkdir()
+    status, out, err = run_cli(capsys, '--name=dir', f'--envs={ENV}', '--method=gcbc', f'--save_dir={tmp_path / "runs"}',
+                               f'--main={stub_main}', '--', f'--dataset_dir={data}', '--nodownload')
+    assert status == 1 and f'Error: {data / f"{ENV}-val.npz"} is a directory, where the dataset file should be.' in err
+    assert not (tmp_path / 'runs').exists()
+
+
+def test_two_sweeps_into_one_folder_report_their_own_failure(tmp_path, stub_main, capsys, pointmaze_data_dir):
+    """While a first sweep's run writes its log (here: a line every 10 ms), a second sweep into the same folder
+    fails its job (the run directory is in use); its FAILED excerpt is its own attempt's part of the shared
+    log, led by main.py's Error paragraph, with none of the first sweep's lines."""
+    flags = ['--name=shared', f'--envs={ENV}', '--method=gcbc', '--seeds=0', f'--save_dir={tmp_path}', '--workers=1',
+             f'--main={stub_main}', '--', f'--dataset_dir={pointmaze_data_dir}', '--nodownload']
+    first = subprocess.Popen([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), *flags], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=dict(os.environ, STUB_LOCK='1'))
+    try:
+        started, deadline = tmp_path / 'shared' / f'gcbc_{ENV}_sd0' / 'STARTED', time.time() + 60
+        while not started.exists():
+            assert first.poll() is None and time.time() < deadline, first.stdout.read()
+            time.sleep(0.05)
+        os.environ['STUB_LOCK'] = '1'
+        try:
+            status, out, _ = run_cli(capsys, *flags)
+        finally:
+            del os.environ['STUB_LOCK']
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert status == 1
+    report = out[out.index(f'FAILED gcbc_{ENV}_sd0 (exit 1)'):]
+    excerpt = report.splitlines()[1]
+    assert excerpt.strip().startswith('Error: Run directory ') and 'is in use by another process' in excerpt
+    assert 'Finished:' not in report, report
+    assert 'Finished: chunk' in (tmp_path / 'shared' / f'gcbc_{ENV}_sd0.log').read_text()  # the log is shared
+
+
+def test_a_run_stopped_at_its_time_limit_is_resumable_not_failed(tmp_path, stub_main, capsys, pointmaze_data_dir, monkeypatch):
+    """main.py --time_limit exits 75 with a checkpoint: the local backend reports the job as stopped at its time
+    limit, the sweep exits 75 saying that rerunning it resumes the job, and rerunning it does."""
+    monkeypatch.setenv('STUB_TIME_LIMIT', '1')
+    args = ['--name=tl', f'--envs={ENV}', '--method=gcbc', '--seeds=0,1', f'--save_dir={tmp_path}', '--workers=2',
+            f'--main={stub_main}', '--', f'--dataset_dir={pointmaze_data_dir}', '--nodownload']
+    status, out, err = run_cli(capsys, *args)
+    assert status == 75, out + err
+    assert f'gcbc_{ENV}_sd0: stopped at its --time_limit (exit 75: checkpoint saved; rerun the sweep to resume)' in out
+    assert '0 jobs finished, 0 failed, 0 stopped or not started, 2 stopped at their time limit.' in out
+    assert 'rerunning the same sweep command resumes them' in out and 'FAILED' not in out
+    status, out, err = run_cli(capsys, *args)
+    assert status == 0 and '2 jobs finished, 0 failed' in out, out + err
+    assert all((tmp_path / 'tl' / f'gcbc_{ENV}_sd{seed}' / 'DONE').exists() for seed in (0, 1))
+
+
+def test_submitit_requeues_a_run_stopped_at_its_time_limit(tmp_path, stub_main, capsys, pointmaze_data_dir, monkeypatch):
+    """On Slurm (here submitit's local executor, which runs the same job code), a main.py that exits 75 has its
+    job requeue itself with the same command, through submitit's own checkpoint-and-requeue path; the
+    requeued job resumes the run to its end."""
+    monkeypatch.setenv('STUB_TIME_LIMIT', '1')
+    status, out, _ = run_cli(capsys, '--name=tlq', f'--envs={ENV}', '--method=gcbc', '--seeds=0', f'--save_dir={tmp_path}',
+                             '--backend=submitit_local', '--gpus=0', f'--main={stub_main}', '--',
+                             f'--dataset_dir={pointmaze_data_dir}', '--nodownload')
+    assert status == 0 and f'gcbc_{ENV}_sd0: ok' in out, out
+    log = (tmp_path / 'tlq' / f'gcbc_{ENV}_sd0.log').read_text()
+    headers = [line for line in log.splitlines() if line.startswith('=== ') and stub_main in line]
+    assert len(headers) == 2 and 'stopped at its --time_limit (exit 75, checkpoint saved): requeueing' in log
+    assert (tmp_path / 'tlq' / f'gcbc_{ENV}_sd0' / 'DONE').exists()
+    stderr = ''.join(p.read_text() for p in (tmp_path / 'tlq' / 'submitit').rglob('*.err'))
+    assert 'Caught signal SIGUSR2' in stderr  # submitit's own checkpoint-and-requeue handler ran
+
+
+def test_local_gpu_slots_pin_each_job_to_one_gpu(tmp_path, stub_main, capsys, pointmaze_data_dir, monkeypatch):
+    """--gpus=0,1 --runs_per_gpu=2: four slots; each job sees one GPU (CUDA_VISIBLE_DEVICES) with a preallocated
+    share of its memory, and at no time do more than two jobs use one GPU."""
+    record = tmp_path / 'record.jsonl'
+    monkeypatch.setenv('STUB_RECORD', str(record))
+    monkeypatch.setenv('STUB_SLEEP', '0.4')
+    monkeypatch.setenv('XLA_CLIENT_MEM_FRACTION', '0.9')  # a user's setting: JAX refuses it next to the old name
+    status, out, err = run_cli(capsys, '--name=gpus', f'--envs={ENV}', '--method=gcbc', '--seeds=0-7', f'--save_dir={tmp_path}',
+                               '--gpus=0,1', '--runs_per_gpu=2', f'--main={stub_main}', '--',
+                               f'--dataset_dir={pointmaze_data_dir}', '--nodownload')
+    assert status == 0 and '8 jobs finished' in out, out + err
+    runs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(runs) == 8
+    assert all(r['CUDA_VISIBLE_DEVICES'] in ('0', '1') and r['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'true'
+               and r['XLA_PYTHON_CLIENT_MEM_FRACTION'] == '0.43' and r['XLA_CLIENT_MEM_FRACTION'] is None for r in runs)
+    for gpu in ('0', '1'):
+        on_gpu = [r for r in runs if r['CUDA_VISIBLE_DEVICES'] == gpu]
+        assert on_gpu
+        for r in on_gpu:  # how many jobs ran on this GPU when r started (r included)
+            assert sum(o['start'] <= r['start'] < o['end'] for o in on_gpu) <= 2
+    assert max(sum(o['start'] <= r['start'] < o['end'] for o in runs) for r in runs) > 1  # slots do run at once
+    log = (tmp_path / 'gpus' / f'gcbc_{ENV}_sd0.log').read_text()
+    assert '[CUDA_VISIBLE_DEVICES=' in log
+
+
+def test_gpu_and_worker_flags_must_agree(tmp_path, capsys):
+    common = ['--name=x', f'--envs={ENV}', '--method=gcbc', f'--save_dir={tmp_path}', '--dry_run']
+    for flags, message in (
+            (['--gpus=0,1', '--runs_per_gpu=2', '--workers=3'], '--workers=3 does not match --gpus=0,1 with --runs_per_gpu=2'),
+            (['--runs_per_gpu=2'], '--runs_per_gpu and --gpu_mem_fraction apply to GPUs listed with --gpus'),
+            (['--gpus=0,0'], 'lists GPU 0 twice'),
+            (['--gpus=a,b'], "Bad --gpus='a,b'"),
+            (['--gpus=0,1', '--runs_per_gpu=4', '--gpu_mem_fraction=0.3'], 'all 4 shares together at most 1'),
+            (['--backend=submitit_local', '--gpus=0,1'], 'it is the number of GPUs per job'),
+            (['--backend=slurm', '--workers=2'], 'apply to --backend=local')):
+        status, _, err = run_cli(capsys, *common, *flags)
+        assert status == 2 and message in err, (flags, err)
+    assert [s for s in sweep.worker_slots(None, ['0', '1'], 2)] == ['0', '1', '0', '1']
+    assert sweep.worker_slots(4, ['0', '1'], 2) == ['0', '1', '0', '1'] and sweep.worker_slots(None, None) == [None]
+    assert sweep.default_mem_fraction(2) == 0.43 and sweep.default_mem_fraction(4) == 0.205
+    alone = sweep.child_environment(4, '3', 1)  # one job per GPU: JAX's defaults (and the user's settings) stay
+    assert alone['CUDA_VISIBLE_DEVICES'] == '3'
+    assert alone.get('XLA_PYTHON_CLIENT_MEM_FRACTION') == os.environ.get('XLA_PYTHON_CLIENT_MEM_FRACTION')
+    assert alone.get('XLA_PYTHON_CLIENT_PREALLOCATE') == os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')
+
+
+def test_job_commands_are_checked_before_launch(tmp_path, capsys):
+    """An override value main.py could not parse stops the sweep before anything starts (the dry run warns)."""
+    args = ['--name=bad', f'--envs={ENV}', '--method=byol_gamma_a:alpha=abc', f'--save_dir={tmp_path}']
+    status, _, err = run_cli(capsys, *args)
+    assert status == 1 and "--agent.alpha=abc (preset byol_gamma_a): expected a number" in err
+    status, out, err = run_cli(capsys, *args, '--dry_run')
+    assert status == 0 and 'Warning: --agent.alpha=abc' in err and not (tmp_path / 'bad').exists()

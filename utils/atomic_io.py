@@ -13,7 +13,17 @@ import contextlib
 import errno
 import json
 import os
+import re
 import tempfile
+
+TEMP_SUFFIX = '.tmp'
+
+
+def temp_name_pattern(basename: str) -> 're.Pattern':
+    """The names `atomic_open` gives the temporary files of a target named `basename`: `<basename>.<8
+    random characters of tempfile's alphabet>.tmp`. One found while nobody is writing the target is stale
+    (its writer was killed before it could remove it)."""
+    return re.compile(re.escape(basename) + r'\.[a-z0-9_]{8}' + re.escape(TEMP_SUFFIX))
 
 
 def with_path(error: OSError, path: str) -> OSError:
@@ -37,7 +47,7 @@ def atomic_open(path: str, mode: str = 'wb', exclusive: bool = False, **kwargs):
     tmp_path = None
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + '.', suffix='.tmp')
+        fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + '.', suffix=TEMP_SUFFIX)
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f
             f.flush()

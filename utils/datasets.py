@@ -5,14 +5,25 @@ written by `datagen` are interchangeable; where a file came from is recorded bes
 (`utils/provenance.py`). No function here replaces an existing dataset file.
 """
 
+import contextlib
+import datetime
 import difflib
+import errno
+import fcntl
+import json
 import logging
 import os
+import re
+import shlex
 import shutil
 import socket
+import stat
+import sys
 import tempfile
+import threading
+import time
 import zipfile
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 import gymnasium
 import numpy as np
@@ -100,6 +111,240 @@ def check_writable_space(directory: str, needed_bytes: int, what: str):
         )
 
 
+# ----------------------------------------------------------------------------------------------
+# What sits where a dataset file should be, and one writer of a dataset at a time.
+
+_SPECIAL_FILES = ((stat.S_ISFIFO, 'a FIFO (named pipe)'), (stat.S_ISSOCK, 'a socket'), (stat.S_ISCHR, 'a character device'),
+                  (stat.S_ISBLK, 'a block device'))
+
+
+def check_dataset_paths(paths) -> None:
+    """DatasetError, before any work, if something other than a readable dataset file sits where one should be:
+    a directory, a dangling symbolic link, a FIFO or device, or a file this user cannot read. A missing path is
+    fine (it is to be obtained). The message names the path, what is there, and how to fix it."""
+    from utils.provenance import read_error
+
+    for path in paths:
+        target = os.readlink(path) if os.path.islink(path) else None
+        link = f' (a symbolic link to {target})' if target is not None else ''
+        try:
+            info = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            if target is None:
+                continue  # missing: to be downloaded or generated
+            raise DatasetError(
+                f'{path} is a symbolic link to {target}, which does not exist (a dangling link), where the dataset file '
+                f'should be. Nothing was read, generated or written. Point the link at the dataset file '
+                f'(ln -sfn /path/to/{os.path.basename(path)} {path}), or remove it (rm {path}) so that the file is '
+                f'downloaded or generated there, or pass another --dataset_dir.'
+            ) from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise DatasetError(
+                    f'{path} is a symbolic link that loops back on itself{link}, where the dataset file should be. Nothing '
+                    f'was read, generated or written. Remove it (rm {path}) or point it at the dataset file, or pass '
+                    f'another --dataset_dir.'
+                ) from None
+            raise read_error(path, e) from None
+        if stat.S_ISDIR(info.st_mode):
+            raise DatasetError(
+                f'{path} is a directory{link}, where the dataset file should be. Nothing was read, generated or written. '
+                f'Move it away (mv {path} {path}.dir) so that the file is downloaded or generated there, or pass another '
+                f'--dataset_dir.'
+            )
+        kind = next((name for test, name in _SPECIAL_FILES if test(info.st_mode)), None)
+        if kind is not None or not stat.S_ISREG(info.st_mode):
+            raise DatasetError(
+                f'{path} is {kind or "not a regular file"}{link}, where the dataset file should be. Nothing was read, '
+                f'generated or written. Move it away so that the file is downloaded or generated there, or pass another '
+                f'--dataset_dir.'
+            )
+        try:
+            with open(path, 'rb') as f:
+                f.read(1)
+        except OSError as e:
+            raise read_error(path, e) from None
+
+
+LOCK_SUFFIX = '.lock'
+_NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+_held_locks: Dict[Tuple[int, str], List] = {}  # (thread, lock path) -> [fd or None, depth]: re-entrant per thread
+
+
+def dataset_lock_path(dataset_name: str, dataset_dir: str) -> str:
+    return os.path.join(os.path.expanduser(dataset_dir), dataset_name + LOCK_SUFFIX)
+
+
+def describe_lock_holder(holder: Dict) -> str:
+    if not holder:
+        return 'a process that has not written its details yet'
+    return (f'pid {holder.get("pid")} on host {holder.get("host")}, started {holder.get("started")}, '
+            f'command: {holder.get("command")}')
+
+
+def _read_lock_holder(fd: int, attempts: int = 10) -> Dict:
+    # The holder writes its record right after locking: give it a moment if the file is still empty.
+    for _ in range(attempts):
+        text = os.pread(fd, 65536, 0).decode(errors='replace').strip()
+        if text:
+            try:
+                return json.loads(text)
+            except ValueError:
+                pass
+        time.sleep(0.05)
+    return {}
+
+
+def _acquire_lock(dataset_name: str, path: str, blocking: bool, log):
+    """(fd, locked, waited_seconds): fd None if not blocking and held elsewhere; locked False where the file
+    system cannot lock."""
+    directory = os.path.dirname(path)
+    waited = None
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise DatasetError(
+                f'Cannot write {dataset_name} files into {directory} ({e.strerror}: {path}); nothing was generated. '
+                f'Pass a writable --dataset_dir.'
+            ) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not blocking:
+                    os.close(fd)
+                    return None, False, None
+                holder = _read_lock_holder(fd)
+                log(f'{dataset_name}: another process is generating or downloading it into {directory} '
+                    f'({describe_lock_holder(holder)}); waiting for it to finish (lock file {path}), then this process '
+                    f'uses its files.')
+                started = time.time()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                waited = (waited or 0.0) + time.time() - started
+        except OSError as e:
+            if e.errno not in _NO_LOCKING:
+                os.close(fd)
+                raise DatasetError(f'Cannot lock {path} ({e.strerror}) to obtain {dataset_name}; nothing was generated. '
+                                   f'Pass another --dataset_dir.') from None
+            logging.warning(f'{directory}: this file system does not support flock ({e.strerror}); two processes '
+                            f'obtaining {dataset_name} at once are NOT kept apart.')
+            return fd, False, None
+        except BaseException:  # Ctrl-C while waiting
+            os.close(fd)
+            raise
+        # The holder removes the lock file before releasing it: if the file we locked is gone or replaced,
+        # lock the one at the path now.
+        try:
+            current = os.stat(path)
+            mine = os.fstat(fd)
+            if (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+                return fd, True, waited
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def dataset_lock(dataset_name: str, dataset_dir: str, log=logging.info, blocking: bool = True):
+    """Exclusive right to write `<dataset_name>` files into `dataset_dir`, across processes (and threads).
+
+    An exclusive `flock` on `<dataset_dir>/<dataset_name>.lock`, which holds the holder's pid, host, start
+    time and command; a second process logs whom it waits for and blocks until the first is done (however
+    it ends: the kernel drops the lock of a killed process). Re-entrant within a thread. On entry, with the
+    lock held, stale temporary files of this dataset (left by a process killed mid-write: nobody else can be
+    writing them now) are removed. The lock file is removed on release. Yields how many seconds this process
+    waited (0.0 if it did not), or None when `blocking` is False and another process holds the lock.
+    The folder's writability is checked first (DatasetError naming it)."""
+    path = dataset_lock_path(dataset_name, dataset_dir)
+    key = (threading.get_ident(), os.path.realpath(path))
+    if key in _held_locks:
+        _held_locks[key][1] += 1
+        try:
+            yield 0.0
+        finally:
+            _held_locks[key][1] -= 1
+        return
+    check_writable_space(os.path.dirname(path), 0, f'{dataset_name} files')
+    fd, locked, waited = _acquire_lock(dataset_name, path, blocking, log)
+    if fd is None:
+        yield None
+        return
+    try:
+        if locked:
+            record = dict(pid=os.getpid(), host=socket.gethostname(),
+                          started=datetime.datetime.now().astimezone().isoformat(timespec='seconds'),
+                          command=shlex.join([sys.executable] + sys.argv))
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, (json.dumps(record) + '\n').encode(), 0)
+            if waited is not None:
+                log(f'{dataset_name}: the other process finished after {waited:.0f} s.')
+            remove_stale_temporaries(dataset_name, dataset_dir, log)
+        _held_locks[key] = [fd, 1]
+        yield waited or 0.0
+    finally:
+        _held_locks.pop(key, None)
+        if locked:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # while still holding it: a waiter then finds the file gone and locks a new one
+        os.close(fd)
+
+
+def stale_temporaries(dataset_name: str, dataset_dir: str) -> List[str]:
+    """Temporary files of this dataset's writers found in `dataset_dir`: utils/atomic_io's `<file>.<random>.tmp`
+    of both files and their provenance sidecars, and OGBench's download's `<file>.tmp`. Stale only if nobody
+    holds the dataset's lock."""
+    from utils.atomic_io import temp_name_pattern
+    from utils.provenance import SIDECAR_SUFFIX
+
+    directory = os.path.expanduser(dataset_dir)
+    files = [f'{dataset_name}.npz', f'{dataset_name}-val.npz']
+    patterns = [temp_name_pattern(name) for name in files + [f + SIDECAR_SUFFIX for f in files]]
+    patterns += [re.compile(re.escape(name + '.tmp')) for name in files]
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(os.path.join(directory, name) for name in names if any(p.fullmatch(name) for p in patterns))
+
+
+def remove_stale_temporaries(dataset_name: str, dataset_dir: str, log=logging.info) -> List[str]:
+    """Remove `stale_temporaries`; call only while holding `dataset_lock` (then nobody can be writing them)."""
+    removed = []
+    for path in stale_temporaries(dataset_name, dataset_dir):
+        try:
+            size = os.lstat(path).st_size
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            logging.warning(f'Could not remove the stale temporary file {path} ({e.strerror}); remove it by hand.')
+            continue
+        removed.append(f'{os.path.basename(path)} ({size} bytes)')
+    if removed:
+        log(f'{dataset_name}: removed {len(removed)} stale temporary file(s) left in {os.path.expanduser(dataset_dir)} by a '
+            f'process killed while writing: {", ".join(removed)}.')
+    return removed
+
+
+def _settle_present_files(dataset_name: str, dataset_dir: str, paths, log):
+    """Both files are there: if their writer may still be finishing (its lock is held and a provenance
+    sidecar is not written yet), wait for it; clean stale temporaries when nobody holds the lock. Never
+    fails for want of a writable folder (a read-only copy of the data is fine)."""
+    from utils.provenance import sidecar_path
+
+    lock_path = dataset_lock_path(dataset_name, dataset_dir)
+    finishing = os.path.exists(lock_path) and not all(os.path.exists(sidecar_path(p)) for p in paths)
+    if not finishing and not stale_temporaries(dataset_name, dataset_dir):
+        return
+    try:
+        with dataset_lock(dataset_name, dataset_dir, log, blocking=finishing):
+            pass
+    except DatasetError:
+        pass  # cannot write there: nothing to clean, and nobody can be writing
+
+
 def _try_download(dataset_name: str, dataset_dir: str) -> str:
     """OGBench's own download; returns '' on success, else why it failed (never raises)."""
     import ogbench
@@ -124,7 +369,10 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, g
 
     `generator` is an object with `can_generate(name)`, `is_faithful(name)`, `describe(name)` and
     `write_dataset(name, dataset_dir, **kwargs)` (the `datagen` package; the caller chooses, so this
-    core module never imports the generators). Order:
+    core module never imports the generators). First, before any work, a DatasetError if something other
+    than a readable file sits at either path (a directory, a dangling link, a FIFO, an unreadable file).
+    Whatever may write runs under `dataset_lock`: a process finding another one obtaining the same dataset
+    logs whom it waits for, waits, and then uses the files that process wrote. Order:
 
     1. both files exist (downloaded from OGBench, generated earlier, or supplied): use them;
     2. one exists, the other not: if the present one's provenance sidecar says this project generated
@@ -140,9 +388,25 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, g
     """
     env_id_for(dataset_name)
     train_path, val_path = dataset_paths(dataset_name, dataset_dir)
-    present = [path for path in (train_path, val_path) if os.path.exists(path)]
-    if len(present) == 2:
+    check_dataset_paths((train_path, val_path))
+    if all(os.path.exists(path) for path in (train_path, val_path)):
+        _settle_present_files(dataset_name, dataset_dir, (train_path, val_path), log)
         return train_path, val_path
+    # Everything below may write: one process at a time per dataset. A process that finds another one
+    # obtaining the same dataset waits for it, then uses its files.
+    with dataset_lock(dataset_name, dataset_dir, log) as waited:
+        check_dataset_paths((train_path, val_path))
+        if all(os.path.exists(path) for path in (train_path, val_path)):
+            if waited:
+                log(f'{dataset_name}: using the files the other process wrote: {train_path} and {os.path.basename(val_path)}.')
+            return train_path, val_path
+        return _obtain(dataset_name, dataset_dir, download, generator, generate, log)
+
+
+def _obtain(dataset_name, dataset_dir, download, generator, generate, log):
+    """Steps 2-6 of ensure_dataset (called with the dataset's lock held)."""
+    train_path, val_path = dataset_paths(dataset_name, dataset_dir)
+    present = [path for path in (train_path, val_path) if os.path.exists(path)]
     if len(present) == 1:
         return _complete_pair(dataset_name, dataset_dir, present[0], val_path if present[0] == train_path else train_path,
                               generator, log)
@@ -232,7 +496,13 @@ def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.nda
             data = {k: file[k][...] for k in REQUIRED_KEYS}
     except DatasetError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+    except OSError as e:
+        if e.errno is not None:  # the file could not be opened or read (permissions, a directory, I/O error)
+            from utils.provenance import read_error
+
+            raise read_error(path, e) from None
+        raise DatasetError(f'Dataset {path} is corrupt or truncated ({type(e).__name__}: {e}). {fix}') from e
+    except (ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
         raise DatasetError(f'Dataset {path} is corrupt or truncated ({type(e).__name__}: {e}). {fix}') from e
 
     obs, actions, terminals = data['observations'], data['actions'], data['terminals']

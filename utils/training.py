@@ -38,6 +38,23 @@ def train_steps_multi(agents, data: DeviceDataset, data_keys, start_step, sample
     return jax.vmap(run)(agents, data_keys)
 
 
+def train_seeds(agents, data: DeviceDataset, data_keys, start_step, sampler_config: SamplerConfig, num_steps: int):
+    """`train_steps_multi` for N > 1 seeds, `train_steps` for one (whose agent is not stacked); the metrics come back
+    on the host as [N, num_steps] either way (one transfer per call)."""
+    if len(data_keys) > 1:
+        agents, infos = train_steps_multi(agents, data, data_keys, start_step, sampler_config, num_steps)
+    else:
+        agents, infos = train_steps(agents, data, data_keys[0], start_step, sampler_config, num_steps)
+        infos = jax.tree_util.tree_map(lambda x: x[None], infos)
+    return agents, jax.device_get(infos)
+
+
+def first_nonfinite(infos):
+    """(index, metric) of the first step with a non-finite metric in stacked per-step `infos`, or None."""
+    bad = [(int(np.flatnonzero(~np.isfinite(v))[0]), key) for key, v in infos.items() if not np.all(np.isfinite(v))]
+    return min(bad, default=None)
+
+
 # Compiler options for programs that run once: no XLA optimisations (the same numbers, compiled in a fraction of the time).
 FAST_COMPILE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive_passes': True}
 

@@ -1,4 +1,4 @@
-"""Evaluation env creation: one env, the set of envs an evaluation steps, their spaces, and the cores to use."""
+"""Evaluation envs: one OGBench env by name, the spaces of what an evaluation steps, and the cores to use."""
 
 import os
 
@@ -22,40 +22,6 @@ def make_env(env_name):
     if env_name in gymnasium.registry:
         return gymnasium.make(env_name, disable_env_checker=True)
     return ogbench.make_env_and_datasets(env_name, env_only=True, disable_env_checker=True)
-
-
-def make_eval_envs(env_name, num_envs, num_workers=1, native=True):
-    """What an evaluation of `env_name` steps. Make it once and reuse it across evaluations.
-
-    Args:
-        num_envs: env copies for the gym paths, i.e. the rows one lockstep batch can hold there; an evaluation with
-            more episodes runs them in successive batches ("waves", see `evaluate_seeds`). A native pool holds any
-            number of episodes and ignores it.
-        num_workers: parallelism: threads of a native pool, or processes (this one and `num_workers - 1` workers)
-            of an `EnvWorkers` pool; 1 steps everything in this thread.
-        native: step the episodes on per-episode MuJoCo states with a thread pool (`utils.evaluation.native`) where
-            the env supports it (`native.supports`); other envs, or native=False, get today's gym stepping.
-
-    Returns a `NativeEpisodes` pool, an `EnvWorkers` pool of `num_envs` copies (when num_workers > 1, capped at
-    `num_envs`), or a plain list of `num_envs` gym envs stepped in this process. `one_env` and `env_spaces` read any
-    of them.
-    """
-    from utils.evaluation import native as native_stepping
-
-    if num_envs < 1 or num_workers < 1:
-        raise ValueError(f'make_eval_envs needs num_envs >= 1 and num_workers >= 1, got {num_envs} and {num_workers}.')
-    env = make_env(env_name)
-    if native and native_stepping.supports(env):
-        return native_stepping.NativeEpisodes(env, num_threads=num_workers)
-    num_workers = min(num_workers, num_envs)
-    if num_workers > 1:
-        # Imported here: the workers run this package as `python -m utils.evaluation.workers`, and a package that
-        # imported that module on its own import would have runpy execute it twice.
-        from utils.evaluation.workers import EnvWorkers
-
-        env.close()
-        return EnvWorkers(env_name, num_envs, num_workers)
-    return [env] + [make_env(env_name) for _ in range(num_envs - 1)]
 
 
 def one_env(envs):

@@ -7,7 +7,9 @@ import functools
 
 import numpy as np
 
+from utils.evaluation.episodes import evaluate_seeds
 from utils.evaluation.frame_stack import FrameStackPolicy
+from utils.evaluation.videos import videos_to_wandb
 
 
 def agent_policy(agent, frame_stack=1):
@@ -86,3 +88,20 @@ class _PerSeedPolicies:
         observations = _split_seeds(np.asarray(observations), num_seeds)
         goals = _split_seeds(np.asarray(goals), num_seeds)
         return np.concatenate([np.asarray(p(o, g)) for p, o, g in zip(self.policies, observations, goals)])
+
+
+def evaluate_agents(agent_stack, num_seeds, envs, seed_keys, step, frame_stack=1, **evaluate_kwargs):
+    """The scalar evaluation metrics of each of `num_seeds` agents trained together (`seeds_policy`), at `step`: all
+    seeds' episodes in one lockstep batch (`evaluate_seeds`; `evaluate_kwargs` are its), each seed's results those of
+    its own evaluation, videos as wandb objects. Seed k's evaluation seed is drawn from fold_in(seed_keys[k], step),
+    so an evaluation depends only on the run's seed and the step."""
+    import jax
+
+    eval_seeds = [int(jax.random.randint(jax.random.fold_in(seed_keys[k], step), (), 0, 2**31 - 1)) for k in range(num_seeds)]
+    per_seed = []
+    for results in evaluate_seeds(seeds_policy(agent_stack, num_seeds, frame_stack), envs, eval_seeds, **evaluate_kwargs):
+        metrics = {key: float(v) for key, v in results.items() if key.startswith('evaluation/')}
+        if results.get('videos'):
+            metrics['evaluation/video'] = videos_to_wandb(results['videos'])
+        per_seed.append(metrics)
+    return per_seed

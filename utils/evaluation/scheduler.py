@@ -26,6 +26,21 @@ class EvaluationFailed(Exception):
         super().__init__(step)
         self.step, self.snapshot, self.seconds = step, snapshot, seconds
 
+    def error(self, run_dirs: List[str], current_step: int):
+        """The EvaluationError paragraph, once the checkpoint of `step` is saved in `run_dirs`."""
+        from utils.errors import EvaluationError
+
+        cause = self.__cause__
+        text = str(cause).strip().splitlines()[0] if str(cause).strip() else ''
+        since = (f' (training went on to step {current_step} meanwhile; those steps are not saved)'
+                 if current_step > self.step else '')
+        return EvaluationError(
+            f'The evaluation at step {self.step} failed ({type(cause).__name__}: {text[:500]}). Training up to step '
+            f'{self.step} is kept: the checkpoint of step {self.step} is saved in {", ".join(run_dirs)}{since}. Fix the '
+            f'cause (see any output above), then rerun with --resume: the evaluation of step {self.step} runs first. '
+            f'--eval_workers=1 evaluates in this process, without worker processes.'
+        )
+
 
 class _Pending:
     def __init__(self, step, snapshot):

@@ -1,16 +1,11 @@
-"""A pool of processes stepping gym envs, for the envs the native stepper does not support.
-
-Started as `python -m utils.evaluation.workers <socket fd>` (see `EnvWorkers`); nothing in the package imports this
-module on its own import, so runpy executes it once.
-"""
+"""A pool of processes stepping gym envs, for the envs the native stepper does not support. Each worker process runs
+`python -m utils.evaluation.worker_process <socket fd>` (that module's `serve`)."""
 
 import multiprocessing.connection
 import os
-import signal
 import socket
 import subprocess
 import sys
-import traceback
 import weakref
 
 import numpy as np
@@ -154,7 +149,7 @@ def _start_worker():
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get('PYTHONPATH')])))
     process = subprocess.Popen(
-        [sys.executable, '-m', 'utils.evaluation.workers', str(fd)], pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env
+        [sys.executable, '-m', 'utils.evaluation.worker_process', str(fd)], pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env
     )
     child_socket.close()
     return process, multiprocessing.connection.Connection(parent_socket.detach())
@@ -173,42 +168,3 @@ def _stop_workers(processes, connections):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-def _worker_loop(fd):
-    """A worker's life: build its envs, then answer start / step / results requests until told to close or until
-    the main process goes away."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    connection = multiprocessing.connection.Connection(fd)
-    episodes = None
-    while True:
-        try:
-            request = connection.recv()
-        except (EOFError, OSError):
-            return  # the main process closed the socket or died
-        kind, args = request[0], request[1:]
-        if kind == 'close':
-            return
-        try:
-            if kind == 'make':
-                env_name, count = args
-                episodes = GymEpisodes([make_env(env_name) for _ in range(count)])
-                continue  # no reply: the first 'start' waits for the envs anyway
-            # Replies are (True, result) or (False, traceback): plain tuples, since this module is __main__ here.
-            if kind == 'start':
-                reply = True, episodes.start(*args)
-            elif kind == 'step':
-                reply = True, (episodes.step(*args), episodes.live)
-            else:
-                reply = True, episodes.results()
-        except Exception:
-            reply = False, traceback.format_exc()
-        try:
-            connection.send(reply)
-        except (EOFError, OSError):
-            return
-
-
-if __name__ == '__main__':  # an EnvWorkers process: python -m utils.evaluation.workers <socket fd>
-    _worker_loop(int(sys.argv[1]))

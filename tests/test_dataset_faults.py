@@ -1,0 +1,258 @@
+"""Dataset faults as a user meets them, in real processes on real files: two processes needing the same
+missing dataset, stale temporary files left by a SIGKILL, something other than a readable file where a
+dataset file should be, and Ctrl-C during generation. main.py is started as a user starts it.
+
+docs/guarantees.md lists the faults and their outcomes.
+"""
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from utils.datasets import dataset_lock, dataset_lock_path
+from utils.provenance import sha256_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = 'pointmaze-medium-stitch-v0'
+TRAIN, VAL = f'{ENV}.npz', f'{ENV}-val.npz'
+# The cheapest real runs: GCBC, tiny networks, one 20-step chunk, one evaluation of one 5-step episode.
+TINY = ['--agent=agents/gcbc.py', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--eval_episodes=2',
+        '--eval_tasks=1', '--eval_max_steps=5', '--wandb_mode=disabled', '--nodownload', '--eval_workers=1',
+        '--train_steps=20', '--steps_per_call=20', '--log_interval=20', '--eval_interval=20', '--save_interval=20',
+        '--run_name=r']
+
+
+@pytest.fixture(scope='module')
+def small_data(tmp_path_factory):
+    """A small generated pointmaze pair (60 + 6 episodes, about 2 s to generate) with its sidecars."""
+    from datagen.pointmaze import write_dataset
+
+    path = tmp_path_factory.mktemp('small-data')
+    write_dataset(ENV, str(path), seed=0, num_train_episodes=60, num_val_episodes=6, progress=False)
+    return path
+
+
+def copy_data(small_data, destination, names=(TRAIN, VAL)):
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        for file in (name, name + '.provenance.json'):
+            shutil.copyfile(small_data / file, destination / file)
+    return destination
+
+
+def start_main(data_dir, save_dir, *extra, preexec_fn=None):
+    return subprocess.Popen([sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data_dir}',
+                             f'--save_dir={save_dir}', *TINY, *extra], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+
+
+def finish(process, timeout=300):
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def error_paragraph(returncode, stderr):
+    """main.py's one-paragraph named error: exit 1, no traceback, `Error: ...` as its last output."""
+    assert returncode == 1 and 'Traceback' not in stderr and '\nError: ' in stderr, stderr[-3000:]
+    paragraph = stderr.rstrip().rpartition('\nError: ')[2]
+    assert '\n' not in paragraph, stderr[-3000:]
+    return paragraph
+
+
+def recorded_sha256(save_dir, run_name='r'):
+    with open(os.path.join(save_dir, 'default', run_name, 'dataset.json')) as f:
+        files = json.load(f)['files']
+    return files['train']['sha256'], files['val']['sha256']
+
+
+def test_two_mains_needing_the_same_missing_file_both_train_on_the_same_bytes(small_data, tmp_path):
+    """Two main.py started at once, both finding the val file missing (regenerable from the train file's
+    provenance): one regenerates it under the dataset's lock, the other waits for it (or finds it written)
+    and uses it. Before the lock the second failed with "...-val.npz appeared while it was being generated"."""
+    data = copy_data(small_data, tmp_path / 'data', names=(TRAIN,))
+    expected_val = sha256_file(small_data / VAL)
+    first = start_main(data, tmp_path / 'runs-a')
+    second = start_main(data, tmp_path / 'runs-b')
+    results = [finish(first), finish(second)]
+    for code, _, err in results:
+        assert code == 0 and 'Traceback' not in err, err[-3000:]
+    assert sum('is missing: regenerating it' in err for _, _, err in results) == 1, [err[-2000:] for _, _, err in results]
+    assert recorded_sha256(tmp_path / 'runs-a') == recorded_sha256(tmp_path / 'runs-b') == (
+        sha256_file(small_data / TRAIN), expected_val)
+    assert sorted(os.listdir(data)) == sorted([TRAIN, VAL, TRAIN + '.provenance.json', VAL + '.provenance.json'])
+
+
+def test_a_process_finding_the_dataset_being_generated_waits_for_it_and_says_for_whom(small_data, tmp_path):
+    """The waiting made deterministic: this test process holds the dataset's lock (as a generating process
+    does) while main.py starts on a folder without the val file; main.py names this process and waits; the
+    val file then appears and the lock is released; main.py trains on it, regenerating nothing."""
+    data = copy_data(small_data, tmp_path / 'data', names=(TRAIN,))
+    log = tmp_path / 'main.log'
+    with dataset_lock(ENV, str(data), log=lambda message: None), open(log, 'w') as output:
+        process = subprocess.Popen([sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data}',
+                                    f'--save_dir={tmp_path / "runs"}', *TINY], cwd=ROOT, stdout=output,
+                                   stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while 'waiting for it to finish' not in log.read_text():
+            assert process.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert process.poll() is None  # still waiting
+        for name in (VAL, VAL + '.provenance.json'):  # what the generating process would publish
+            shutil.copyfile(small_data / name, data / name)
+    assert process.wait(timeout=300) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert f'another process is generating or downloading it into {data} (pid {os.getpid()} on host ' in text
+    assert f'command: {sys.executable}' in text and 'the other process finished after' in text
+    assert 'regenerating' not in text and 'using the files the other process wrote' in text
+    assert recorded_sha256(tmp_path / 'runs')[1] == sha256_file(small_data / VAL)
+    assert not os.path.exists(dataset_lock_path(ENV, str(data)))  # removed by its holder
+
+
+def test_stale_temporaries_of_a_killed_writer_are_removed_when_nobody_writes(small_data, tmp_path):
+    """A process SIGKILLed inside utils/atomic_io.atomic_open leaves its 0-byte `<file>.<random>.tmp`. The
+    next process that holds the dataset's lock (nobody else can be writing then) removes it, and only the
+    temporaries of that dataset's files; while another process holds the lock, nothing is removed."""
+    data = copy_data(small_data, tmp_path / 'data')
+    others = ['antmaze-medium-stitch-v0.npz.abcd1234.tmp', f'{TRAIN}.frames.npy', f'{TRAIN}.progress.json.tmp', 'notes.txt']
+    with dataset_lock(ENV, str(data), log=lambda message: None):  # a writer at work (this process): its temporaries stay
+        killed = subprocess.run(
+            [sys.executable, '-c', 'import os, signal, sys\nfrom utils.atomic_io import atomic_open\n'
+             'with atomic_open(sys.argv[1], "wb", exclusive=True) as f:\n    f.write(b"")\n    os.kill(os.getpid(), signal.SIGKILL)',
+             str(data / f'{TRAIN}.provenance.json')], cwd=ROOT, timeout=60)
+        assert killed.returncode == -signal.SIGKILL
+        (data / f'{VAL}.x1y2z3_4.tmp').write_bytes(b'PK\x03\x04 partial')  # cut off mid-write: not empty
+        (data / f'{TRAIN}.tmp').write_bytes(b'')  # OGBench's download, killed
+        stale = sorted(name for name in os.listdir(data) if name.endswith('.tmp'))
+        left_by_kill = [name for name in stale if name.startswith(f'{TRAIN}.provenance.json.')]
+        assert len(stale) == 3 and len(left_by_kill) == 1 and os.path.getsize(data / left_by_kill[0]) == 0
+        for name in others:  # another dataset's temporary, a visual render's resumable state, a user's file
+            (data / name).write_text('keep')
+        code, _, err = finish(start_main(data, tmp_path / 'runs', '--run_name=held'))
+        assert code == 0, err[-3000:]
+        assert 'stale temporary' not in err and sorted(n for n in os.listdir(data) if n.endswith('.tmp')) == sorted(stale + [others[0], others[2]])
+    code, _, err = finish(start_main(data, tmp_path / 'runs'))
+    assert code == 0, err[-3000:]
+    assert f'{ENV}: removed 3 stale temporary file(s) left in {data} by a process killed while writing' in err
+    assert sorted(os.listdir(data)) == sorted([TRAIN, VAL, TRAIN + '.provenance.json', VAL + '.provenance.json'] + others)
+    assert recorded_sha256(tmp_path / 'runs') == (sha256_file(small_data / TRAIN), sha256_file(small_data / VAL))
+
+
+def drop_file_permission_bypass():
+    """preexec_fn: the child keeps uid 0 but loses CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (prctl
+    PR_CAPBSET_DROP; root's capabilities after exec come from the bounding set), so file modes bind it as
+    they bind any user: chmod 000 makes a file unreadable even to root."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')
+
+
+def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small_data, tmp_path):
+    """A directory at the train or val path, a dangling symbolic link as the val file, and an unreadable train
+    file (chmod 000): each stops main.py at once with one paragraph naming the path, what is there and the
+    fix; nothing is generated or written. Before: an IsADirectoryError traceback; 53 s of generation then
+    "appeared while it was being generated (another process?)"; "Cannot write ..." for a file only read."""
+    directory_val = copy_data(small_data, tmp_path / 'dir-val', names=(TRAIN,))
+    (directory_val / VAL).mkdir()
+    directory_train = copy_data(small_data, tmp_path / 'dir-train', names=(VAL,))
+    (directory_train / TRAIN).mkdir()
+    dangling = copy_data(small_data, tmp_path / 'dangling', names=(TRAIN,))
+    os.symlink(tmp_path / 'gone' / VAL, dangling / VAL)
+    unreadable = copy_data(small_data, tmp_path / 'unreadable')
+    os.chmod(unreadable / TRAIN, 0)
+    as_user = drop_file_permission_bypass if os.geteuid() == 0 else None  # tests and CI run as root
+    if as_user is not None:
+        probe = subprocess.run([sys.executable, '-c', f'open({str(unreadable / TRAIN)!r}, "rb")'], preexec_fn=as_user,
+                               capture_output=True, text=True, timeout=60)
+        if 'PermissionError' not in probe.stderr:
+            pytest.skip(f'cannot make a file unreadable for a root child process here: {probe.stderr[-300:]}')
+
+    started = time.time()
+    processes = {name: start_main(folder, tmp_path / 'runs' / name) for name, folder in
+                 (('dir-val', directory_val), ('dir-train', directory_train), ('dangling', dangling))}
+    processes['unreadable'] = start_main(unreadable, tmp_path / 'runs' / 'unreadable', preexec_fn=as_user)
+    paragraphs = {name: error_paragraph(*finish(process)[::2]) for name, process in processes.items()}
+    assert time.time() - started < 120  # at start-up, not after generating
+
+    assert paragraphs['dir-val'].startswith(f'{directory_val / VAL} is a directory, where the dataset file should be.')
+    assert f'mv {directory_val / VAL} {directory_val / VAL}.dir' in paragraphs['dir-val']
+    assert paragraphs['dir-train'].startswith(f'{directory_train / TRAIN} is a directory, where the dataset file should be.')
+    assert paragraphs['dangling'].startswith(
+        f'{dangling / VAL} is a symbolic link to {tmp_path / "gone" / VAL}, which does not exist (a dangling link)')
+    assert f'rm {dangling / VAL}' in paragraphs['dangling'] and 'Nothing was read, generated or written' in paragraphs['dangling']
+    assert paragraphs['unreadable'].startswith(f'Cannot read dataset file {unreadable / TRAIN}: Permission denied')
+    assert f'chmod a+r {unreadable / TRAIN}' in paragraphs['unreadable'] and 'Cannot write' not in paragraphs['unreadable']
+    for folder, names in ((directory_val, sorted([TRAIN, VAL])), (directory_train, sorted([TRAIN, VAL])), (dangling, sorted([TRAIN, VAL]))):
+        assert sorted(n for n in os.listdir(folder) if not n.endswith('.provenance.json')) == names  # nothing generated
+    assert os.path.islink(dangling / VAL) and not (tmp_path / 'gone').exists()
+    for name in processes:
+        assert not os.path.exists(tmp_path / 'runs' / name / 'default' / 'r' / 'checkpoint.msgpack')
+
+
+def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path):
+    """Ctrl-C (SIGINT) while scripts/generate_dataset.py generates: one line saying generation was interrupted
+    and nothing was written, exit 130, no traceback, and no file left (no partial, temporary or lock file)."""
+    data = tmp_path / 'data'
+    process = subprocess.Popen([sys.executable, 'scripts/generate_dataset.py', f'--env_name={ENV}', f'--dataset_dir={data}'],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = dataset_lock_path(ENV, str(data))
+    deadline = time.time() + 120
+    while not os.path.exists(lock):  # generating (5000 episodes: minutes)
+        assert process.poll() is None and time.time() < deadline, process.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-3000:]
+    assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f'Interrupted (Ctrl-C): generation of {ENV} stopped and nothing was written'), err[-2000:]
+    assert os.listdir(data) == []
+
+
+def test_read_failures_are_named_as_reads_at_every_level(tmp_path):
+    """The conversion itself, where main.py's readers meet it: an OSError from opening a dataset file becomes
+    a DatasetError that says it cannot READ the file (main.py maps bare EACCES/EPERM OSErrors to "Cannot
+    write"); a FIFO, which would block np.load forever, is named before anything opens it."""
+    import gymnasium
+    from utils.datasets import check_dataset_paths, load_dataset
+    from utils.errors import DatasetError
+    from utils.provenance import file_fingerprint
+
+    folder = tmp_path / 'a-folder.npz'
+    folder.mkdir()
+    space = gymnasium.spaces.Box(-1, 1, (2,))
+    for read in (lambda: load_dataset(str(folder), space, space), lambda: file_fingerprint(str(folder))):
+        with pytest.raises(DatasetError, match=f'Cannot read dataset file {folder}: Is a directory'):
+            read()
+    fifo = tmp_path / 'fifo.npz'
+    os.mkfifo(fifo)
+    with pytest.raises(DatasetError, match=r'is a FIFO \(named pipe\), where the dataset file should be'):
+        check_dataset_paths([str(tmp_path / 'missing.npz'), str(fifo)])
+
+
+def test_two_generations_of_the_same_missing_dataset_both_succeed(small_data, tmp_path):
+    """Both files missing, two scripts/generate_dataset.py at once (the same settings): one generates under the
+    dataset's lock, the other waits for it (saying for whom) and then checks the files against its own
+    rows, keeping them; both succeed, and the folder holds the pair, its sidecars and nothing else."""
+    data = tmp_path / 'data'
+    command = [sys.executable, 'scripts/generate_dataset.py', f'--env_name={ENV}', f'--dataset_dir={data}',
+               '--num_episodes=60', '--num_val_episodes=6']
+    processes = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+    results = [finish(process) for process in processes]
+    for code, out, err in results:
+        assert code == 0 and f'Wrote {data / TRAIN} and {data / VAL}' in out, err[-3000:]
+    for (_, out, _), other in zip(results, reversed(processes)):  # a process that waited names the other one
+        assert 'waiting for it to finish' not in out or f'(pid {other.pid} on host' in out, out[-2000:]
+    assert sorted(os.listdir(data)) == sorted([TRAIN, VAL, TRAIN + '.provenance.json', VAL + '.provenance.json'])
+    for name in (TRAIN, VAL):  # the same seed and counts as small_data: the same bytes
+        assert sha256_file(data / name) == sha256_file(small_data / name)

@@ -1,0 +1,55 @@
+"""How a training process is asked to stop: signals (SIGTERM from a scheduler's preemption, SIGINT from Ctrl-C) and
+its own time limit (`--time_limit`). main.py checks `StopRequests.reason()` at every chunk boundary, saves a
+checkpoint and exits with the request's status (utils/errors.py); a second Ctrl-C aborts at once."""
+
+import signal
+import time
+from typing import Optional
+
+from utils.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
+
+SIGNAL_EXIT_CODES = {signal.SIGTERM: EXIT_PREEMPTED, signal.SIGINT: EXIT_INTERRUPTED}
+
+
+class StopNow(BaseException):
+    """A signal before training started: there is nothing to save, exit with `code`."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def exit_at_once_on_sigterm():
+    """Before training: SIGTERM raises StopNow (nothing to save yet)."""
+    def stop_now(signum, _frame):
+        raise StopNow(SIGNAL_EXIT_CODES.get(signum, EXIT_PREEMPTED))
+
+    signal.signal(signal.SIGTERM, stop_now)
+
+
+class StopRequests:
+    """Installs the training-time handlers: a signal is remembered until the loop asks, and the time limit (seconds
+    since `started`, 0 = none) counts as a request once the next chunk would end past it."""
+
+    def __init__(self, time_limit: float, started: float):
+        self.time_limit, self.started = time_limit, started
+        self.signal = None
+        for sig in SIGNAL_EXIT_CODES:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, _frame):
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = self.signal or signum
+
+    def reason(self, next_chunk_s: float) -> Optional[str]:
+        """Why to stop now, or None. The time limit is checked only once a chunk was timed (`next_chunk_s` > 0), so
+        that every call of a time-limited run makes progress."""
+        if self.signal is not None:
+            return f'{signal.Signals(self.signal).name} received'
+        if self.time_limit and next_chunk_s and time.time() + next_chunk_s >= self.started + self.time_limit:
+            return f'--time_limit={self.time_limit}s reached'
+        return None
+
+    def exit_code(self) -> int:
+        return SIGNAL_EXIT_CODES[self.signal] if self.signal is not None else EXIT_TIME_LIMIT
