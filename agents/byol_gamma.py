@@ -28,12 +28,15 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent
-from utils.representation import check_encoder, encode_together, mean_concat, phi_policy_inputs, state_encoder
+from utils.config_checks import non_negative, one_of
+from utils.representation import bc_actor, encode_together, mean_concat, phi_policy_inputs, state_encoder
 from utils.losses import byol_gamma_loss, nstep_prediction_loss
-from utils.networks import EnsemblePredictor, GaussianActor
+from utils.networks import EnsemblePredictor
 
 
 class BYOLGammaAgent(BCAgent):
+    CONFIG_RULES = {'loss_type': one_of('ce', 'l2'), 'ce_eps': non_negative(1e-6), 'nstep': non_negative(0)}
+
     def policy_inputs(self, observations, goals, params):
         return phi_policy_inputs(self.network, observations, goals, params)
 
@@ -93,16 +96,14 @@ class BYOLGammaAgent(BCAgent):
         return prediction.mean(0), self.network(goals, name='encoder', params=params).mean(0)
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
-        action_dim = ex_actions.shape[-1]
-        check_encoder(config, ex_observations)
+    def build(cls, seed, ex_observations, ex_actions, config):
         encoder, d = state_encoder(config, ex_observations)
         predictor = EnsemblePredictor(config.predictor_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm)
         ex_z = jnp.zeros((config.num_ensemble, 1, d))
         modules = {
             'encoder': encoder,
             'forward_predictor': predictor,
-            'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm),
+            'actor': bc_actor(config, ex_actions.shape[-1]),
         }
         example_args = {
             'encoder': (ex_observations,),

@@ -21,7 +21,7 @@ from utils.config_checks import at_least, one_of
 from utils.flax_utils import frozen
 from utils.networks import BilinearValue, GaussianActor
 from utils.rl_agent import GoalConditionedRLAgent
-from utils.rl_losses import binary_nce_loss, contrastive_logits
+from utils.rl_losses import awr_actor_loss, binary_nce_loss, contrastive_logits, ddpg_bc_actor_loss
 
 
 class CRLAgent(GoalConditionedRLAgent):
@@ -47,12 +47,13 @@ class CRLAgent(GoalConditionedRLAgent):
     def actor_loss(self, batch, params):
         observations, goals = batch['observations'], batch['actor_goals']
         if self.config['actor_loss'] == 'ddpgbc':
-            q_fn = lambda actions, critic_params: jnp.min(self.critic(observations, goals, actions, critic_params)[0], axis=0)
-            return self.ddpg_bc_actor_loss(batch, params, q_fn, self.config['alpha'])
+            means, log_stds = self.actor_distribution(observations, goals, params)
+            q_fn = lambda actions: jnp.min(self.critic(observations, goals, actions, frozen(params))[0], axis=0)
+            return ddpg_bc_actor_loss(means, log_stds, batch['actions'], q_fn, self.config['alpha'])
         q = jnp.min(self.critic(observations, goals, batch['actions'], frozen(params))[0], axis=0)
         v = self.critic(observations, goals, None, frozen(params), name='value')[0][0]
         means, log_stds = self.actor_distribution(observations, goals, params)
-        return self.awr_actor_loss(means, log_stds, batch['actions'], q - v, self.config['alpha'])
+        return awr_actor_loss(means, log_stds, batch['actions'], q - v, self.config['alpha'])
 
     def loss_terms(self, batch, params, rng):
         terms = {'critic': self.contrastive_loss(batch, params, 'critic')}
@@ -62,7 +63,7 @@ class CRLAgent(GoalConditionedRLAgent):
         return terms
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
+    def build(cls, seed, ex_observations, ex_actions, config):
         bilinear = lambda members: BilinearValue(config.value_hidden_dims, config.latent_dim, members, config.layer_norm)
         ex_goals = ex_observations
         modules = {

@@ -53,11 +53,11 @@ import ml_collections
 import optax
 
 from utils.agent_base import Agent, LossFn
-from utils.config_checks import Rule, at_least, one_of
+from utils.config_checks import Rule, at_least, non_negative, one_of, probability
 from utils.flax_utils import frozen
 from utils.losses import bc_loss, forward_backward_loss, orthonormality_loss
 from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize, visual_encoder
-from utils.representation import check_encoder, latent_dim_for
+from utils.representation import ENCODER_RULES, latent_dim_for
 
 # Under the square root of the norm, so that projecting a zero vector gives 0 instead of NaN.
 SPHERE_EPS = 1e-12
@@ -122,11 +122,19 @@ def pessimistic_mean(values, penalty):
 
 class FBAgent(Agent):
     CONFIG_RULES = {
+        **ENCODER_RULES,
         # F's (s, a) and (s, z) embeddings take all hidden sizes but the last, the trunk the last one.
         'encoder_hidden_dims': Rule(lambda v: len(v) >= 2 and all(isinstance(d, int) and d >= 1 for d in v),
                                     'must hold at least 2 positive layer sizes (embeddings, then trunk)', (64, 64, 64)),
         'batch_size': at_least(2, 1024),  # the TD loss pairs each sample with the others in its batch
         'loss_scale': one_of('metamotivo', 'paper'),
+        'num_forward': at_least(1, 2),
+        'z_state_ratio': probability(0.5),
+        'ortho_coef': non_negative(1.0),
+        'bc_coef': non_negative(1.0),
+        'actor_pessimism': non_negative(0.5),
+        'actor_noise': non_negative(0.2),
+        'actor_noise_clip': non_negative(0.3),
     }
 
     def policy_inputs(self, observations, goals, params):
@@ -227,9 +235,8 @@ class FBAgent(Agent):
         return self.network(observations, actions, latents, name='forward', params=params).mean(axis=0), latents
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
+    def build(cls, seed, ex_observations, ex_actions, config):
         action_dim = ex_actions.shape[-1]
-        check_encoder(config, ex_observations)
         d = latent_dim_for(config, ex_observations)
         forward = ensemblize(ForwardMap, config.num_forward)(config.encoder_hidden_dims, d, config.encoder_layer_norm, config.encoder)
         backward = BackwardMap(config.encoder_hidden_dims, d, config.encoder_layer_norm, config.encoder)
@@ -280,10 +287,6 @@ def get_config():
             actor_pessimism=0.5,  # Actor's Q = mean_e Q_e - this * mean pairwise |Q_e - Q_e'| (Meta Motivo: 0.5).
             actor_noise=0.2,  # Std of the policy-smoothing noise in actor and TD target (also temperature 1 sampling).
             actor_noise_clip=0.3,  # Clip of that noise.
-            actor_p_curgoal=0.0,  # Unused by FB (no goal-conditioned BC); kept for the sampler.
-            actor_p_trajgoal=1.0,  # Unused by FB.
-            actor_p_randomgoal=0.0,  # Unused by FB.
-            actor_geom_sample=False,  # Unused by FB.
             value_p_curgoal=0.0,  # States seeding z = B(s) ("value goals"): current state.
             value_p_trajgoal=0.0,  # States seeding z: same-trajectory future.
             value_p_randomgoal=1.0,  # States seeding z: uniformly random dataset states (Meta Motivo: shuffled batch states).

@@ -1,14 +1,13 @@
 """GCBC and GCBC-phi: goal-conditioned behavioral cloning.
 
 GCBC feeds concat(s, g) to the actor MLP (OGBench's shared state-goal input). GCBC-phi
-(`encoder='phi'`) first encodes s and g separately with the ensemble encoder phi and feeds
+(`use_phi=True`) first encodes s and g separately with the ensemble encoder phi and feeds
 concat(mean_m phi_m(s), mean_m phi_m(g)): the architecture of the representation agents, without
 any auxiliary loss (paper appendix "GCBC Encoder Ablation").
 
-Pixel observations: `encoder='impala_small'` is OGBench's visual GCBC, one CNN on the channel-wise
-stack concat(s, g) (64x64x6) followed by the actor (the paper's GCBC baseline), and
-`encoder='phi_impala_small'` is GCBC-phi with the CNN as the first stage of phi, as in the
-representation agents.
+Pixel observations (`encoder='impala_small'`, as for every agent): GCBC is OGBench's visual GCBC, one
+CNN on the channel-wise stack concat(s, g) (64x64x6) followed by the actor (the paper's GCBC
+baseline); GCBC-phi has the CNN as the first stage of phi, as in the representation agents.
 """
 
 import jax
@@ -17,42 +16,33 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent
-from utils.config_checks import one_of
-from utils.representation import check_encoder, phi_policy_inputs, state_encoder
-from utils.networks import VISUAL_ENCODERS, GaussianActor, visual_encoder
+from utils.networks import visual_encoder
+from utils.representation import bc_actor, phi_policy_inputs, state_encoder
 
 
 class GCBCAgent(BCAgent):
-    CONFIG_RULES = {'encoder': one_of('none', 'phi', *VISUAL_ENCODERS, *(f'phi_{name}' for name in VISUAL_ENCODERS))}
-
-    def uses_phi(self):
-        return self.config['encoder'].startswith('phi')
-
     def policy_inputs(self, observations, goals, params):
-        if self.uses_phi():
+        if self.config['use_phi']:
             return phi_policy_inputs(self.network, observations, goals, params)
-        if self.config['encoder'] in VISUAL_ENCODERS:
+        if self.config['encoder'] != 'none':
             return self.network(jnp.concatenate([observations, goals], axis=-1), name='encoder', params=params)
         return jnp.concatenate([observations, goals], axis=-1)
 
     def representations(self, observations, actions, goals):
-        if not self.uses_phi():
+        if not self.config['use_phi']:
             return super().representations(observations, actions, goals)
         # GCBC-phi has no predictor: compare phi(s) with phi(g).
         params = self.network.params
         return self.network(observations, name='encoder', params=params).mean(0), self.network(goals, name='encoder', params=params).mean(0)
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
-        action_dim = ex_actions.shape[-1]
-        modules = {'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm)}
-        image_encoder = config.encoder[len('phi_'):] if config.encoder.startswith('phi_') else config.encoder
-        check_encoder(config, ex_observations, image_encoder, choices=('none', 'phi'))
+    def build(cls, seed, ex_observations, ex_actions, config):
+        modules = {'actor': bc_actor(config, ex_actions.shape[-1])}
         ex_inputs = jnp.concatenate([ex_observations, ex_observations], axis=-1)
-        if config.encoder.startswith('phi'):
-            modules['encoder'], latent_dim = state_encoder(config, ex_observations, visual=image_encoder)
+        if config.use_phi:
+            modules['encoder'], latent_dim = state_encoder(config, ex_observations)
             example_args = {'encoder': (ex_observations,), 'actor': (jnp.zeros((1, 2 * latent_dim)),)}
-        elif config.encoder in VISUAL_ENCODERS:
+        elif config.encoder != 'none':
             modules['encoder'] = visual_encoder(config.encoder)
             features = jax.eval_shape(modules['encoder'].init_with_output, jax.random.PRNGKey(0), ex_inputs)[0]
             example_args = {'encoder': (ex_inputs,), 'actor': (jnp.zeros(features.shape),)}
@@ -74,19 +64,16 @@ def get_config():
             p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
             actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
             actor_layer_norm=False,  # Layer norm in the actor MLP (OGBench GCBC: off).
-            encoder='none',  # 'none': actor on concat(s, g) (GCBC); 'phi': ensemble encoder (GCBC-phi); pixels: 'impala_small' (CNN on stacked s, g), 'phi_impala_small' (CNN, then phi).
+            encoder='none',  # 'none': state vectors; 'impala_small': OGBench's CNN (pixels), on stacked (s, g) or as phi's first stage.
+            use_phi=False,  # GCBC-phi: the actor reads concat(phi(s), phi(g)) of the ensemble encoder phi instead of concat(s, g).
             encoder_hidden_dims=(64, 64, 64),  # phi MLP hidden sizes (GCBC-phi only).
             encoder_layer_norm=True,  # Layer norm in phi's hidden layers (GCBC-phi only).
             latent_dim=0,  # phi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
             num_ensemble=2,  # Encoder ensemble members; the actor sees their mean.
-            discount=0.99,  # gamma of geometric goal offsets (GCBC's goals are uniform: unused).
+            discount=0.99,  # gamma of geometric actor-goal offsets (read only with actor_geom_sample=True).
             actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
             actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
             actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
             actor_geom_sample=False,  # Actor goals: geometric (True) or uniform (False) trajectory offsets.
-            value_p_curgoal=0.0,  # Representation goals (unused by GCBC): current state.
-            value_p_trajgoal=1.0,  # Representation goals (unused by GCBC): same-trajectory future.
-            value_p_randomgoal=0.0,  # Representation goals (unused by GCBC): random state.
-            value_geom_sample=True,  # Representation goals (unused by GCBC): geometric offsets.
         )
     )

@@ -20,7 +20,7 @@ from utils.config_checks import one_of
 from utils.flax_utils import frozen
 from utils.networks import GaussianActor, ValueEnsemble
 from utils.rl_agent import GoalConditionedRLAgent
-from utils.rl_losses import iql_critic_loss, iql_value_loss
+from utils.rl_losses import awr_actor_loss, ddpg_bc_actor_loss, iql_critic_loss, iql_value_loss
 
 
 class GCIQLAgent(GoalConditionedRLAgent):
@@ -41,12 +41,13 @@ class GCIQLAgent(GoalConditionedRLAgent):
     def actor_loss(self, batch, params):
         observations, goals = batch['observations'], batch['actor_goals']
         if self.config['actor_loss'] == 'ddpgbc':
-            q_fn = lambda actions, critic_params: jnp.min(self.network(observations, goals, actions, name='critic', params=critic_params), axis=0)
-            return self.ddpg_bc_actor_loss(batch, params, q_fn, self.config['alpha'])
+            means, log_stds = self.actor_distribution(observations, goals, params)
+            q_fn = lambda actions: jnp.min(self.network(observations, goals, actions, name='critic', params=frozen(params)), axis=0)
+            return ddpg_bc_actor_loss(means, log_stds, batch['actions'], q_fn, self.config['alpha'])
         v = self.network(observations, goals, name='value', params=frozen(params))[0]
         q = jnp.min(self.network(observations, goals, batch['actions'], name='critic', params=frozen(params)), axis=0)
         means, log_stds = self.actor_distribution(observations, goals, params)
-        return self.awr_actor_loss(means, log_stds, batch['actions'], q - v, self.config['alpha'])
+        return awr_actor_loss(means, log_stds, batch['actions'], q - v, self.config['alpha'])
 
     def loss_terms(self, batch, params, rng):
         return {
@@ -56,7 +57,7 @@ class GCIQLAgent(GoalConditionedRLAgent):
         }
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
+    def build(cls, seed, ex_observations, ex_actions, config):
         critic = ValueEnsemble(config.value_hidden_dims, num_members=2, layer_norm=config.layer_norm)
         modules = {
             'value': ValueEnsemble(config.value_hidden_dims, num_members=1, layer_norm=config.layer_norm),

@@ -22,7 +22,7 @@ import optax
 from utils.flax_utils import frozen
 from utils.networks import GaussianActor, ValueEnsemble
 from utils.rl_agent import GoalConditionedRLAgent
-from utils.rl_losses import implicit_v_loss
+from utils.rl_losses import awr_actor_loss, implicit_v_loss
 
 
 class GCIVLAgent(GoalConditionedRLAgent):
@@ -43,13 +43,13 @@ class GCIVLAgent(GoalConditionedRLAgent):
         v = jnp.mean(self.values(batch['observations'], batch['actor_goals'], frozen(params)), axis=0)
         next_v = jnp.mean(self.values(batch['next_observations'], batch['actor_goals'], frozen(params)), axis=0)
         means, log_stds = self.actor_distribution(batch['observations'], batch['actor_goals'], params)
-        return self.awr_actor_loss(means, log_stds, batch['actions'], next_v - v, self.config['alpha'])
+        return awr_actor_loss(means, log_stds, batch['actions'], next_v - v, self.config['alpha'])
 
     def loss_terms(self, batch, params, rng):
         return {'value': self.value_loss(batch, params), 'actor': self.actor_loss(batch, params)}
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
+    def build(cls, seed, ex_observations, ex_actions, config):
         value = ValueEnsemble(config.value_hidden_dims, num_members=2, layer_norm=config.layer_norm)
         modules = {
             'value': value,

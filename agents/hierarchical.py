@@ -13,10 +13,17 @@ phibar is the low level's encoder (ensemble mean), which the high level reads bu
 phi_h is HGCBC-phi's own input encoder, trained from scratch by the high-level loss (the paper found
 that better than reading phi there).
 
-The low level *is* a flat agent of this repository (`GCBCAgent`, `BYOLGammaAgent`) trained by its own
-`update` with `actor_goals = low_goals`, so its optimizer, auxiliary loss and target networks are
-exactly those of the flat agent. The high level is a separate train state (`network`, lr `high_lr`).
-With one optimizer per level, freezing a level is exact: it is simply not updated.
+A hierarchical agent is a composition of its two levels, each with its own `update`, `metrics` and
+sampling, and no placeholder in either: `low` *is* a flat agent of this repository (`GCBCAgent`,
+`BYOLGammaAgent`) trained by its own `update` with `actor_goals = low_goals`, so its optimizer,
+auxiliary loss and target networks are exactly those of the flat agent; `high` is a
+`HighLevelPolicy`, a train state of its own (lr `high_lr`) whose variant says how pi_h reads (s, g)
+and in which space it proposes subgoals (states, or the low level's representation). With one
+optimizer per level, freezing a level is exact: it is simply not updated. The agent itself is only the
+schedule that drives the two, and acting that chains them.
+(Checkpoints of hierarchical runs saved before this composition, whose tree was (rng, network,
+targets, low), load neither to resume nor as a `stage1_checkpoint`; flat runs' checkpoints are
+unchanged and load as a `stage1_checkpoint` as before.)
 
 Schedule. `stage1_steps = 0` trains both levels at every step (HGCBC, as OGBench's HGCBC does).
 `stage1_steps > 0` is the paper's two-stage setup: the low level's first `stage1_steps` updates train
@@ -46,57 +53,178 @@ import optax
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
-from utils.agent_base import Agent
 from utils.checkpoints import load_checkpoint
-from utils.config_checks import Rule
+from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive
 from utils.distributions import sample_gaussian
 from utils.errors import ConfigError
-from utils.flax_utils import TrainState, frozen
+from utils.flax_utils import TrainState, frozen, nonpytree_field
 from utils.losses import bc_loss
 from utils.networks import GaussianActor, ModuleDict
 from utils.representation import phi_policy_inputs, state_encoder
 
 
-class HierarchicalAgent(Agent):
-    """Shared by the three variants; a variant defines how the levels meet (the hooks below).
-    `network` is the high level (its own train state); the low level is a whole flat agent, `low`,
-    whose target networks (if any) are its own, so the high level keeps `targets` empty."""
+# ---------------------------------------------------------------------------------------------
+# The high level: pi_h(subgoal | s, g), a Gaussian BC policy with its own train state. It reads the low
+# level (passed in, never trained here) where its inputs or its subgoal space are the low level's.
+# ---------------------------------------------------------------------------------------------
 
-    low: Any  # the low level: a flat agent (GCBCAgent or BYOLGammaAgent)
+
+class HighLevelPolicy(flax.struct.PyTreeNode):
+    """pi_h and its Adam state. A variant defines `modules` and `inputs` (how pi_h reads (s, g)), and
+    the subgoal space: `subgoal_targets` (what pi_h predicts for a subgoal state) and
+    `low_policy_inputs` (how pi_l reads a subgoal of that space)."""
+
+    network: TrainState  # 'high_actor' (and the variant's own modules)
 
     @classmethod
-    def create_low(cls, seed, ex_observations, ex_actions, config):
-        """The untrained low-level agent."""
+    def modules(cls, config, ex_observations, subgoal_dim):
+        """(modules, example_args) of pi_h; they hold a 'high_actor' with `subgoal_dim` outputs."""
         raise NotImplementedError
 
-    @classmethod
-    def high_modules(cls, config, ex_observations, subgoal_dim):
-        """(modules, example_args) of the high level; it must hold a 'high_actor'."""
+    def inputs(self, observations, goals, params, low):
+        """pi_h's input for (s, g), computed with the high level's `params` (`low` only read)."""
         raise NotImplementedError
 
-    def high_inputs(self, observations, goals, params):
-        """The high-level actor's input for (s, g), with the high level's `params`."""
-        raise NotImplementedError
-
-    def subgoal_targets(self, subgoal_states):
+    @staticmethod
+    def subgoal_targets(low, subgoal_states):
         """What pi_h predicts for these subgoal states (and what pi_l then conditions on)."""
         raise NotImplementedError
 
-    def low_policy_inputs(self, observations, subgoals):
-        """The low-level actor's input for (s, a subgoal in pi_h's output space)."""
+    @staticmethod
+    def low_policy_inputs(low, observations, subgoals):
+        """pi_l's input for (s, a subgoal in pi_h's output space)."""
         raise NotImplementedError
 
-    def low_batch(self, batch):
-        return dict(batch, actor_goals=batch['low_goals'])
+    @classmethod
+    def create(cls, init_rng, config, ex_observations, low):
+        subgoal_dim = cls.subgoal_targets(low, ex_observations).shape[-1]
+        modules, example_args = cls.modules(config, ex_observations, subgoal_dim)
+        model = ModuleDict(modules)
+        return cls(network=TrainState.create(model, model.init(init_rng, example_args)['params'], optax.adam(config.high_lr)))
 
-    def high_loss(self, batch, params):
-        """L_BC of pi_h: -log pi_h(target(high_targets) | s, high_goals). Only `params` (the high
-        level's) are differentiated, so the low level's encoder is a stop-gradient target here."""
-        inputs = self.high_inputs(batch['observations'], batch['high_goals'], params)
+    def loss(self, batch, params, low):
+        """L_BC of pi_h: -log pi_h(target(high_targets) | s, high_goals). Only `params` (the high level's)
+        are differentiated, so the low level's encoder is a stop-gradient target here."""
+        inputs = self.inputs(batch['observations'], batch['high_goals'], params, low)
         means, log_stds = self.network(inputs, name='high_actor', params=params)
-        targets = self.subgoal_targets(batch['high_targets'])
+        targets = self.subgoal_targets(low, batch['high_targets'])
         loss = bc_loss(means, log_stds, targets)
         return loss, {'bc_loss': loss, 'mse': jnp.mean((means - targets) ** 2)}
+
+    def update(self, batch, low):
+        """One gradient step of pi_h on `batch`, reading `low`: (new high level, metrics with grad_norm)."""
+        network, info = self.network.apply_loss_fn(lambda params: self.loss(batch, params, low))
+        return self.replace(network=network), info
+
+    def metrics(self, batch, low):
+        """pi_h's loss and metrics on `batch` at its current parameters, without an update."""
+        return self.loss(batch, self.network.params, low)[1]
+
+    def sample_subgoals(self, observations, goals, low, seed, temperature=1.0):
+        params = self.network.params
+        means, log_stds = self.network(self.inputs(observations, goals, params, low), name='high_actor', params=params)
+        return sample_gaussian(seed, means, log_stds, temperature)
+
+
+class StateSubgoalPolicy(HighLevelPolicy):
+    """HGCBC: subgoals are states; pi_h(l | s, g) on concat(s, g), pi_l(a | s, l) the GCBC low level's."""
+
+    @classmethod
+    def modules(cls, config, ex_observations, subgoal_dim):
+        actor = GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm)
+        return {'high_actor': actor}, {'high_actor': (jnp.concatenate([ex_observations, ex_observations], axis=-1),)}
+
+    def inputs(self, observations, goals, params, low):
+        return jnp.concatenate([observations, goals], axis=-1)
+
+    @staticmethod
+    def subgoal_targets(low, subgoal_states):
+        return subgoal_states
+
+    @staticmethod
+    def low_policy_inputs(low, observations, subgoals):
+        return low.policy_inputs(observations, subgoals, low.network.params)
+
+
+def low_representation(low, x):
+    """phibar(x): the low level's ensemble-mean representation, as its actor reads it."""
+    return low.network(x, name='encoder', params=low.network.params).mean(axis=0)
+
+
+class LatentSubgoalPolicy(HighLevelPolicy):
+    """Subgoals are the low level's representations phibar(l): pi_l(a | phi(s), z_l) acts on them."""
+
+    @staticmethod
+    def subgoal_targets(low, subgoal_states):
+        return jax.lax.stop_gradient(low_representation(low, subgoal_states))
+
+    @staticmethod
+    def low_policy_inputs(low, observations, subgoals):
+        return jnp.concatenate([low_representation(low, observations), subgoals], axis=-1)
+
+
+class OwnEncoderPolicy(LatentSubgoalPolicy):
+    """HGCBC-phi: pi_h reads its own encoder phi_h(s), phi_h(g), trained from scratch by its loss."""
+
+    @classmethod
+    def modules(cls, config, ex_observations, subgoal_dim):
+        encoder, latent_dim = state_encoder(config, ex_observations)
+        modules = {
+            'high_encoder': encoder,
+            'high_actor': GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm),
+        }
+        return modules, {'high_encoder': (ex_observations,), 'high_actor': (jnp.zeros((1, 2 * latent_dim)),)}
+
+    def inputs(self, observations, goals, params, low):
+        return phi_policy_inputs(self.network, observations, goals, params, encoder_name='high_encoder')
+
+
+class LowEncoderPolicy(LatentSubgoalPolicy):
+    """HBYOL-gamma: pi_h reads the frozen low-level representation phibar(s), phibar(g)."""
+
+    @classmethod
+    def modules(cls, config, ex_observations, subgoal_dim):
+        actor = GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm)
+        return {'high_actor': actor}, {'high_actor': (jnp.zeros((1, 2 * subgoal_dim)),)}
+
+    def inputs(self, observations, goals, params, low):
+        return phi_policy_inputs(low.network, observations, goals, frozen(low.network.params))
+
+
+# ---------------------------------------------------------------------------------------------
+# The hierarchical agent: the two levels, the schedule that trains them, and acting.
+# ---------------------------------------------------------------------------------------------
+
+
+class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner):
+    """`high` (a HighLevelPolicy) composed with `low` (a flat agent, whose target networks, if any, are
+    its own). A variant names its low-level agent class and config, and its high-level policy class."""
+
+    rng: Any  # the acting seed (sample_actions' default)
+    high: HighLevelPolicy
+    low: Any  # the low level: a flat agent (GCBCAgent or BYOLGammaAgent)
+    config: Any = nonpytree_field()
+
+    LOW_AGENT = None  # the flat agent class of the low level
+    HIGH_LEVEL = None  # the HighLevelPolicy class of the high level
+
+    # The config is BYOL-gamma's plus the hierarchy's fields (get_config below).
+    CONFIG_RULES = {
+        **BYOLGammaAgent.CONFIG_RULES,
+        **SUBGOAL_RULES,
+        'high_lr': positive(1e-4),
+        'stage1_steps': non_negative(0),
+        'replan_every': at_least(1, 1),
+    }
+
+    @classmethod
+    def low_config(cls, config):
+        """The low level's config."""
+        return config
+
+    @staticmethod
+    def low_batch(batch):
+        return dict(batch, actor_goals=batch['low_goals'])
 
     def is_two_stage(self):
         return self.config['stage1_steps'] > 0 and not self.config['stage1_checkpoint']
@@ -112,18 +240,18 @@ class HierarchicalAgent(Agent):
             return ~self.in_stage2(), self.in_stage2()
         return not self.config['stage1_checkpoint'], True
 
-    def total_loss(self, batch, params):
-        """The objective of the levels the next update trains -- the low level's L_BC + alpha * L_aux at
-        its current parameters and/or the high level's L_BC at `params` (high-level parameters) --
-        and the metrics of both levels."""
-        low_loss, info = self.low.total_loss(self.low_batch(batch), self.low.network.params)
-        high_loss, high_info = self.high_loss(batch, params)
+    def metrics(self, batch):
+        """Both levels' losses and metrics on `batch` without an update (validation); `total_loss` is the
+        objective of the levels the next update trains."""
+        info = self.low.metrics(self.low_batch(batch))
+        high_info = self.high.metrics(batch, self.low)
         info.update({f'high_actor/{k}': v for k, v in high_info.items()})
-        info['total_loss'] = objective(low_loss, high_loss, *self.trained_levels())
-        return info['total_loss'], info
+        info['total_loss'] = objective(info['total_loss'], high_info['bc_loss'], *self.trained_levels())
+        return info
 
     def train_levels(self, batch, train_low: bool, train_high: bool):
-        """One gradient step of the chosen levels; the other is only evaluated (grad_norm 0)."""
+        """One gradient step of the chosen levels; the other is only evaluated (grad_norm 0). The high
+        level reads the low level as it was before this step."""
         low_batch = self.low_batch(batch)
         frozen_grad_norm = jnp.zeros((), jnp.float32)
         if train_low:
@@ -132,16 +260,13 @@ class HierarchicalAgent(Agent):
             low, info = self.low, self.low.metrics(low_batch)
             info['grad_norm'] = frozen_grad_norm
         if train_high:
-            network, high_info = self.network.apply_loss_fn(lambda params: self.high_loss(batch, params))
+            high, high_info = self.high.update(batch, self.low)
         else:
-            network, (_, high_info) = self.network, self.high_loss(batch, self.network.params)
+            high, high_info = self.high, self.high.metrics(batch, self.low)
             high_info['grad_norm'] = frozen_grad_norm
         info.update({f'high_actor/{k}': v for k, v in high_info.items()})
         info['total_loss'] = objective(info['total_loss'], high_info['bc_loss'], train_low, train_high)
-        return self.replace(low=low, network=network), info
-
-    def loss_fn(self, batch, rng):
-        return lambda params: self.total_loss(batch, params)
+        return self.replace(low=low, high=high), info
 
     @jax.jit
     def update(self, batch):
@@ -158,12 +283,10 @@ class HierarchicalAgent(Agent):
         return agent, info
 
     def propose_subgoals(self, observations, goals, seed, temperature=1.0):
-        params = self.network.params
-        means, log_stds = self.network(self.high_inputs(observations, goals, params), name='high_actor', params=params)
-        return sample_gaussian(seed, means, log_stds, temperature)
+        return self.high.sample_subgoals(observations, goals, self.low, seed, temperature)
 
     def act_on_subgoals(self, observations, subgoals, seed, temperature=1.0):
-        inputs = self.low_policy_inputs(observations, subgoals)
+        inputs = self.high.low_policy_inputs(self.low, observations, subgoals)
         means, log_stds = self.low.network(inputs, name='actor', params=self.low.network.params)
         return jnp.clip(sample_gaussian(seed, means, log_stds, temperature), -1.0, 1.0)
 
@@ -184,16 +307,12 @@ class HierarchicalAgent(Agent):
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        low = cls.create_low(seed, ex_observations, ex_actions, config)
-        frozen_config = flax.core.FrozenDict(config.to_dict())
-        # A placeholder high level lets the hooks (which read the low level) size the real one.
-        agent = cls(rng=None, network=None, targets={}, low=low, config=frozen_config)
-        subgoal_dim = agent.subgoal_targets(ex_observations).shape[-1]
-        modules, example_args = cls.high_modules(config, ex_observations, subgoal_dim)
+        """The low level, created (and so checked against the observations) as the flat agent it is, then
+        the high level on it; with `stage1_checkpoint`, the low level restored from that file."""
+        low = cls.LOW_AGENT.create(seed, ex_observations, ex_actions, cls.low_config(config))
         rng, init_rng = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1))
-        model = ModuleDict(modules)
-        network = TrainState.create(model, model.init(init_rng, example_args)['params'], optax.adam(config.high_lr))
-        agent = agent.replace(rng=rng, network=network)
+        high = cls.HIGH_LEVEL.create(init_rng, config, ex_observations, low)
+        agent = cls(rng=rng, high=high, low=low, config=flax.core.FrozenDict(config.to_dict()))
         if config.stage1_checkpoint:
             agent = agent.replace(low=load_low_level(config.stage1_checkpoint, agent))
         return agent
@@ -245,9 +364,17 @@ def load_low_level(path, agent):
         ) from None
 
 
+def with_fields(config, **fields):
+    """A copy of `config` with `fields` set (the low level's config may need fields this one lacks)."""
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.update(fields)
+    return config
+
+
 class HGCBCAgent(HierarchicalAgent):
     """Subgoals are states: pi_h(l | s, g) on concat(s, g), a GCBC low level on concat(s, l)."""
 
+    LOW_AGENT, HIGH_LEVEL = GCBCAgent, StateSubgoalPolicy
     CONFIG_RULES = {
         'encoder': Rule(lambda v: v == 'none',
                         "must be 'none': HGCBC's subgoals are states, so on images it would predict pixels (the paper "
@@ -256,80 +383,24 @@ class HGCBCAgent(HierarchicalAgent):
     }
 
     @classmethod
-    def create_low(cls, seed, ex_observations, ex_actions, config):
-        return GCBCAgent.create(seed, ex_observations, ex_actions, with_fields(config, encoder='none'))
+    def low_config(cls, config):
+        return with_fields(config, use_phi=False)
+
+
+class HGCBCPhiAgent(HierarchicalAgent):
+    """GCBC-phi low level (its CNN, on pixels, phi's first stage); pi_h reads its own encoder phi_h."""
+
+    LOW_AGENT, HIGH_LEVEL = GCBCAgent, OwnEncoderPolicy
 
     @classmethod
-    def high_modules(cls, config, ex_observations, subgoal_dim):
-        actor = GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm)
-        return {'high_actor': actor}, {'high_actor': (jnp.concatenate([ex_observations, ex_observations], axis=-1),)}
-
-    def high_inputs(self, observations, goals, params):
-        return jnp.concatenate([observations, goals], axis=-1)
-
-    def subgoal_targets(self, subgoal_states):
-        return subgoal_states
-
-    def low_policy_inputs(self, observations, subgoals):
-        return self.low.policy_inputs(observations, subgoals, self.low.network.params)
+    def low_config(cls, config):
+        return with_fields(config, use_phi=True)
 
 
-class LatentSubgoalAgent(HierarchicalAgent):
-    """Subgoals are the low level's representations phibar(l): pi_l(a | phi(s), z_l) acts on them."""
-
-    def low_representation(self, x):
-        """phibar(x): the ensemble mean the low-level actor reads (as in utils.representation)."""
-        return self.low.network(x, name='encoder', params=self.low.network.params).mean(axis=0)
-
-    def subgoal_targets(self, subgoal_states):
-        return jax.lax.stop_gradient(self.low_representation(subgoal_states))
-
-    def low_policy_inputs(self, observations, subgoals):
-        return jnp.concatenate([self.low_representation(observations), subgoals], axis=-1)
-
-
-class HGCBCPhiAgent(LatentSubgoalAgent):
-    """GCBC-phi low level; pi_h reads its own encoder phi_h(s), phi_h(g), trained from scratch."""
-
-    @classmethod
-    def create_low(cls, seed, ex_observations, ex_actions, config):
-        encoder = 'phi' if config.encoder == 'none' else f'phi_{config.encoder}'  # the CNN, if any, is phi's first stage
-        return GCBCAgent.create(seed, ex_observations, ex_actions, with_fields(config, encoder=encoder))
-
-    @classmethod
-    def high_modules(cls, config, ex_observations, subgoal_dim):
-        encoder, latent_dim = state_encoder(config, ex_observations)
-        modules = {
-            'high_encoder': encoder,
-            'high_actor': GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm),
-        }
-        return modules, {'high_encoder': (ex_observations,), 'high_actor': (jnp.zeros((1, 2 * latent_dim)),)}
-
-    def high_inputs(self, observations, goals, params):
-        return phi_policy_inputs(self.network, observations, goals, params, encoder_name='high_encoder')
-
-
-class HBYOLGammaAgent(LatentSubgoalAgent):
+class HBYOLGammaAgent(HierarchicalAgent):
     """BYOL-gamma low level; pi_h reads the frozen low-level representation phibar(s), phibar(g)."""
 
-    @classmethod
-    def create_low(cls, seed, ex_observations, ex_actions, config):
-        return BYOLGammaAgent.create(seed, ex_observations, ex_actions, config)
-
-    @classmethod
-    def high_modules(cls, config, ex_observations, subgoal_dim):
-        actor = GaussianActor(config.high_hidden_dims, subgoal_dim, layer_norm=config.actor_layer_norm)
-        return {'high_actor': actor}, {'high_actor': (jnp.zeros((1, 2 * subgoal_dim)),)}
-
-    def high_inputs(self, observations, goals, params):
-        return phi_policy_inputs(self.low.network, observations, goals, frozen(self.low.network.params))
-
-
-def with_fields(config, **fields):
-    """A copy of `config` with `fields` set (the low level's config may need fields this one lacks)."""
-    config = ml_collections.ConfigDict(config.to_dict())
-    config.update(fields)
-    return config
+    LOW_AGENT, HIGH_LEVEL = BYOLGammaAgent, LowEncoderPolicy
 
 
 AGENTS = {'hgcbc': HGCBCAgent, 'hgcbc_phi': HGCBCPhiAgent, 'hbyol_gamma': HBYOLGammaAgent}  # agent_name -> class, found by agents.get_agent_class
@@ -337,9 +408,11 @@ AGENTS = {'hgcbc': HGCBCAgent, 'hgcbc_phi': HGCBCPhiAgent, 'hbyol_gamma': HBYOLG
 
 def get_config():
     # The low level's fields (lr, actor_hidden_dims, encoder_*, latent_dim, value goals, and
-    # BYOL-gamma's alpha, loss_type, ... which HGCBC and HGCBC-phi ignore) are agents/byol_gamma.py's.
-    # Its actor_* goal mixture is unused: the low level's actor goals are the sampler's low_goals.
+    # BYOL-gamma's alpha, loss_type, ... which HGCBC and HGCBC-phi ignore) are agents/byol_gamma.py's,
+    # but for its actor goal mixture: the low level's goals are the sampler's low_goals.
     config = byol_gamma_config()
+    for field in ('p_curgoal', 'p_trajgoal', 'p_randomgoal', 'geom_sample'):
+        del config[f'actor_{field}']
     config.update(
         dict(
             agent_name='hgcbc',  # Variant (registry key): 'hgcbc', 'hgcbc_phi' or 'hbyol_gamma'.

@@ -22,16 +22,16 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.config_checks import at_least
+from utils.config_checks import SUBGOAL_RULES, at_least, non_negative
 from utils.distributions import sample_gaussian
 from utils.flax_utils import frozen
 from utils.networks import GaussianActor, GoalRepresentation, ValueEnsemble, length_normalize
 from utils.rl_agent import GoalConditionedRLAgent
-from utils.rl_losses import implicit_v_loss
+from utils.rl_losses import awr_actor_loss, implicit_v_loss
 
 
 class HIQLAgent(GoalConditionedRLAgent):
-    CONFIG_RULES = {'subgoal_steps': at_least(1, 25), 'rep_dim': at_least(1, 10)}
+    CONFIG_RULES = {**SUBGOAL_RULES, 'rep_dim': at_least(1, 10), 'low_alpha': non_negative(3.0), 'high_alpha': non_negative(3.0)}
 
     def goal_representation(self, observations, goals, params):
         return self.network(jnp.concatenate([observations, goals], axis=-1), name='goal_rep', params=params)
@@ -66,14 +66,14 @@ class HIQLAgent(GoalConditionedRLAgent):
         if not self.config['low_actor_rep_grad']:
             reps = jax.lax.stop_gradient(reps)
         means, log_stds = self.actor_distribution(batch['observations'], reps, params, name='low_actor')
-        return self.awr_actor_loss(means, log_stds, batch['actions'], advantages, self.config['low_alpha'])
+        return awr_actor_loss(means, log_stds, batch['actions'], advantages, self.config['low_alpha'])
 
     def high_actor_loss(self, batch, params):
         goals, targets = batch['high_goals'], batch['high_targets']
         advantages = self.mean_value(targets, goals, params) - self.mean_value(batch['observations'], goals, params)
         target_reps = self.goal_representation(batch['observations'], targets, frozen(params))
         means, log_stds = self.actor_distribution(batch['observations'], goals, params, name='high_actor')
-        return self.awr_actor_loss(means, log_stds, target_reps, advantages, self.config['high_alpha'])
+        return awr_actor_loss(means, log_stds, target_reps, advantages, self.config['high_alpha'])
 
     def loss_terms(self, batch, params, rng):
         return {
@@ -95,7 +95,7 @@ class HIQLAgent(GoalConditionedRLAgent):
         return jnp.clip(sample_gaussian(low_seed, means, log_stds, temperature), -1.0, 1.0)
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
+    def build(cls, seed, ex_observations, ex_actions, config):
         value = ValueEnsemble(config.value_hidden_dims, num_members=2, layer_norm=config.layer_norm)
         modules = {
             'goal_rep': GoalRepresentation(config.value_hidden_dims, config.rep_dim, config.layer_norm),
@@ -140,10 +140,6 @@ def get_config():
             high_p_trajgoal=1.0,  # High-level goals: probability of a future state of the same trajectory.
             high_p_randomgoal=0.0,  # High-level goals: probability of a random dataset state (OGBench's actor_p_randomgoal).
             high_geom_sample=False,  # High-level goals: geometric (True) or uniform (False) trajectory offsets.
-            actor_p_curgoal=0.0,  # Flat actor goals: unused by HIQL (its actors use low_goals / high_goals).
-            actor_p_trajgoal=1.0,  # Unused by HIQL.
-            actor_p_randomgoal=0.0,  # Unused by HIQL.
-            actor_geom_sample=False,  # Unused by HIQL.
             value_p_curgoal=0.2,  # Value goals: probability of the current state (reward 0, no bootstrap).
             value_p_trajgoal=0.5,  # Value goals: probability of a future state of the same trajectory.
             value_p_randomgoal=0.3,  # Value goals: probability of a random dataset state.

@@ -25,7 +25,7 @@ from utils.config_checks import Rule, at_least, one_of, positive
 from utils.flax_utils import frozen
 from utils.networks import MLP, GaussianActor, PositiveScalar, QuasimetricValue
 from utils.rl_agent import GoalConditionedRLAgent
-from utils.rl_losses import latent_dynamics_loss, qrl_value_loss
+from utils.rl_losses import awr_actor_loss, ddpg_bc_actor_loss, latent_dynamics_loss, qrl_value_loss
 
 
 class QRLAgent(GoalConditionedRLAgent):
@@ -69,16 +69,17 @@ class QRLAgent(GoalConditionedRLAgent):
         observations, goals = batch['observations'], batch['actor_goals']
         if self.config['actor_loss'] == 'ddpgbc':
             latents, goal_latents = self.encode(observations, frozen(params)), self.encode(goals, frozen(params))
+            means, log_stds = self.actor_distribution(observations, goals, params)
 
-            def q_fn(actions, model_params):
-                next_latents = self.predict_next_latent(latents, actions, model_params)
-                return -self.distance(next_latents, goal_latents, model_params, encoded=True)
+            def q_fn(actions):
+                next_latents = self.predict_next_latent(latents, actions, frozen(params))
+                return -self.distance(next_latents, goal_latents, frozen(params), encoded=True)
 
-            return self.ddpg_bc_actor_loss(batch, params, q_fn, self.config['alpha'])
+            return ddpg_bc_actor_loss(means, log_stds, batch['actions'], q_fn, self.config['alpha'])
         value_params = frozen(params)
         advantages = self.distance(observations, goals, value_params) - self.distance(batch['next_observations'], goals, value_params)
         means, log_stds = self.actor_distribution(observations, goals, params)
-        return self.awr_actor_loss(means, log_stds, batch['actions'], advantages, self.config['alpha'])
+        return awr_actor_loss(means, log_stds, batch['actions'], advantages, self.config['alpha'])
 
     def loss_terms(self, batch, params, rng):
         terms = {'value': self.value_loss(batch, params)}
@@ -88,7 +89,7 @@ class QRLAgent(GoalConditionedRLAgent):
         return terms
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
+    def build(cls, seed, ex_observations, ex_actions, config):
         modules = {
             'value': QuasimetricValue(config.value_hidden_dims, config.latent_dim, config.component_dim, config.layer_norm),
             'lam': PositiveScalar(1.0),

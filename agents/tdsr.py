@@ -28,16 +28,17 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent
-from utils.config_checks import at_least, one_of
-from utils.representation import check_encoder, encode_together, mean_concat, phi_policy_inputs, psi_inputs, state_encoder
+from utils.config_checks import at_least, non_negative, one_of
+from utils.representation import encode_together, mean_concat, phi_policy_inputs, psi_inputs, two_encoder_modules
 from utils.losses import orthonormality_loss, td_sr_loss
-from utils.networks import GaussianActor, length_normalize
+from utils.networks import length_normalize
 
 
 class TDSRAgent(BCAgent):
     CONFIG_RULES = {
         'batch_size': at_least(2, 1024),  # the TD loss pairs each sample with the others
         'loss_scale': one_of('authors', 'paper'),
+        'ortho_coef': non_negative(0.0),
     }
 
     def policy_inputs(self, observations, goals, params):
@@ -87,21 +88,8 @@ class TDSRAgent(BCAgent):
         return psi.mean(0), self.goal_encode(goals, params).mean(0)
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
-        action_dim = ex_actions.shape[-1]
-        check_encoder(config, ex_observations)
-        encoder, d = state_encoder(config, ex_observations)
-        ex_psi_input = psi_inputs(ex_observations, ex_actions, config.action_conditioned)
-        modules = {
-            'encoder': encoder,
-            'psi_encoder': encoder.clone(),
-            'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm),
-        }
-        example_args = {
-            'encoder': (ex_observations,),
-            'psi_encoder': ex_psi_input,
-            'actor': (jnp.zeros((1, 2 * d)),),
-        }
+    def build(cls, seed, ex_observations, ex_actions, config):
+        modules, example_args = two_encoder_modules(config, ex_observations, ex_actions)
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr),
                                 targets=('encoder', 'psi_encoder'))
 
@@ -135,9 +123,5 @@ def get_config():
             actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
             actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
             actor_geom_sample=False,  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
-            value_p_curgoal=0.0,  # Unused by TD-SR (it bootstraps from s_{t+1}); kept for the sampler.
-            value_p_trajgoal=1.0,  # Unused by TD-SR.
-            value_p_randomgoal=0.0,  # Unused by TD-SR.
-            value_geom_sample=True,  # Unused by TD-SR.
         )
     )

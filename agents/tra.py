@@ -23,14 +23,13 @@ import ml_collections
 import optax
 
 from utils.agent_base import BCAgent
-from utils.config_checks import one_of
-from utils.representation import check_encoder, encode_together, mean_concat, phi_policy_inputs, psi_inputs, state_encoder
+from utils.config_checks import non_negative, one_of
+from utils.representation import encode_together, mean_concat, phi_policy_inputs, psi_inputs, two_encoder_modules
 from utils.losses import representation_norm_penalty, symmetric_infonce
-from utils.networks import GaussianActor
 
 
 class TRAAgent(BCAgent):
-    CONFIG_RULES = {'loss_scale': one_of('authors', 'paper')}
+    CONFIG_RULES = {'loss_scale': one_of('authors', 'paper'), 'norm_penalty': non_negative(1e-6)}
 
     def policy_inputs(self, observations, goals, params):
         if self.config['action_conditioned']:
@@ -66,17 +65,8 @@ class TRAAgent(BCAgent):
         return self.network(*inputs, name='psi_encoder', params=params).mean(0), self.network(goals, name='encoder', params=params).mean(0)
 
     @classmethod
-    def create(cls, seed, ex_observations, ex_actions, config):
-        action_dim = ex_actions.shape[-1]
-        check_encoder(config, ex_observations)
-        encoder, d = state_encoder(config, ex_observations)
-        ex_psi_input = psi_inputs(ex_observations, ex_actions, config.action_conditioned)
-        modules = {
-            'encoder': encoder,
-            'psi_encoder': encoder.clone(),
-            'actor': GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm),
-        }
-        example_args = {'encoder': (ex_observations,), 'psi_encoder': ex_psi_input, 'actor': (jnp.zeros((1, 2 * d)),)}
+    def build(cls, seed, ex_observations, ex_actions, config):
+        modules, example_args = two_encoder_modules(config, ex_observations, ex_actions)
         return cls.from_modules(seed, modules, example_args, config, optax.adam(config.lr))
 
 

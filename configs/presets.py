@@ -80,7 +80,7 @@ METHODS: Dict[str, Method] = {
     'tra_a': Method('tra', 'TRA^a', r'TRA$^a$', 'representation', True, dict(action_conditioned=True)),
     'tdsr': Method('tdsr', 'TD-SR', 'TD-SR', 'representation', True, dict(action_conditioned=False)),
     # GCBC with the representation agents' architecture (appendix "GCBC Encoder Ablation").
-    'gcbc_phi': Method('gcbc', 'GCBC-φ', r'GCBC-$\phi$', 'bc', False, dict(encoder='phi')),
+    'gcbc_phi': Method('gcbc', 'GCBC-φ', r'GCBC-$\phi$', 'bc', False, dict(use_phi=True)),
     # Hierarchical (appendix "Hierarchical Policies", tab:hhparams). HGCBC trains both levels together;
     # HGCBC-phi and HBYOL-gamma are two-stage: the low level for stage1_steps, then the high level (high_lr
     # 1e-4) on the frozen low level, or --agent.stage1_checkpoint=<flat run> for stage 2 alone. HGCBC and
@@ -119,7 +119,7 @@ VISUAL_SETTINGS = dict(encoder='impala_small', batch_size=256, latent_dim=64)
 VISUAL_GAMMA = dict(discount=0.66)
 VISUAL_OVERRIDES = {
     'gcbc': {},  # OGBench's visual GCBC: one CNN on the stacked (s, g) images
-    'gcbc_phi': dict(encoder='phi_impala_small'),  # GCBC-phi: the CNN is phi's first stage
+    'gcbc_phi': {},  # GCBC-phi (use_phi): the CNN is phi's first stage
     'byol_gamma_a': dict(VISUAL_GAMMA, tau=0.99),
     'byol': dict(tau=0.99),
     'tra': VISUAL_GAMMA,

@@ -10,6 +10,7 @@ OGBench's own oracle).
 import dataclasses
 import functools
 import os
+import sys
 from typing import Any, Dict, List, Tuple
 
 import jax
@@ -75,12 +76,15 @@ def load_run(run_dir: str) -> TrainedRun:
             f'--save_interval steps and at the end).'
         )
     flags, saved_config = RunDir(run_dir).read_flags(), RunDir(run_dir).read_config()
-    config = ml_collections.ConfigDict(_tuples({k: v for k, v in saved_config.items() if k not in _NON_AGENT_CONFIG_KEYS}))
+    saved = _tuples({k: v for k, v in saved_config.items() if k not in _NON_AGENT_CONFIG_KEYS})
+    agent_class = get_agent_class(saved['agent_name'])
+    # A field added after the run started has its default, as main.py --resume assumes.
+    config = sys.modules[agent_class.__module__].get_config()
+    config.update(saved)
     if config.get('stage1_checkpoint'):
         # The checkpoint holds the loaded low level too; the template need not read (or find) that file.
         config.stage1_checkpoint = ''
     env = make_env(flags['env_name'])
-    agent_class = get_agent_class(config.agent_name)
     ex_observations, ex_actions = example_batch(env.observation_space), example_batch(env.action_space)
     # The checkpoint overwrites every array of the template, so only its structure and shapes matter: tracing
     # `create` for them costs a fraction of running its network initialisation op by op.

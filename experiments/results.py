@@ -580,6 +580,20 @@ def format_settings(table: Table, latex: bool = False) -> str:
     return '\n'.join(lines + ['| ' + ' | '.join(row) + ' |' for row in rows[1:]])
 
 
+def format_seed_scores(table: Table, last_n: int = 3, scale: float = 100.0, decimals: int = 0) -> str:
+    """Every seed's score at the chosen setting of each cell (Markdown): what each mean and interval is made of."""
+    lines = ['| dataset | method | setting | seed: score |', '|---|---|---|---|']
+    for env in table.envs:
+        for method in table.methods:
+            cell = table.cells.get((env, method))
+            if cell is None:
+                continue
+            scores = [(run.seed, seed_score(run, last_n, scale)) for run in sorted(cell.runs, key=lambda r: r.seed)]
+            text = ', '.join(f'{seed}: {"-" if score is None else _number(score, decimals)}' for seed, score in scores)
+            lines.append(f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {text} |')
+    return '\n'.join(lines)
+
+
 def unfinished_report(cells: Dict[Tuple[str, str], List[Cell]], last_n: int = 3) -> List[str]:
     """One line per seed run that is incomplete (no DONE, or missing evaluations its flags imply) or
     has fewer than last_n evaluations."""

@@ -42,7 +42,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MAIN = os.path.join(REPO_ROOT, 'main.py')
 # Absolute, like the main.py path: a printed command works pasted into any directory.
 PRESETS_FILE = os.path.join(REPO_ROOT, 'configs', 'presets.py')
-PREEMPTED_EXIT_CODE = EXIT_PREEMPTED  # main.py's exit status after a SIGTERM (checkpoint saved).
+
 # main.py exit statuses after which the run has a checkpoint of its last step and `--resume` continues it.
 RESUMABLE_EXIT_CODES = {EXIT_TIME_LIMIT: 'stopped at its --time_limit', EXIT_PREEMPTED: 'stopped by SIGTERM',
                         EXIT_INTERRUPTED: 'stopped by SIGINT'}
@@ -275,85 +275,36 @@ def check_grid(methods: Sequence[MethodSpec], envs: Sequence[str], main_flags: S
     return problems
 
 
-def check_job_commands(jobs: Sequence[Job]) -> List[str]:
-    """Pre-launch check of every job's command: problems that would make its main.py stop at start, found
-    without starting it (one line each, duplicates merged); the CLI refuses to launch if there are any.
+def check_job_commands(jobs: Sequence[Job]) -> Tuple[List[str], list]:
+    """main.py's own request check (`utils.request.check_request`, which starts nothing) of every job's command:
+    (the problems that would stop a job at start, one line per distinct paragraph; the Requests of the jobs that
+    pass). Commands that differ only in their seed and run name are checked once."""
+    from utils.errors import StorageError
+    from utils.request import check_request
 
-    Today: agent override values that cannot be read as the preset's field type (`alpha=abc` for a
-    float). The complete check is main.py's own pure request check, `utils.request.check_request(argv)`
-    on `job.command[2:]`, which is meant to be called here (each problem then reads as main.py's paragraph).
-    """
-    from configs.presets import PRESETS, get_config
-
-    problems, configs = [], {}
+    problems, requests, checked = [], [], {}
     for job in jobs:
-        preset = job.runs[0].preset
-        if preset not in PRESETS:
-            continue  # check_grid reports it
-        config = configs.setdefault(preset, get_config(preset))
-        for arg in job.command:
-            if not arg.startswith('--agent.') or '=' not in arg:
-                continue
-            key, value = arg[len('--agent.'):].split('=', 1)
-            default = config.get(key) if key in config else None
-            problem = _value_problem(default, value)
-            if problem:
-                line = f'{arg} (preset {preset}): {problem}'
-                if line not in problems:
-                    problems.append(line)
-    return problems
+        argv = list(job.command[1:])
+        key = tuple(arg for arg in argv[1:] if not arg.startswith(('--seed=', '--run_name=')))
+        if key not in checked:
+            try:
+                checked[key] = check_request(argv)
+            except (ConfigError, StorageError) as e:
+                checked[key] = f'{job.name}: {e}'
+        outcome = checked[key]
+        if isinstance(outcome, str):
+            if outcome not in problems:
+                problems.append(outcome)
+        else:
+            requests.append(outcome)
+    return problems, requests
 
 
-def _value_problem(default, value: str) -> str:
-    """Why `value` cannot stand for a config field whose default is `default` ('' if it can, or if unsure)."""
-    if isinstance(default, bool):
-        ok = value.lower() in ('true', 'false', '1', '0')
-        return '' if ok else f'expected a boolean (true or false), got {value!r}'
-    if isinstance(default, int):
-        try:
-            int(value)
-            return ''
-        except ValueError:
-            return f'expected an integer, e.g. {default}, got {value!r}'
-    if isinstance(default, float):
-        try:
-            float(value)
-            return ''
-        except ValueError:
-            return f'expected a number, e.g. {default:g}, got {value!r}'
-    return ''
-
-
-# main.py's dataset flags and their defaults (main.py --helpfull): the sweep obtains each dataset as main.py would.
-DATASET_FLAG_DEFAULTS = dict(dataset_dir='~/.ogbench/data', download=True, generate_dataset=False)
-
-
-def dataset_options(main_flags: Sequence[str]) -> Dict:
-    """main.py's --dataset_dir, --download and --generate_dataset as the sweep passes them to every job (the
-    last occurrence wins, as in main.py); absl's boolean spellings --x, --nox, --x=true/false/1/0."""
-    options = dict(DATASET_FLAG_DEFAULTS)
-    for flag in main_flags:
-        name, equals, value = flag.lstrip('-').partition('=')
-        if name == 'dataset_dir' and equals:
-            options['dataset_dir'] = value
-            continue
-        for key in ('download', 'generate_dataset'):
-            if name == key and not equals:
-                options[key] = True
-            elif name == 'no' + key and not equals:
-                options[key] = False
-            elif name == key:
-                if value.lower() not in ('true', 'false', '1', '0'):
-                    raise ConfigError(f'{flag!r}: --{key} takes true or false, e.g. --{key}=false (or --no{key}).')
-                options[key] = value.lower() in ('true', '1')
-    return options
-
-
-def prepare_datasets(envs: Sequence[str], main_flags: Sequence[str], log=print) -> Dict[str, Tuple[str, str]]:
-    """Obtain every dataset the jobs train on, once, before any job starts (so jobs never race to generate
-    one): main.py's own `utils.datasets.ensure_dataset` with the dataset flags the sweep passes to main.py.
-    Returns {env: (train_path, val_path)}; raises what main.py would report (DatasetError, ConfigError, or an
-    OSError), before anything is launched."""
+def prepare_datasets(requests, log=print) -> Dict[str, Tuple[str, str]]:
+    """Obtain every dataset the jobs train on, once, before any job starts (so jobs never race to generate one):
+    main.py's own `utils.datasets.ensure_dataset` with each job's dataset flags (`requests`: their checked
+    Requests). Returns {env: (train_path, val_path)}; raises what main.py would report (DatasetError, ConfigError,
+    or an OSError), before anything is launched."""
     import jax
 
     import datagen
@@ -363,12 +314,13 @@ def prepare_datasets(envs: Sequence[str], main_flags: Sequence[str], log=print) 
     # process: JAX would hold 75% of a GPU's memory for the whole sweep. This process's setting only; jobs
     # inherit the environment, not it.
     jax.config.update('jax_platforms', 'cpu')
-    options = dataset_options(main_flags)
     paths = {}
-    for env in dict.fromkeys(envs):
-        paths[env] = ensure_dataset(env, options['dataset_dir'], download=options['download'], generator=datagen,
-                                    generate=options['generate_dataset'], log=log)
-    return paths
+    for request in requests:
+        key = (request.env_name, request.dataset_dir, request.download, request.generate_dataset)
+        if key not in paths:
+            paths[key] = ensure_dataset(request.env_name, request.dataset_dir, download=request.download,
+                                        generator=datagen, generate=request.generate_dataset, log=log)
+    return {key[0]: value for key, value in paths.items()}
 
 
 def describe(runs: Sequence[SweepRun], jobs: Sequence[Job]) -> str:
@@ -649,7 +601,7 @@ class MainCommand:
                 signal.raise_signal(sig)  # submitit's handler: checkpoint(), requeue, exit this process
             raise RuntimeError(f'main.py stopped at its --time_limit (exit {returncode}, checkpoint saved) and the job '
                                f'could not requeue itself; relaunch the sweep to resume. Log: {log_path}')
-        if returncode == PREEMPTED_EXIT_CODE:
+        if returncode == EXIT_PREEMPTED:
             raise RuntimeError(f'main.py was stopped by SIGTERM (checkpoint saved); relaunch the sweep to resume. Log: {log_path}')
         if returncode != 0:
             raise RuntimeError(f'main.py exited with status {returncode}. Log: {log_path}\n{EXCERPT_BEGIN}\n'

@@ -41,6 +41,7 @@ def parse_args(argv):
     parser.add_argument('--rl_methods', default=','.join(sorted(R.RL_METHODS)), help='Methods left out of the bolding comparison.')
     parser.add_argument('--decimals', type=int, default=0)
     parser.add_argument('--details', action='store_true', help='Also list every setting of every method, not only the best.')
+    parser.add_argument('--per_seed', action='store_true', help="Also list each seed's score at the chosen settings.")
     parser.add_argument('--ci', action='store_true', help='Cells show mean [bootstrap CI over seeds] instead of mean ± std (markdown).')
     parser.add_argument('--per_task', action='store_true', help='Also print per-task success with the mean and CI per (dataset, method).')
     parser.add_argument('--baseline', default='', help='Comma-separated presets (e.g. gcbc,gcbc_phi): for each, also list '
@@ -108,6 +109,9 @@ def main(argv=None):
     print()
     print(f'{comment}Chosen settings:')
     print(R.format_settings(table, latex))
+    if args.per_seed:
+        print(f'\nPer seed (each seed\'s score, the mean of its last {args.last_n} evaluations x {args.scale:g}):')
+        print(R.format_seed_scores(table, args.last_n, args.scale, args.decimals))
     if args.details:
         print(f'\n{comment}All settings (mean ± std, seeds):')
         for (env, method), candidates in sorted(cells.items()):

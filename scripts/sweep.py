@@ -15,7 +15,6 @@ one that cannot be obtained stops the sweep with main.py's message. See docs/exp
 """
 
 import argparse
-import errno
 import os
 import re
 import shlex
@@ -97,10 +96,9 @@ def main(argv=None):
         envs = [env.strip() for env in args.envs.split(',') if env.strip()]
         runs = sweep.build_runs(args.name, methods, envs, sweep.parse_seeds(args.seeds), args.save_dir)
         jobs = sweep.build_jobs(runs, main_flags, args.seeds_per_job, main_path=os.path.abspath(args.main))
-        problems = sweep.check_grid(methods, envs, main_flags)
+        problems, requests = sweep.check_grid(methods, envs, main_flags), []
         if not problems:
-            problems = sweep.check_job_commands(jobs)
-        sweep.dataset_options(main_flags)  # a malformed --download=... stops here, not in every job
+            problems, requests = sweep.check_job_commands(jobs)
     except ConfigError as e:
         sys.exit(f'Error: {e}')
     if problems and not args.dry_run:
@@ -120,7 +118,7 @@ def main(argv=None):
     if not jobs:
         return 0
     if args.prepare_datasets:
-        prepare(args, jobs, main_flags)
+        prepare(args, requests)
     if args.backend == 'local':
         outcomes = sweep.launch_local(jobs, args.workers, gpus=args.gpu_ids, runs_per_gpu=args.runs_per_gpu,
                                       mem_fraction=args.gpu_mem_fraction)
@@ -130,31 +128,18 @@ def main(argv=None):
     return submit(args, jobs)
 
 
-def prepare(args, jobs, main_flags):
+def prepare(args, requests):
     """Each dataset of the pending jobs obtained once, here, before any job starts; a dataset that cannot be
     obtained stops the sweep with the paragraph main.py would print."""
-    envs = list(dict.fromkeys(job.runs[0].env for job in jobs))
     try:
-        paths = sweep.prepare_datasets(envs, main_flags, log=lambda message: print(f'# {message}', flush=True))
+        paths = sweep.prepare_datasets(requests, log=lambda message: print(f'# {message}', flush=True))
     except (ConfigError, DatasetError, OSError) as e:
-        error = storage_error(e) if isinstance(e, OSError) else e
+        error = errors.named_error(e)
         if error is None:  # not a failure main.py names: a bug, whose traceback is wanted
             raise
         sys.exit(f'Error: {error} No job of sweep {args.name} was launched.')
     for env, (train_path, _) in paths.items():
         print(f'# dataset {env}: {train_path} (and its -val file) ready', flush=True)
-
-
-def storage_error(e: OSError):
-    """main.py's paragraph for a failed write (utils.errors.named_error), or None for other OSErrors."""
-    named = getattr(errors, 'named_error', None)
-    if named is not None:
-        error = named(e)
-        return error if error is not None and not isinstance(error, OSError) else None
-    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR):
-        return None
-    return DatasetError(f'Cannot write {e.filename or "a file"}: {e.strerror}. Files are written atomically, so nothing '
-                        f'was left half-written. Free space, or pass a writable --dataset_dir, then rerun.')
 
 
 def submit(args, jobs):

@@ -9,7 +9,7 @@ import pytest
 
 from agents import get_agent_class
 from configs.presets import METHODS, PRESETS, get_config as preset_config
-from utils.representation import encode_together, phi_policy_inputs
+from utils.representation import encode_together, phi_policy_inputs, two_encoder_modules
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import compiled_create, train_steps
 
@@ -241,3 +241,23 @@ def test_encoding_arrays_together_equals_encoding_each_alone():
     alone_s = np.asarray(agent.network(arrays['s'], name='encoder', params=params)).mean(0)
     alone_g = np.asarray(agent.network(arrays['s'][::-1], name='encoder', params=params)).mean(0)
     np.testing.assert_allclose(np.asarray(inputs), np.concatenate([alone_s, alone_g], -1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('action_conditioned', [False, True])
+def test_two_encoder_modules_are_phi_psi_and_an_actor_on_two_representations(action_conditioned):
+    """TRA and TD-SR build their networks with utils.representation.two_encoder_modules: phi and psi are
+    ensembles of the same architecture, psi also reads a_t in the ^a variants, and the actor reads 2 * d."""
+    config = small(preset_config('tra'))
+    config.action_conditioned = action_conditioned
+    ex_obs, ex_act = np.zeros((3, OBS_DIM), np.float32), np.zeros((3, ACTION_DIM), np.float32)
+    modules, example_args = two_encoder_modules(config, ex_obs, ex_act)
+    assert list(modules) == ['encoder', 'psi_encoder', 'actor']
+    assert len(example_args['psi_encoder']) == (2 if action_conditioned else 1)
+    for name in ('encoder', 'psi_encoder'):
+        out = jax.eval_shape(lambda: modules[name].init_with_output(jax.random.PRNGKey(0), *example_args[name])[0])
+        assert out.shape == (config.num_ensemble, 3, config.latent_dim)
+    assert example_args['actor'][0].shape == (1, 2 * config.latent_dim)
+    # The agents are built from exactly these modules.
+    for preset in ('tra', 'tdsr_a'):
+        agent = make_agent(small(preset_config(preset)))
+        assert sorted(agent.network.params) == ['modules_actor', 'modules_encoder', 'modules_psi_encoder']

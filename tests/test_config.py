@@ -11,9 +11,9 @@ import pytest
 
 from agents import get_agent_class
 from configs.presets import PRESETS, get_config as preset_config
-from tests import launcher
-from utils.config_checks import validate_config
+from utils.config_checks import COMMON_RULES, RuleOwner, at_least, one_of, rule_for, validate_config
 from utils.errors import ConfigError
+from utils.request import check_request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,7 +35,13 @@ BAD_VALUES = [
     ('byol_gamma_a', 'actor_hidden_dims', (512, 0), 'layer sizes'),
     ('byol_gamma_a', 'value_p_randomgoal', 1.5, 'probability'),
     ('byol_gamma_a', 'actor_p_curgoal', -0.5, 'probability'),
-    ('gcbc', 'encoder', 'resnet', "'none', 'phi'"),
+    ('gcbc', 'encoder', 'resnet', "'none', 'impala'"),
+    ('gcbc', 'encoder', 'phi', "'none', 'impala'"),  # GCBC-phi is use_phi=True, not an encoder name
+    ('byol_gamma_a', 'ce_eps', -1.0, '>= 0'),
+    ('fb', 'actor_noise', -0.1, '>= 0'),
+    ('hiql', 'subgoal_steps', 0, '>= 1'),
+    ('hiql', 'high_alpha', float('inf'), 'finite'),
+    ('hbyol_gamma_a', 'stage1_steps', -1, '>= 0'),
     ('tdsr_a', 'batch_size', 1, '>= 2'),
     ('tra', 'norm_penalty', -1e-6, '>= 0'),
     ('fb', 'z_state_ratio', 2.0, 'probability'),
@@ -74,16 +80,58 @@ def test_a_mixture_that_does_not_sum_to_one_names_all_three_fields():
         checked(config)
 
 
+def test_a_non_finite_value_gets_the_fields_own_example():
+    config = preset_config('byol_gamma_a')
+    config.lr = float('nan')
+    with pytest.raises(ConfigError) as error:
+        checked(config)
+    assert 'agent.lr=nan' in str(error.value) and '(e.g. --agent.lr=0.0003)' in str(error.value)
+    assert 'a finite number)' not in str(error.value)
+    config = preset_config('fb')
+    config.actor_noise = float('inf')
+    with pytest.raises(ConfigError, match=r'e\.g\. --agent\.actor_noise=0\.2\)'):
+        checked(config)
+
+
+@pytest.mark.parametrize('preset', sorted(PRESETS))
+def test_every_float_field_has_a_rule(preset):
+    """So that a bad or non-finite value of any float field gets a requirement and a valid example."""
+    config = preset_config(preset)
+    rules = get_agent_class(config.agent_name).CONFIG_RULES
+    missing = [key for key, value in config.items() if isinstance(value, float) and rule_for(key, rules) is None]
+    assert not missing, f'{preset}: float fields without a rule: {missing}'
+
+
+def test_common_rules_are_for_fields_every_agent_has():
+    for module in agent_modules():
+        config = importlib.import_module(f'agents.{module}').get_config()
+        assert set(COMMON_RULES) <= set(config), f'agents/{module}.py lacks {set(COMMON_RULES) - set(config)}'
+
+
+def test_subclass_rules_extend_and_override_their_bases():
+    class Base(RuleOwner):
+        CONFIG_RULES = {'a': at_least(1, 1), 'b': one_of('x', 'y')}
+
+    class Child(Base):
+        CONFIG_RULES = {'b': one_of('z'), 'c': at_least(0, 0)}
+
+    class GrandChild(Child):
+        pass
+
+    assert sorted(Child.CONFIG_RULES) == sorted(GrandChild.CONFIG_RULES) == ['a', 'b', 'c']
+    assert Child.CONFIG_RULES['b'].example == 'z' and Base.CONFIG_RULES['b'].example == 'x'
+    assert Child.CONFIG_RULES['a'] is Base.CONFIG_RULES['a']
+
+
 @pytest.mark.parametrize('override', [
     '--agent.discount=1.0', '--agent.loss_type=xyz', '--agent.value_p_trajgoal=0.5', '--agent.batch_size=0',
 ])
 def test_main_rejects_bad_values_before_loading_data(override, tmp_path):
-    # An empty dataset dir and no download: the run must stop at the config, before it looks for data.
-    result = launcher.run([sys.executable, os.path.join(ROOT, 'main.py'), override, f'--dataset_dir={tmp_path}', '--nodownload',
-                           f'--save_dir={tmp_path}', '--wandb_mode=disabled'], timeout=120)
-    assert result.returncode == 1
-    paragraph = result.stderr.strip().split('Error: ', 1)[1]
-    assert override.split('=')[0][2:] in paragraph and '\n' not in paragraph and 'Traceback' not in result.stderr
+    # main.py's request check: the run stops at the config, before it looks for data or writes anything.
+    with pytest.raises(ConfigError) as error:
+        check_request(['main.py', override, f'--dataset_dir={tmp_path}', '--nodownload', f'--save_dir={tmp_path}'])
+    paragraph = str(error.value)
+    assert override.split('=')[0][2:] in paragraph and '\n' not in paragraph
     assert not any(tmp_path.iterdir()), 'nothing may be written for a rejected config'
 
 

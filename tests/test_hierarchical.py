@@ -10,7 +10,7 @@ import pytest
 from agents import get_agent_class
 from agents.byol_gamma import BYOLGammaAgent
 from agents.gcbc import GCBCAgent
-from agents.hierarchical import with_fields
+from agents.hierarchical import HighLevelPolicy, with_fields
 from configs.presets import get_config as preset_config
 from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_dataset
 from utils.checkpoints import load_checkpoint, save_checkpoint
@@ -87,7 +87,7 @@ def first_batch(data, config):
 def test_hierarchical_batch_reaches_the_right_losses(preset, trained, data):
     agent = trained[preset]['snapshots'][0]
     batch = first_batch(data, trained[preset]['config'])
-    metrics = jax.jit(lambda batch: agent.total_loss(batch, agent.network.params)[1])
+    metrics = jax.jit(agent.metrics)
     base = metrics(batch)
     # pi_l learns from low_goals only, pi_h from (high_goals, high_targets) only.
     touches = {'low_goals': 'actor/bc_loss', 'high_goals': 'high_actor/bc_loss', 'high_targets': 'high_actor/bc_loss'}
@@ -106,12 +106,44 @@ def test_hierarchical_batch_reaches_the_right_losses(preset, trained, data):
         else:
             low_params = agent.low.network.params
             targets = agent.low.network(batch['high_targets'], name='encoder', params=low_params).mean(0)
-            owner, name = (agent.network, 'high_encoder') if preset == 'hgcbc_phi' else (agent.low.network, 'encoder')
+            owner, name = (agent.high.network, 'high_encoder') if preset == 'hgcbc_phi' else (agent.low.network, 'encoder')
             inputs = jnp.concatenate([owner(batch[k], name=name, params=owner.params).mean(0) for k in ('observations', 'high_goals')], -1)
-        means, _ = agent.network(inputs, name='high_actor', params=agent.network.params)
+        means, _ = agent.high.network(inputs, name='high_actor', params=agent.high.network.params)
         return jnp.mean((means - targets) ** 2)
 
     np.testing.assert_allclose(base['high_actor/mse'], expected_mse(batch), rtol=1e-5)
+
+
+@pytest.mark.parametrize('preset,low_class,use_phi', [('hgcbc', GCBCAgent, False), ('hgcbc_phi', GCBCAgent, True),
+                                                      ('hbyol_gamma_a', BYOLGammaAgent, None)])
+def test_each_variant_composes_a_high_level_policy_with_a_flat_low_level(preset, low_class, use_phi, trained):
+    agent = trained[preset]['agent']
+    # Two real levels, no placeholder: the low level is the flat agent itself, the high level a policy with its own state.
+    assert type(agent.low) is low_class and isinstance(agent.high, HighLevelPolicy)
+    if use_phi is not None:
+        assert agent.low.config['use_phi'] == use_phi
+    assert 'modules_high_actor' in agent.high.network.params
+    assert all(leaf is not None for leaf in jax.tree_util.tree_leaves(agent, is_leaf=lambda x: x is None))
+
+
+def test_a_joint_update_is_each_levels_own_update(data):
+    """Training both levels together (stage1_steps = 0) is the low level's `update` on the low-level batch
+    and the high level's `update` reading the low level as it was before the step."""
+    agent = make_agent(tiny('hbyol_gamma_a', stage1_steps=0))
+    batch = first_batch(data, agent.config)
+    low_batch = dict(batch, actor_goals=batch['low_goals'])
+    expected_low, low_info = jax.jit(lambda a: a.low.update(low_batch))(agent)
+    expected_high, high_info = jax.jit(lambda a: a.high.update(batch, a.low))(agent)
+    metrics = jax.jit(agent.metrics)(batch)
+    new_agent, info = agent.update(batch)
+    assert_trees_equal(new_agent.low, expected_low)
+    assert_trees_equal(new_agent.high, expected_high)
+    for key, value in high_info.items():
+        np.testing.assert_allclose(info[f'high_actor/{key}'], value, rtol=1e-6)
+    np.testing.assert_allclose(info['total_loss'], low_info['total_loss'] + high_info['bc_loss'], rtol=1e-6)
+    # Validation metrics: both levels' losses before the step, under the same names, without gradient norms.
+    assert sorted(metrics) == sorted(k for k in info if not k.endswith('grad_norm'))
+    np.testing.assert_allclose(metrics['total_loss'], info['total_loss'], rtol=1e-6)
 
 
 @pytest.mark.parametrize('preset', VARIANTS)
@@ -141,15 +173,15 @@ def test_two_stages_switch_exactly_and_freeze_the_other_level(preset, trained):
     initial, after_stage1, final = run['snapshots']
     np.testing.assert_array_equal(run['infos']['stage'], [1.0] * STAGE1_STEPS + [2.0] * STAGE1_STEPS)
     assert int(after_stage1.low.network.step) == int(final.low.network.step) == STAGE1_STEPS
-    assert int(after_stage1.network.step) == 0 and int(final.network.step) == STAGE1_STEPS
+    assert int(after_stage1.high.network.step) == 0 and int(final.high.network.step) == STAGE1_STEPS
 
     # Stage 1 trains only the low level: the high level (params and Adam state) is untouched.
     assert trees_differ(initial.low.network.params, after_stage1.low.network.params)
-    assert_trees_equal(initial.network, after_stage1.network)
+    assert_trees_equal(initial.high, after_stage1.high)
     # Stage 2 trains only the high level: encoder, actor, predictors and their optimizer state stay bit-identical.
     assert_trees_equal(after_stage1.low, final.low)
-    for module in final.network.params:
-        assert trees_differ(after_stage1.network.params[module], final.network.params[module]), module
+    for module in final.high.network.params:
+        assert trees_differ(after_stage1.high.network.params[module], final.high.network.params[module]), module
     infos = run['infos']
     assert np.all(infos['grad_norm'][STAGE1_STEPS:] == 0.0) and np.all(infos['high_actor/grad_norm'][:STAGE1_STEPS] == 0.0)
     # total_loss is the objective of the level being trained; the frozen level's loss is only logged.
@@ -162,9 +194,9 @@ def test_joint_hgcbc_trains_both_levels_every_step(trained):
     run = trained['hgcbc']
     initial, _, final = run['snapshots']
     assert 'stage' not in run['infos']
-    assert int(final.low.network.step) == int(final.network.step) == 2 * STAGE1_STEPS
+    assert int(final.low.network.step) == int(final.high.network.step) == 2 * STAGE1_STEPS
     assert trees_differ(initial.low.network.params, final.low.network.params)
-    assert trees_differ(initial.network.params, final.network.params)
+    assert trees_differ(initial.high.network.params, final.high.network.params)
 
 
 def test_resuming_mid_run_replays_the_uninterrupted_run(trained, data):
@@ -202,12 +234,12 @@ def test_stage1_checkpoint_of_a_flat_byol_gamma_run_starts_in_stage2(data, tmp_p
     assert_trees_equal(agent.low, flat)
 
     batch = first_batch(data, config)
-    high_before = host_copy(agent.network.params)
+    high_before = host_copy(agent.high.network.params)
     for _ in range(3):
         agent, info = agent.update(batch)
         assert float(info['grad_norm']) == 0.0 and float(info['high_actor/grad_norm']) > 0.0
     assert_trees_equal(agent.low, flat)
-    assert trees_differ(high_before, agent.network.params)
+    assert trees_differ(high_before, agent.high.network.params)
 
 
 def test_stage1_checkpoint_of_a_hierarchical_run_loads_its_low_level(trained):
@@ -221,7 +253,7 @@ def test_bad_stage1_checkpoints_are_clear_errors(tmp_path):
         make_agent(tiny('hbyol_gamma_a', stage1_checkpoint=str(tmp_path / 'missing')))
     config = tiny('hbyol_gamma_a')
     ex_observations, ex_actions = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
-    gcbc = GCBCAgent.create(0, ex_observations, ex_actions, with_fields(config, encoder='none'))
+    gcbc = GCBCAgent.create(0, ex_observations, ex_actions, with_fields(config, use_phi=False))
     save_checkpoint(str(tmp_path), gcbc, 10)
     with pytest.raises(ConfigError, match='holds neither a BYOLGammaAgent'):
         make_agent(tiny('hbyol_gamma_a', stage1_checkpoint=str(tmp_path)))

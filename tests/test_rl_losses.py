@@ -145,6 +145,45 @@ def test_ddpg_bc_loss_normalises_q_by_a_constant():
     assert_grad(lambda lp: L.ddpg_bc_loss(q, lp, alpha)[0], lambda lp: -np.mean(q) / scale - alpha * np.mean(lp), log_probs)
 
 
+def np_gaussian_log_prob(means, log_stds, x):
+    means, log_stds, x = (np.float64(v) for v in (means, log_stds, x))
+    return np.sum(-0.5 * ((x - means) / np.exp(log_stds)) ** 2 - log_stds - 0.5 * np.log(2 * np.pi), axis=-1)
+
+
+def test_awr_actor_loss_weights_the_log_likelihood_and_reports_its_terms():
+    means, log_stds, targets = RNG.normal(size=(5, 3)), 0.3 * RNG.normal(size=(5, 3)), RNG.normal(size=(5, 3))
+    adv, temperature = np.array([-2.0, -0.1, 0.0, 0.5, 4.0]), 1.5
+    loss, info = L.awr_actor_loss(means, log_stds, targets, adv, temperature)
+    weights = np.minimum(np.exp(temperature * adv), 100.0)
+    log_probs = np_gaussian_log_prob(means, log_stds, targets)
+    np.testing.assert_allclose(loss, -np.mean(weights * log_probs), rtol=1e-5)
+    np.testing.assert_allclose([info['adv'], info['weight_mean'], info['bc_loss'], info['mse']],
+                               [np.mean(adv), np.mean(weights), -np.mean(log_probs), np.mean((means - targets) ** 2)], rtol=1e-5)
+    assert_grad(lambda m: L.awr_actor_loss(m, log_stds, targets, adv, temperature)[0],
+                lambda m: -np.mean(weights * np_gaussian_log_prob(m, log_stds, targets)), means)
+    # Advantages are constants of the actor loss.
+    assert float(jnp.abs(jax.grad(lambda a: L.awr_actor_loss(means, log_stds, targets, a, temperature)[0])(adv)).sum()) == 0.0
+
+
+def test_ddpg_bc_actor_loss_scores_the_clipped_mean_action():
+    means, log_stds, actions = 1.5 * RNG.normal(size=(6, 2)), np.zeros((6, 2)), np.clip(RNG.normal(size=(6, 2)), -1, 1)
+    w, bc_coef = np.array([0.7, -1.3]), 0.4
+    q_fn = lambda a: jnp.sum(a * w, axis=-1) + 2.0  # a linear critic of the action
+    loss, info = L.ddpg_bc_actor_loss(means, log_stds, actions, q_fn, bc_coef)
+    q = np.clip(means, -1, 1) @ w + 2.0
+    log_probs = np_gaussian_log_prob(means, log_stds, actions)
+    scale = np.mean(np.abs(q)) + 1e-6
+    np.testing.assert_allclose(loss, -np.mean(q) / scale - bc_coef * np.mean(log_probs), rtol=1e-5)
+    np.testing.assert_allclose([info['q_loss'], info['bc_term'], info['q_mean'], info['bc_loss'], info['mse']],
+                               [-np.mean(q) / scale, -bc_coef * np.mean(log_probs), np.mean(q), -np.mean(log_probs),
+                                np.mean((means - actions) ** 2)], rtol=1e-5)
+    # The Q term reaches the mean through the critic only inside [-1, 1] (the clip); the BC term everywhere.
+    grad = np.asarray(jax.grad(lambda m: L.ddpg_bc_actor_loss(m, log_stds, actions, q_fn, bc_coef)[0])(jnp.asarray(means, jnp.float32)))
+    inside = (np.abs(means) < 1.0).astype(np.float64)
+    expected = -inside * w / (6 * scale) - bc_coef * (actions - means) / 6
+    np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------- QRL
 
 

@@ -2,6 +2,7 @@
 rendered visual-antmaze datasets, and every agent with `encoder=impala_small`."""
 
 import functools
+import glob
 import os
 
 import jax
@@ -247,6 +248,25 @@ def test_image_encoder_and_observations_must_match():
     config.encoder = 'impala_small'
     with pytest.raises(ConfigError, match='hgcbc_phi'):
         validate_config(config, get_agent_class('hgcbc').CONFIG_RULES)
+    # An agent without an image encoder (the offline RL baselines) says so, instead of failing in its networks.
+    with pytest.raises(ConfigError, match='reads state vectors only'):
+        get_agent_class('gcivl').create(0, images, actions, get_config('gcivl'))
+    # GCBC-phi on pixels: the CNN is phi's first stage (use_phi), the image encoder named as for every agent.
+    config = get_config('gcbc_phi_visual')
+    assert (config.encoder, config.use_phi) == ('impala_small', True)
+
+
+def test_the_encoder_meets_the_observations_in_one_place():
+    """Which encoder names exist is a config rule; whether the encoder fits the observations is one function,
+    called from one place (utils.agent_base.Agent.create, which every agent's creation goes through)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    calls = []
+    for folder in ('agents', 'utils', 'configs'):
+        for path in sorted(glob.glob(os.path.join(root, folder, '**', '*.py'), recursive=True)):
+            for number, line in enumerate(open(path).read().splitlines(), 1):
+                if 'check_encoder_fits_observations(' in line and not line.lstrip().startswith('def '):
+                    calls.append(f'{os.path.relpath(path, root)}:{number}')
+    assert len(calls) == 1 and calls[0].startswith('utils/agent_base.py:'), calls
 
 
 # --- rendered datasets, training and evaluation -----------------------------------------------

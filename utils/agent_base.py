@@ -1,11 +1,19 @@
 """What every agent is (`Agent`), and the agents that are behavior cloning plus an auxiliary loss (`BCAgent`).
 
     Agent                      rng, network (parameters + optimizer), targets (EMA copies), config;
-    |                          one jitted `update`, `metrics`, `from_modules`
+    |                          `create` (checks the observations, then the agent's `build`), one jitted
+    |                          `update`, `metrics`, `from_modules`
     +-- BCAgent                GCBC + alpha * L_aux: agents/gcbc.py, byol_gamma.py, tra.py, tdsr.py
     +-- GoalConditionedRLAgent offline RL baselines (utils/rl_agent.py): gcivl, gciql, qrl, crl, hiql
     +-- FBAgent                forward-backward RL (agents/fb.py)
-    +-- HierarchicalAgent      a high level composed with a flat BC agent (agents/hierarchical.py)
+
+The hierarchical agents (agents/hierarchical.py) are no `Agent`: each is a composition of a high-level
+policy and a flat `BCAgent`, with the same small interface (`create`, `update`, `metrics`,
+`sample_actions`).
+
+Config rules live with their owner (utils.config_checks.RuleOwner): `Agent.CONFIG_RULES` holds the rule
+on `tau`, which `updated_targets` reads; `BCAgent`'s hold `alpha` and the encoder fields of
+utils.representation.ENCODER_RULES; a subclass lists only the rules of the fields it adds.
 
 Gradient routing is written at the call site. A loss receives the parameters it differentiates,
 `params`, and passes them to every network it trains: `self.network(x, name='encoder', params=params)`.
@@ -21,19 +29,22 @@ import flax
 import jax
 import jax.numpy as jnp
 
+from utils.config_checks import Rule, RuleOwner, is_finite_number, non_negative
 from utils.distributions import sample_gaussian
 from utils.flax_utils import TrainState, ema_update, nonpytree_field
 from utils.losses import bc_loss
 from utils.networks import ModuleDict
+from utils.representation import ENCODER_RULES, check_encoder_fits_observations
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
 
-class Agent(flax.struct.PyTreeNode):
+class Agent(flax.struct.PyTreeNode, RuleOwner):
     """Parameters, optimizer state, target parameters and RNG of one agent, and its one gradient step.
 
     A family defines `loss_fn(batch, rng)` (the objective of one update as a function of the
-    parameters) and `sample_actions`; agents with target networks keep a `tau` config field.
+    parameters) and `sample_actions`, an agent `build`; agents with target networks keep a `tau`
+    config field.
     """
 
     rng: Any
@@ -41,8 +52,25 @@ class Agent(flax.struct.PyTreeNode):
     targets: Dict[str, Any]  # online module name -> EMA parameters of its target network
     config: Any = nonpytree_field()
 
-    # Rules on this agent's config values, checked with the common ones by utils.config_checks.validate_config.
-    CONFIG_RULES = {}
+    # Rules on this class's config fields, merged with its bases' (utils.config_checks.RuleOwner) and checked
+    # with COMMON_RULES by utils.config_checks.validate_config.
+    CONFIG_RULES = {
+        'tau': Rule(lambda v: is_finite_number(v) and 0.0 < v <= 1.0,
+                    'must lie in (0, 1] (EMA rate of the target network; 1 = the online network, stop-gradient)', 1.0),
+    }
+
+    @classmethod
+    def create(cls, seed, ex_observations, ex_actions, config):
+        """The untrained agent for observations and actions shaped like `ex_observations`, `ex_actions`
+        ([1, ...] each). What only the data can tell is checked here, once for every agent (an image
+        encoder needs image observations, a state encoder state vectors); then the agent's `build`."""
+        check_encoder_fits_observations(config, ex_observations)
+        return cls.build(seed, ex_observations, ex_actions, config)
+
+    @classmethod
+    def build(cls, seed, ex_observations, ex_actions, config):
+        """The agent's networks, initialised (usually with `from_modules`)."""
+        raise NotImplementedError
 
     def loss_fn(self, batch, rng) -> LossFn:
         """`params -> (loss, metrics)` for this batch; `rng` is fresh for every update."""
@@ -86,13 +114,15 @@ class Agent(flax.struct.PyTreeNode):
 
 
 class BCAgent(Agent):
-    """GCBC + alpha * L_aux (the paper's objective). An agent file defines `create`, `policy_inputs`
+    """GCBC + alpha * L_aux (the paper's objective). An agent file defines `build`, `policy_inputs`
     and, for an auxiliary loss, `representation_loss`, plus a module-level `get_config()`.
 
     Both losses of an update often encode the same batch entries (phi(s_t) feeds the actor and L_aux).
     An agent may compute such encodings once in `batch_encodings` (see utils.representation.
     encode_together) and read them in `batch_policy_inputs` and `representation_loss`; without it,
     each loss encodes what it needs."""
+
+    CONFIG_RULES = {'alpha': non_negative(1.0), **ENCODER_RULES}
 
     def policy_inputs(self, observations, goals, params):
         """The actor's input for (s, g), computed with `params`."""

@@ -6,7 +6,6 @@ import os
 import re
 
 from utils.errors import ConfigError
-from utils.networks import VISUAL_ENCODERS
 
 
 def load_config_file(spec: str):
@@ -66,10 +65,13 @@ def check_types(config, defaults):
 # Value checks: the one place where config values are judged. Every agent config is checked before
 # anything is built or compiled, so a bad value stops the run with one paragraph naming the field, the
 # value and a valid example, instead of a traceback (or, worse, a NaN loss thousands of steps later).
-# The rules are data: COMMON_RULES below for fields several agents share, and an agent class's
-# `CONFIG_RULES` for its own; a key that is a tuple of field names is a rule on those fields together
-# (its check receives their values in that order). Agents, the sampler and the networks check nothing
-# themselves.
+# The rules are data, each kept by its owner: COMMON_RULES below for the fields every agent's config
+# has, and an agent class's `CONFIG_RULES` for the fields it reads (a family's shared fields on the
+# family's base class, or in a shared dict its owners include, e.g. utils.representation.ENCODER_RULES).
+# A key that is a tuple of field names is a rule on those fields together (its check receives their
+# values in that order). Two naming conventions need no rule of their own: `*_hidden_dims` are layer
+# sizes and `<prefix>_p_curgoal/_p_trajgoal/_p_randomgoal` a goal mixture of the sampler. Agents, the
+# sampler and the networks check nothing themselves.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -81,24 +83,24 @@ class Rule:
         self.check, self.requirement, self.example = check, requirement, example
 
 
-def _number(value) -> bool:
+def is_finite_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def positive(example):
-    return Rule(lambda v: _number(v) and v > 0, 'must be a finite number > 0', example)
+    return Rule(lambda v: is_finite_number(v) and v > 0, 'must be a finite number > 0', example)
 
 
 def non_negative(example):
-    return Rule(lambda v: _number(v) and v >= 0, 'must be a finite number >= 0', example)
+    return Rule(lambda v: is_finite_number(v) and v >= 0, 'must be a finite number >= 0', example)
 
 
 def at_least(low: int, example):
-    return Rule(lambda v: _number(v) and v >= low, f'must be >= {low}', example)
+    return Rule(lambda v: is_finite_number(v) and v >= low, f'must be >= {low}', example)
 
 
 def probability(example):
-    return Rule(lambda v: _number(v) and 0.0 <= v <= 1.0, 'must be a probability in [0, 1]', example)
+    return Rule(lambda v: is_finite_number(v) and 0.0 <= v <= 1.0, 'must be a probability in [0, 1]', example)
 
 
 def one_of(*choices):
@@ -106,46 +108,48 @@ def one_of(*choices):
 
 
 def layer_sizes(example):
-    return Rule(lambda v: len(v) > 0 and all(_number(d) and d >= 1 for d in v),
+    return Rule(lambda v: len(v) > 0 and all(is_finite_number(d) and d >= 1 for d in v),
                 'must be a non-empty tuple of positive layer sizes', example)
 
 
-# Rules for fields that several agents share, by name; an agent class adds or overrides rules with its
-# `CONFIG_RULES = {field: Rule}` (its own enums, e.g. `encoder`, and tuple-keyed joint rules).
+# The fields every agent's config has (tests/test_config.py checks that every agent's does).
 COMMON_RULES = {
     'lr': positive(3e-4),
-    'high_lr': positive(1e-4),
     'batch_size': at_least(1, 1024),
-    'discount': Rule(lambda v: _number(v) and 0.0 <= v < 1.0,
+    'discount': Rule(lambda v: is_finite_number(v) and 0.0 <= v < 1.0,
                      'must lie in [0, 1) (geometric offsets k ~ Geometric(1 - gamma) need gamma < 1)', 0.99),
-    'alpha': non_negative(1.0),
-    'tau': Rule(lambda v: _number(v) and 0.0 < v <= 1.0,
-                'must lie in (0, 1] (EMA rate of the target network; 1 = the online network, stop-gradient)', 1.0),
-    'num_ensemble': at_least(1, 2),
-    'num_forward': at_least(1, 2),
-    'latent_dim': non_negative(0),
-    'nstep': non_negative(0),
-    'subgoal_steps': at_least(1, 25),
-    'stage1_steps': non_negative(0),
-    'replan_every': at_least(1, 1),
-    'loss_type': one_of('ce', 'l2'),
-    'norm_penalty': non_negative(1e-6),
-    'ce_eps': non_negative(1e-6),
-    'expectile': Rule(lambda v: _number(v) and 0.0 < v < 1.0, 'must lie in (0, 1) (0.5 = mean regression)', 0.9),
-    'bc_coef': non_negative(1.0),
-    'ortho_coef': non_negative(1.0),
-    'z_state_ratio': probability(0.5),
-    'actor_pessimism': non_negative(0.5),
-    'actor_noise': non_negative(0.2),
-    'actor_noise_clip': non_negative(0.3),
-    'encoder': one_of('none', *VISUAL_ENCODERS),
-    'frame_stack': at_least(1, 1),
-    'p_aug': probability(0.5),
 }
+
+# The sampler's hierarchical goals (low_goals, high_goals, high_targets), read by the agents that have
+# two levels; agents/hiql.py and agents/hierarchical.py include these in their CONFIG_RULES.
+SUBGOAL_RULES = {
+    'subgoal_steps': at_least(1, 25),
+}
+
 MIXTURE_FIELDS = ('p_curgoal', 'p_trajgoal', 'p_randomgoal')
 
 
-def _rule_for(key: str, rules):
+class RuleOwner:
+    """A class with `CONFIG_RULES = {field: Rule}` for the fields it reads. A subclass lists only its own
+    rules: they are merged with its bases' when the class is defined (a rule on a field a base also
+    checks replaces the base's), so `SomeAgent.CONFIG_RULES` is every rule its config must meet besides
+    COMMON_RULES."""
+
+    CONFIG_RULES = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        rules = {}
+        for base in reversed(cls.__mro__[1:]):
+            rules.update(vars(base).get('CONFIG_RULES', {}))
+        rules.update(vars(cls).get('CONFIG_RULES', {}))
+        cls.CONFIG_RULES = rules
+
+
+def rule_for(key: str, agent_rules=None):
+    """The rule field `key` is checked by: the agent's (`agent_rules`), else COMMON_RULES', else a naming
+    convention's (layer sizes, goal-mixture probabilities); None for a field no rule constrains."""
+    rules = {**COMMON_RULES, **(agent_rules or {})}
     if key in rules:
         return rules[key]
     if key.endswith('_hidden_dims'):
@@ -155,11 +159,14 @@ def _rule_for(key: str, rules):
     return None
 
 
+def _shown(value) -> str:
+    return str(value).replace(' ', '') if isinstance(value, tuple) else str(value)
+
+
 def _invalid(key, value, requirement, example) -> ConfigError:
-    shown = str(example).replace(' ', '') if isinstance(example, tuple) else example
     return ConfigError(
         f'Config value agent.{key}={value!r} is invalid: it {requirement}. '
-        f'Fix the override (e.g. --agent.{key}={shown}) or the config file.'
+        f'Fix the override (e.g. --agent.{key}={_shown(example)}) or the config file.'
     )
 
 
@@ -179,18 +186,21 @@ def _mixture_rules(config):
 
 
 def validate_config(config, agent_rules=None):
-    """Raise ConfigError for the first config value that breaks its rule (COMMON_RULES, overridden and
-    extended by the agent's `agent_rules`), then for the first joint rule that fails (goal mixtures that
-    do not sum to 1, and the agent's tuple-keyed rules). Non-finite floats are rejected whatever the field."""
-    rules = {**COMMON_RULES, **(agent_rules or {})}
+    """Raise ConfigError for the first config value that breaks its rule (`rule_for`: the agent's
+    `agent_rules`, COMMON_RULES, the naming conventions), then for the first joint rule that fails (goal
+    mixtures that do not sum to 1, and the agent's tuple-keyed rules). Non-finite floats are rejected
+    whatever the field, with the field's own valid example (its rule's; every float field of an agent
+    config has a rule, tests/test_config.py checks)."""
+    agent_rules = agent_rules or {}
     for key in config.keys():
         value = config[key]
+        rule = rule_for(key, agent_rules)
         if isinstance(value, float) and not math.isfinite(value):
-            raise _invalid(key, value, 'must be finite', 'a finite number')
-        rule = _rule_for(key, rules)
+            example = rule.example if rule is not None else "its config file's default"
+            raise _invalid(key, value, 'must be finite', example)
         if rule is not None and not rule.check(value):
             raise _invalid(key, value, rule.requirement, rule.example)
-    joint = {**_mixture_rules(config), **{k: r for k, r in rules.items() if isinstance(k, tuple)}}
+    joint = {**_mixture_rules(config), **{k: r for k, r in agent_rules.items() if isinstance(k, tuple)}}
     for fields, rule in joint.items():
         if all(field in config for field in fields) and not rule.check(*(config[f] for f in fields)):
             values = ', '.join(f'agent.{field}={config[field]!r}' for field in fields)

@@ -63,7 +63,7 @@ def read_error(path: str, error: OSError) -> DatasetError:
     elif error.errno == errno.EISDIR:
         fix = f'Move that directory away (mv {path} {path}.dir) so the file can be obtained, or pass another --dataset_dir'
     else:
-        fix = (f'Check the disk or file system holding it, or move it away to download or regenerate it, or pass '
+        fix = ('Check the disk or file system holding it, or move it away to download or regenerate it, or pass '
                f'another --dataset_dir')
     return DatasetError(f'Cannot read dataset file {path}: {reason} (errno {errno.errorcode.get(error.errno, error.errno)}). '
                         f'Nothing was written. {fix}.')

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -162,8 +163,10 @@ def check_request(argv: Sequence[str]) -> Request:
     agent_class = get_agent_class(config.agent_name)
     validate_config(config, getattr(agent_class, 'CONFIG_RULES', None))
     env_id_for(values['env_name'])
-    check_eval_tasks(values, eval_tasks, num_tasks(values['env_name']))
-    check_evaluation_memory(values, len(eval_tasks))
+    with warnings.catch_warnings():  # gymnasium's notes on the env's own spaces concern nobody here
+        warnings.simplefilter('ignore')
+        check_eval_tasks(values, eval_tasks, num_tasks(values['env_name']))
+        check_evaluation_memory(values, len(eval_tasks))
     save_dir = os.path.expanduser(values['save_dir'])
     if os.path.exists(save_dir) and not os.path.isdir(save_dir):
         raise StorageError(f'--save_dir={values["save_dir"]} is a file, not a directory: run directories cannot go '
@@ -231,7 +234,7 @@ def check_evaluation_memory(values, num_tasks_evaluated: int):
     if env_id.startswith('visual-'):
         observation_bytes = 64 * 64 * 3  # OGBench's rendered frames, uint8
     else:
-        env = gymnasium.make(env_id)
+        env = gymnasium.make(env_id, disable_env_checker=True)
         observation_bytes = 8 * int(np.prod(env.observation_space.shape))
         env.close()
     check_memory(values['num_seeds'], num_tasks_evaluated, values['eval_episodes'], observation_bytes, _host_available_bytes())

@@ -10,6 +10,8 @@ exactly when the value goal is the current state, and r = -m (`gc_negative`) or 
 import jax
 import jax.numpy as jnp
 
+from utils.distributions import gaussian_log_prob
+
 # exp(alpha * A) is clipped at this value in every AWR loss (as in OGBench), so that one transition
 # with a large advantage cannot dominate a batch.
 AWR_MAX_WEIGHT = 100.0
@@ -80,6 +82,37 @@ def ddpg_bc_loss(q, log_probs, bc_coef):
     q_term = -jnp.mean(q) / jax.lax.stop_gradient(jnp.mean(jnp.abs(q)) + 1e-6)
     bc_term = -bc_coef * jnp.mean(log_probs)
     return q_term + bc_term, q_term, bc_term
+
+
+def awr_actor_loss(means, log_stds, targets, advantages, temperature):
+    """AWR on a Gaussian actor N(means, exp(log_stds)^2) for regression `targets` (actions, or HIQL's
+    subgoal representations): L_pi = -E[min(exp(alpha * A), 100) * log pi(target | s, g)], with the
+    advantages A computed by the caller without gradient. Returns (loss, metrics)."""
+    log_probs = gaussian_log_prob(means, log_stds, targets)
+    weights = awr_weights(advantages, temperature)
+    return awr_loss(log_probs, weights), {
+        'adv': jnp.mean(advantages),
+        'weight_mean': jnp.mean(weights),
+        'bc_loss': -jnp.mean(log_probs),
+        'mse': jnp.mean(jnp.square(means - targets)),
+    }
+
+
+def ddpg_bc_actor_loss(means, log_stds, actions, q_fn, bc_coef):
+    """DDPG+BC (`ddpg_bc_loss`) on a Gaussian actor whose action is its mean, clip(mu(s, g), -1, 1):
+    `q_fn(policy_actions) -> Q [B]` is the critic at the batch's (s, g) and that action. The caller
+    gives it frozen critic parameters, so that only the actor learns; `actions` are the dataset's, for
+    the BC term. Returns (loss, metrics)."""
+    q = q_fn(jnp.clip(means, -1.0, 1.0))
+    log_probs = gaussian_log_prob(means, log_stds, actions)
+    loss, q_term, bc_term = ddpg_bc_loss(q, log_probs, bc_coef)
+    return loss, {
+        'q_loss': q_term,
+        'bc_term': bc_term,
+        'q_mean': jnp.mean(q),
+        'bc_loss': -jnp.mean(log_probs),
+        'mse': jnp.mean(jnp.square(means - actions)),
+    }
 
 
 # ---------------------------------------------------------------------------------------------

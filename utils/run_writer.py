@@ -11,7 +11,6 @@ so sweeps, results tables and analyses treat both alike. docs/guarantees.md says
 
 import datetime
 import logging
-import os
 from typing import Dict, List, Optional
 
 import numpy as np

@@ -76,25 +76,24 @@ class SamplerConfig:
 
     @classmethod
     def from_config(cls, config) -> 'SamplerConfig':
-        """Read the sampler fields from an agent config (see any agent's `get_config`)."""
+        """Read the sampler fields from an agent config (see any agent's `get_config`); fields it lacks keep the
+        defaults above."""
 
-        def mixture(prefix):
-            return GoalMixture(
-                p_curgoal=float(config[f'{prefix}_p_curgoal']),
-                p_trajgoal=float(config[f'{prefix}_p_trajgoal']),
-                p_randomgoal=float(config[f'{prefix}_p_randomgoal']),
-                geom_sample=bool(config[f'{prefix}_geom_sample']),
-            )
+        def mixture(prefix, default: GoalMixture):
+            """The `<prefix>_*` fields; an agent that does not use a goal source leaves them out of its config."""
+            field = lambda name: config[f'{prefix}_{name}'] if f'{prefix}_{name}' in config else getattr(default, name)
+            return GoalMixture(p_curgoal=float(field('p_curgoal')), p_trajgoal=float(field('p_trajgoal')),
+                               p_randomgoal=float(field('p_randomgoal')), geom_sample=bool(field('geom_sample')))
 
         get = lambda key, default: config[key] if key in config else default
         return cls(
             batch_size=int(config['batch_size']),
             gamma=float(config['discount']),
-            actor_goals=mixture('actor'),
-            value_goals=mixture('value'),
+            actor_goals=mixture('actor', cls.actor_goals),
+            value_goals=mixture('value', cls.value_goals),
             nstep=int(get('nstep', 0)),
             subgoal_steps=int(get('subgoal_steps', 0)),
-            high_goals=mixture('high') if 'high_p_trajgoal' in config else GoalMixture(),
+            high_goals=mixture('high', cls.high_goals),
             frame_stack=int(get('frame_stack', 1)),
             p_aug=float(get('p_aug', 0.0)),
             gc_negative=bool(get('gc_negative', True)),
