@@ -1,70 +1,94 @@
-"""Throughput on whatever accelerator JAX sees, and the wall time of a paper run projected from it.
+"""Throughput on whatever accelerator JAX sees, what an update costs in kernels, and the projected wall time of the
+paper's headline rows on this machine.
 
-    python scripts/bench_gpu.py                 # one GPU machine: a few minutes, under --budget_s by construction
-    python scripts/bench_gpu.py --quick         # CPU smoke run: tiny sizes (~30 s)
+    python scripts/bench_gpu.py                 # one GPU machine: under 8 min (--budget_s), see below
+    python scripts/bench_gpu.py --quick         # CPU smoke run: tiny sizes (~10 s)
+    python scripts/bench_gpu.py --layouts auto leaf --xla_flags='--xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE'
 
-Measures, in one process and in this order (each table is printed as soon as it is complete, so a run cut
-short still leaves every finished figure on the screen):
-  1. training: total seed-steps/s of GCBC, GCBC-phi and BYOL-gamma^a at batch 1024 per seed with the fused update
-     main.py runs (`--steps_per_call` updates in one jitted lax.scan, metrics fetched after every call as main.py
-     does), for N = 1, 4, 16 seeds vmapped in one process (main.py's --num_seeds), and BYOL-gamma^a's cost per update
-     relative to GCBC-phi's. The data are a synthetic dataset with `--train_env`'s observation and action sizes
-     (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not depend on the
-     values, so no dataset is needed;
-  2. evaluation: one evaluation of N = 1, 4, 16 seeds of an untrained BYOL-gamma^a agent (--eval_preset) on `--eval_env` (5 tasks x
-     50 episodes per seed, all seeds' episodes in one lockstep batch, as main.py runs it); untrained episodes run to
-     the time limit, so this is an upper bound;
-  3. the projected wall time of one paper run (1M steps + 10 evaluations) and of a 10-seed sweep cell
-     (--num_seeds=10).
-Compilation is excluded from every rate and reported separately. A time budget (--budget_s) skips what would
-not fit, saying so.
+Measures, in one process and in this order (each table is printed as soon as it is complete, so a run cut short
+still leaves every finished figure on the screen):
+  1. training, per agent (GCBC, GCBC-phi, BYOL-gamma^a, TRA, TD-SR^a) at batch 1024 per seed with the fused update
+     main.py runs (`--steps_per_call` updates in one jitted lax.scan; metrics fetched after every call as main.py
+     does), for N = 1, 4, 16 seeds vmapped in one process (main.py's --num_seeds): total seed-steps/s, and from the
+     compiled program itself (utils/hlo_stats.py, which documents the counting rule) GFLOP per update (XLA's cost
+     analysis), kernels per update (what the scan's loop body launches), the achieved TFLOP/s, and each agent's
+     time per update relative to GCBC's. The data are a synthetic dataset with `--train_env`'s observation and
+     action sizes (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not
+     depend on the values, so no dataset is needed. `--layouts auto leaf` also times the per-leaf optimizer
+     (utils/flax_utils.py; auto = flat on accelerators) for `--compare_presets` (GCBC, BYOL-gamma^a) in a last
+     table, in the same process (after the projection, so the time budget cuts it first);
+  2. evaluation: one evaluation of N = 1, 4, 10 seeds of an untrained BYOL-gamma^a agent (--eval_preset) on
+     `--eval_env` (antmaze-medium-stitch; 5 tasks x 50 episodes per seed, all seeds' episodes in one lockstep batch,
+     as main.py runs it). Untrained episodes run to the time limit, so this is an upper bound;
+  3. the projected wall time of the paper's headline rows (GCBC and BYOL-gamma^a on antmaze-medium-stitch, 4 and 10
+     seeds per method; the model is printed with them).
+Compilation is excluded from every rate and reported separately. A time budget (--budget_s) skips what would not
+fit, saying so. `--xla_flags` adds XLA flags (e.g. command buffers / CUDA graphs for the while loop) for the whole
+run: compare two runs' tables.
 """
 
 import argparse
+import os
 import sys
 import time
 
-import jax
 import numpy as np
 
-from agents import get_agent_class
-from configs.presets import get_config as preset_config
-from utils.evaluation import env_spaces, evaluate_seeds, make_eval_envs, seeds_policy, usable_cpus
-from utils.sampler import DeviceDataset, SamplerConfig
-from utils.training import stack_trees, train_steps, train_steps_multi
-
-PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a'}
-PAPER_STEPS, PAPER_EVALUATIONS, SWEEP_SEEDS = 1_000_000, 10, 10
+PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}
+PAPER_STEPS, EVALUATIONS, HEADLINE_SEEDS, HEADLINE_PRESETS = 1_000_000, 10, (4, 10), ('gcbc', 'byol_gamma_a')
+# antmaze-medium-stitch (5000 + 500 episodes) generated with `scripts/generate_dataset.py` on the 16 cores of the
+# H200 machine of docs/performance.md; `--datagen_s` for another machine.
+DATAGEN_S = 64.0
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--train_env', default='antmaze-medium-stitch-v0', help='its observation/action sizes shape the training data')
-    parser.add_argument('--eval_env', default='pointmaze-large-stitch-v0', help='the env of the evaluation timings')
+    parser.add_argument('--eval_env', default=None, help='the env of the evaluation timings (default antmaze-medium-stitch-v0; quick: pointmaze-large-stitch-v0)')
     parser.add_argument('--quick', action='store_true', help='tiny sizes for a CPU smoke run')
-    parser.add_argument('--presets', nargs='+', default=None, choices=list(PRESETS), help='default all (quick: gcbc)')
+    parser.add_argument('--presets', nargs='+', default=None, choices=list(PRESETS), help='default all (quick: gcbc, byol_gamma_a)')
+    parser.add_argument('--layouts', nargs='+', default=['auto'], choices=['auto', 'flat', 'leaf'],
+                        help='optimizer-state layouts timed (utils/flax_utils.py); the first is the main table')
+    parser.add_argument('--compare_presets', nargs='+', default=['gcbc', 'byol_gamma_a'], choices=list(PRESETS),
+                        help='the agents timed again with the other --layouts (after the projection)')
     parser.add_argument('--eval_preset', default=None, choices=list(PRESETS), help='the agent evaluated; default byol_gamma_a (quick: gcbc)')
     parser.add_argument('--batch_size', type=int, default=None, help='per seed; default 1024 (quick: 32)')
     parser.add_argument('--steps_per_call', type=int, default=None, help='default 500, as main.py (quick: 2)')
-    parser.add_argument('--seconds', type=float, default=None, help='timed seconds per training figure (quick: 0)')
+    parser.add_argument('--seconds', type=float, default=None, help='timed seconds per training figure (default 1.5; quick: 0)')
     parser.add_argument('--num_seeds', type=int, nargs='+', default=None, help='training seeds; default 1 4 16 (quick: 1 2)')
-    parser.add_argument('--eval_seeds', type=int, nargs='+', default=None, help='evaluated seeds; default 1 4 16 (quick: 1 2)')
+    parser.add_argument('--eval_seeds', type=int, nargs='+', default=None, help='evaluated seeds; default 1 4 10 (quick: 1 2)')
     parser.add_argument('--eval_episodes', type=int, default=None, help='per task and seed; default 50 (quick: 2)')
     parser.add_argument('--eval_tasks', type=int, default=None, help='default 5 (quick: 2)')
     parser.add_argument('--eval_max_steps', type=int, default=None, help='default: the env limit (quick: 10)')
     parser.add_argument('--eval_workers', type=int, default=0, help='0 = one per usable core, as main.py')
-    parser.add_argument('--budget_s', type=float, default=420.0, help='skip measurements once this is spent')
+    parser.add_argument('--datagen_s', type=float, default=DATAGEN_S,
+                        help=f'dataset generation seconds in the projection (default {DATAGEN_S:g}: antmaze-medium-stitch on 16 cores)')
+    parser.add_argument('--startup_extra_s', type=float, default=15.0,
+                        help='per method: imports, dataset load and env creation, added to the measured creation + compilation')
+    parser.add_argument('--xla_flags', default='', help='added to XLA_FLAGS before JAX starts its backend (whole run)')
+    parser.add_argument('--budget_s', type=float, default=450.0, help='skip measurements once this is spent')
     args = parser.parse_args(argv)
     quick = args.quick
-    defaults = dict(presets=['gcbc'] if quick else list(PRESETS), eval_preset='gcbc' if quick else 'byol_gamma_a',
-                    batch_size=32 if quick else 1024,
-                    steps_per_call=2 if quick else 500, seconds=0.0 if quick else 2.0,
-                    num_seeds=[1, 2] if quick else [1, 4, 16], eval_seeds=[1, 2] if quick else [1, 4, 16],
+    defaults = dict(presets=['gcbc', 'byol_gamma_a'] if quick else list(PRESETS), eval_preset='gcbc' if quick else 'byol_gamma_a',
+                    eval_env='pointmaze-large-stitch-v0' if quick else 'antmaze-medium-stitch-v0',
+                    batch_size=32 if quick else 1024, steps_per_call=2 if quick else 500, seconds=0.0 if quick else 1.5,
+                    num_seeds=[1, 2] if quick else [1, 4, 16], eval_seeds=[1, 2] if quick else [1, 4, 10],
                     eval_episodes=2 if quick else 50, eval_tasks=2 if quick else 5, eval_max_steps=10 if quick else 0)
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     return args
+
+
+def apply_xla_flags(flags):
+    """Add `flags` to XLA_FLAGS; they take effect only if JAX has not started its backend yet (says so otherwise)."""
+    if not flags:
+        return ''
+    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flags).strip()
+    from jax._src import xla_bridge
+    if getattr(xla_bridge, '_backends', None):
+        return f' (WARNING: JAX\'s backend had started before --xla_flags was set: they may not apply)'
+    return ''
 
 
 class Budget:
@@ -90,6 +114,8 @@ def synthetic_dataset(observation_dim, action_dim, num_episodes=2000, length=201
 def timed_chunks(run, state, seconds):
     """Calls `run(state) -> (state, infos)` until `seconds` have passed (at least once), fetching the metrics
     after every call as main.py does. Returns (state, calls, wall seconds)."""
+    import jax
+
     calls, start = 0, time.perf_counter()
     while True:
         state, infos = run(state)
@@ -99,38 +125,55 @@ def timed_chunks(run, state, seconds):
             return state, calls, time.perf_counter() - start
 
 
-def make_agents(preset, num_seeds, raw, batch_size):
+def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='auto'):
+    """`num_seeds` agents of `preset` (stacked on a seed axis when > 1) as main.py creates them, and the sampler config."""
+    from agents import get_agent_class
+    from configs.presets import get_config as preset_config
+    from utils.flax_utils import layout
+    from utils.sampler import SamplerConfig
+    from utils.training import compiled_create, stack_trees
+
     config = preset_config(preset)
     config.batch_size = batch_size
-    agent_class = get_agent_class(config.agent_name)
-    agents = [agent_class.create(s, raw['observations'][:1], raw['actions'][:1], config) for s in range(num_seeds)]
+    with layout(optimizer_layout):
+        create = compiled_create(get_agent_class(config.agent_name), raw['observations'][:1], raw['actions'][:1], config)
+        agents = [create(s) for s in range(num_seeds)]
     return (agents[0] if num_seeds == 1 else stack_trees(agents)), SamplerConfig.from_config(config)
 
 
-def measure_training(preset, num_seeds, raw, data, args):
-    """(total seed-steps/s, compile seconds) of `num_seeds` seeds of `preset` trained together."""
-    state, sampler_config = make_agents(preset, num_seeds, raw, args.batch_size)
+def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='auto'):
+    """main.py's training call for `num_seeds` seeds of `preset`, compiled once ahead of time: dict of the total
+    seed-steps/s, start-up seconds (agent creation + compilation) and the compiled program's ProgramStats."""
+    import jax
+
+    from utils.hlo_stats import program_stats
+    from utils.training import train_steps, train_steps_multi
+
+    start = time.perf_counter()
+    state, sampler_config = make_agents(preset, num_seeds, raw, args.batch_size, optimizer_layout)
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
+    key = keys[0] if num_seeds == 1 else keys
+    step_fn = train_steps if num_seeds == 1 else train_steps_multi  # exactly main.py's calls
+    compiled = step_fn.lower(state, data, key, 0, sampler_config, args.steps_per_call).compile()
+    jax.block_until_ready(state)
+    startup_s = time.perf_counter() - start
+    stats = program_stats(compiled)
     step = [0]
 
-    def run(state):  # exactly main.py's calls: train_steps for one seed, train_steps_multi for several
-        if num_seeds == 1:
-            out = train_steps(state, data, keys[0], step[0], sampler_config, args.steps_per_call)
-        else:
-            out = train_steps_multi(state, data, keys, step[0], sampler_config, args.steps_per_call)
+    def run(state):
+        out = compiled(state, data, key, step[0])
         step[0] += args.steps_per_call
         return out
 
-    start = time.perf_counter()
-    state, _, _ = timed_chunks(run, state, 0.0)  # the first call compiles
-    compile_s = time.perf_counter() - start
-    state, _, _ = timed_chunks(run, state, 0.0)  # one more warm call (allocator, autotuning)
+    state, _, _ = timed_chunks(run, state, 0.0)  # a warm call (allocator, autotuning)
     state, calls, wall = timed_chunks(run, state, args.seconds)
-    return num_seeds * calls * args.steps_per_call / wall, compile_s
+    return dict(rate=num_seeds * calls * args.steps_per_call / wall, startup_s=startup_s, stats=stats)
 
 
 def measure_evaluation(num_seeds, envs, raw, args):
     """(wall seconds, env steps) of one evaluation of `num_seeds` untrained seeds of `--eval_preset` in one batch."""
+    from utils.evaluation import evaluate_seeds, seeds_policy
+
     agents, _ = make_agents(args.eval_preset, num_seeds, raw, args.batch_size)
     policy = seeds_policy(agents, num_seeds)
     tasks = tuple(range(1, args.eval_tasks + 1))
@@ -144,6 +187,23 @@ def measure_evaluation(num_seeds, envs, raw, args):
     return wall, steps
 
 
+def interpolate(points, n):
+    """Value at seed count `n` read off measured {seeds: value} by linear interpolation (the nearest outside)."""
+    xs = sorted(points)
+    return float(np.interp(n, xs, [points[x] for x in xs]))
+
+
+def method_wall(training_s, evaluation_s, startup_s, evaluations=EVALUATIONS):
+    """Wall seconds of one method's run with evaluations on the CPU cores beside training on the accelerator
+    (main.py --eval_mode=async): evaluation k (k = 1..E) starts when training reaches k/E of its steps and the
+    evaluator is free, evaluations one at a time; the run ends with the last evaluation. That is about
+    max(training, evaluations) + the last evaluation + start-up."""
+    end = 0.0
+    for k in range(1, evaluations + 1):
+        end = max(k * training_s / evaluations, end) + evaluation_s
+    return startup_s + end
+
+
 def hms(seconds):
     seconds = int(round(seconds))
     return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m' if seconds >= 3600 else f'{seconds // 60}m{seconds % 60:02d}s'
@@ -153,53 +213,96 @@ def report_failure(e):
     return f'failed: {type(e).__name__}: {str(e)[:160]}'
 
 
+def training_table(title, results, args, layout_name, presets=None):
+    """Prints the training table of one optimizer layout: rates, GFLOP, kernels, TFLOP/s, cost relative to GCBC."""
+    ns, presets = args.num_seeds, presets or args.presets
+    print(f'\n{title}\n')
+    print('| agent | GFLOP/update | kernels/update | ' + ' | '.join(f'N={n} seed-steps/s' for n in ns)
+          + f' | TFLOP/s (N={ns[-1]}) | time/update vs GCBC ({", ".join(f"N={n}" for n in ns)}) | start-up s (N={ns[0]}) |')
+    print('|---|' + '---|' * (len(ns) + 5))
+    gcbc = results.get(('gcbc', layout_name), {})
+    for preset in presets:
+        measured = results.get((preset, layout_name), {})
+        cells = []
+        for n in ns:
+            m = measured.get(n)
+            cells.append(m if isinstance(m, str) else (f'{m["rate"]:.0f}' if m else 'skipped (time budget)'))
+        ok = {n: m for n, m in measured.items() if isinstance(m, dict)}
+        first = ok[min(ok)] if ok else None
+        gflop = f'{first["stats"].flops / 1e9 / min(ok):.2f}' if first else ''
+        kernels = ' / '.join(f'{ok[n]["stats"].kernels:.0f}' for n in sorted(ok)) + (f' (N={"/".join(map(str, sorted(ok)))})' if len(ok) > 1 else '')
+        last = ok.get(ns[-1])
+        tflops = f'{last["stats"].flops * last["rate"] / ns[-1] / 1e12:.2f}' if last else ''
+        relative = ', '.join(f'{gcbc[n]["rate"] / ok[n]["rate"]:.2f}x' for n in ns
+                             if n in ok and isinstance(gcbc.get(n), dict))
+        startup = f'{first["startup_s"]:.1f}' if first else ''
+        print(f'| {PRESETS[preset]} | {gflop} | {kernels} | ' + ' | '.join(cells) + f' | {tflops} | {relative} | {startup} |', flush=True)
+    from utils.hlo_stats import format_counter
+    print(f'\nKernels per update by kind and by source (N={ns[0]}, from the compiled program):')
+    for preset in presets:
+        m = results.get((preset, layout_name), {}).get(ns[0])
+        if isinstance(m, dict):
+            k = m['stats'].per_update
+            print(f'- {PRESETS[preset]}: {format_counter(k.by_kind, top=6)}; {format_counter(k.by_source, top=6)}'
+                  + (f'; {k.graph_launches:.0f} command buffers holding {k.in_graphs:.0f}' if k.graph_launches else ''), flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    flags_note = apply_xla_flags(args.xla_flags)
+    import jax
+
+    from utils.evaluation import env_spaces, make_eval_envs, usable_cpus
+    from utils.flax_utils import default_flat, layout
+    from utils.sampler import DeviceDataset
+
     budget = Budget(args.budget_s)
     device = jax.devices()[0]
     print(f'# bench_gpu: jax {jax.__version__}, backend {jax.default_backend()}, device {device.device_kind} '
-          f'(x{jax.device_count()}), {usable_cpus()} usable CPU cores{", --quick" if args.quick else ""}', flush=True)
+          f'(x{jax.device_count()}), {usable_cpus()} usable CPU cores{", --quick" if args.quick else ""}; '
+          f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}{flags_note}', flush=True)
+    if jax.default_backend() == 'cpu':
+        print('# CPU backend: kernel counts are a proxy for a GPU\'s (utils/hlo_stats.py)', flush=True)
     observation_space, action_space = env_spaces(make_eval_envs(args.train_env, 1))
     raw = synthetic_dataset(observation_space.shape[0], action_space.shape[0],
                             num_episodes=20 if args.quick else 2000, length=21 if args.quick else 201)
     data = DeviceDataset.from_numpy(**raw)
     print(f'training data: synthetic, {args.train_env} sizes (observation {observation_space.shape[0]}, action '
           f'{action_space.shape[0]}), {len(raw["observations"])} rows; batch {args.batch_size} per seed, '
-          f'{args.steps_per_call} steps per call, >= {args.seconds:g} s timed per figure\n', flush=True)
+          f'{args.steps_per_call} steps per call, >= {args.seconds:g} s timed per figure', flush=True)
 
-    rates = {preset: {} for preset in args.presets}
-    print('Training: total seed-steps/s of N vmapped seeds (in brackets the ratio to N=1).\n', flush=True)
-    print('| agent | ' + ' | '.join(f'N={n}' for n in args.num_seeds) + ' | compile s (N=1) |\n|---|'
-          + '---|' * (len(args.num_seeds) + 1), flush=True)
-    for preset in args.presets:
-        cells, compile_one = [], ''
-        for n in args.num_seeds:
-            if not budget.allows(args.seconds + 30 + 2 * n):
-                cells.append('skipped (time budget)')
-                continue
-            try:
-                rates[preset][n], compile_s = measure_training(preset, n, raw, data, args)
-            except Exception as e:  # e.g. out of device memory: report it and go on with the next figure
-                cells.append(report_failure(e))
-                continue
-            compile_one = f'{compile_s:.1f}' if n == 1 else compile_one
-            ratio = f' ({rates[preset][n] / rates[preset][1]:.1f}x)' if 1 in rates[preset] and n > 1 else ''
-            cells.append(f'{rates[preset][n]:.0f}{ratio}')
-        print(f'| {PRESETS[preset]} | ' + ' | '.join(cells) + f' | {compile_one} |', flush=True)
-    if {'gcbc_phi', 'byol_gamma_a'} <= set(rates):
-        costs = [f'N={n}: {rates["gcbc_phi"][n] / rates["byol_gamma_a"][n]:.2f}x' for n in args.num_seeds
-                 if n in rates['gcbc_phi'] and n in rates['byol_gamma_a']]
-        print(f'BYOL-γ^a update cost relative to GCBC-φ: {", ".join(costs)}', flush=True)
+    def layout_label(name):
+        with layout(name):
+            return f'{name} ({"flat" if default_flat() else "per-leaf"} optimizer)'
+
+    results = {}
+
+    def train_all(layout_name, presets):
+        for preset in presets:
+            measured = results.setdefault((preset, layout_name), {})
+            for n in args.num_seeds:
+                if not budget.allows(args.seconds + 20 + 1.5 * n):
+                    measured[n] = 'skipped (time budget)'
+                    continue
+                try:
+                    measured[n] = measure_training(preset, n, raw, data, args, layout_name)
+                except Exception as e:  # e.g. out of device memory: report it and go on with the next figure
+                    measured[n] = report_failure(e)
+
+    main_layout = args.layouts[0]
+    train_all(main_layout, args.presets)
+    training_table(f'Training, optimizer layout {layout_label(main_layout)}: total seed-steps/s of N vmapped seeds; GFLOP '
+                   f'and kernels per update (per seed) from the compiled program.', results, args, main_layout)
 
     eval_envs = make_eval_envs(args.eval_env, args.eval_episodes, num_workers=args.eval_workers or usable_cpus())
     eval_raw = synthetic_dataset(*(space.shape[0] for space in env_spaces(eval_envs)), num_episodes=2, length=3)
     evaluation_s = {}
     print(f'\n| evaluation, {args.eval_env}: {args.eval_tasks} tasks x {args.eval_episodes} episodes per seed, one '
-          f'batch | wall s | env steps/s |\n|---|---|---|', flush=True)
+          f'batch, untrained {PRESETS[args.eval_preset]} | wall s | env steps/s |\n|---|---|---|', flush=True)
     for n in args.eval_seeds:
         # The last measured evaluation, scaled by its seed count (a first one is assumed to take 30 s per seed).
         done = max(evaluation_s, default=None)
-        estimate = 1.5 * n * (evaluation_s[done] / done if done else 30.0)
+        estimate = 1.2 * n * (evaluation_s[done] / done if done else 30.0)
         if not budget.allows(estimate):
             print(f'| {n} seeds | skipped (time budget) | |', flush=True)
             continue
@@ -213,23 +316,62 @@ def main(argv=None):
     if hasattr(eval_envs, 'close'):
         eval_envs.close()
 
-    print(f'\n| projection ({PAPER_STEPS:,} steps at batch {args.batch_size} + {PAPER_EVALUATIONS} evaluations as above) | '
-          f'one seed | {SWEEP_SEEDS}-seed sweep cell, --num_seeds={SWEEP_SEEDS} |\n|---|---|---|', flush=True)
-    for preset, measured in rates.items():
-        if 1 not in measured:
-            continue
-        one = PAPER_STEPS / measured[1] + PAPER_EVALUATIONS * evaluation_s.get(1, 0.0)
-        # Rates at N = 10, read off the measured N by linear interpolation (or the nearest measured N).
-        points = sorted(measured.items())
-        throughput = float(np.interp(SWEEP_SEEDS, [n for n, _ in points], [r for _, r in points]))
-        eval_points = sorted(evaluation_s.items())
-        cell_eval = float(np.interp(SWEEP_SEEDS, [n for n, _ in eval_points], [s for _, s in eval_points])) if eval_points else 0.0
-        cell = SWEEP_SEEDS * PAPER_STEPS / throughput + PAPER_EVALUATIONS * cell_eval
-        print(f'| {PRESETS[preset]} | {hms(one)} | {hms(cell)} |', flush=True)
-    if not evaluation_s:
-        print('(evaluations not measured: projections count training only)')
+    projections = project_headline(results, evaluation_s, args, main_layout)
+
+    compared = [p for p in args.presets if p in args.compare_presets]
+    for other in args.layouts[1:]:
+        train_all(other, compared)
+        training_table(f'Training, optimizer layout {layout_label(other)} (same run, for comparison with the table above):',
+                       results, args, other, compared)
+        ratios = []
+        for preset in compared:
+            a, b = results.get((preset, main_layout), {}), results.get((preset, other), {})
+            cells = [f'N={n}: {b[n]["rate"] / a[n]["rate"]:.2f}x time, kernels {a[n]["stats"].kernels:.0f} vs {b[n]["stats"].kernels:.0f}'
+                     for n in args.num_seeds if isinstance(a.get(n), dict) and isinstance(b.get(n), dict)]
+            if cells:
+                ratios.append(f'- {PRESETS[preset]}: ' + '; '.join(cells))
+        if ratios:
+            print(f'\nTime per update of {main_layout} relative to {other} (< 1: {main_layout} faster), kernels {main_layout} vs {other}:')
+            print('\n'.join(ratios), flush=True)
     print(f'\ntotal bench time {budget.elapsed():.0f} s', flush=True)
-    return dict(rates=rates, evaluation_s=evaluation_s)
+    return dict(rates={p: {n: m['rate'] for n, m in r.items() if isinstance(m, dict)} for (p, l), r in results.items() if l == main_layout},
+                results=results, evaluation_s=evaluation_s, projections=projections)
+
+
+def project_headline(results, evaluation_s, args, layout_name):
+    """Prints (and returns) the projected wall time of the paper's headline rows on this machine."""
+    print(f'\nProjected wall time of the headline rows on this machine (antmaze-medium-stitch, {PAPER_STEPS:,} steps at '
+          f'batch {args.batch_size}, {EVALUATIONS} evaluations of {args.eval_tasks} tasks x {args.eval_episodes} episodes):')
+    print(f'model: dataset generation ({args.datagen_s:g} s, given by --datagen_s, not measured) + for each method in turn '
+          f'(GCBC, then BYOL-γ^a; its seeds vmapped in one process): start-up (agent creation + compilation as measured, '
+          f'+ {args.startup_extra_s:g} s --startup_extra_s) + training (N x steps / measured seed-steps/s at N, '
+          f'interpolated between measured N) with the evaluations on the CPU cores beside it (main.py --eval_mode=async; '
+          f'evaluation k starts at k/{EVALUATIONS} of training once the previous one is done), ending with the last '
+          f'evaluation: about max(training, evaluations) + the last evaluation + start-up. Evaluations are timed on '
+          f'untrained agents (episodes to the time limit): an upper bound; CPU contention between them and the training '
+          f'loop is not modelled.\n')
+    print('| seeds per method | GCBC: training / evaluations / wall | BYOL-γ^a: training / evaluations / wall | both, one after another, with data generation |\n|---|---|---|---|')
+    projections = {}
+    for n in HEADLINE_SEEDS:
+        cells, total, complete = [], args.datagen_s, True
+        for preset in HEADLINE_PRESETS:
+            measured = {k: m for k, m in results.get((preset, layout_name), {}).items() if isinstance(m, dict)}
+            if not measured or not evaluation_s:
+                cells.append('not measured')
+                complete = False
+                continue
+            rate = interpolate({k: m['rate'] for k, m in measured.items()}, n)
+            startup = interpolate({k: m['startup_s'] for k, m in measured.items()}, n) + args.startup_extra_s
+            training = n * PAPER_STEPS / rate
+            evaluation = interpolate(evaluation_s, n)
+            wall = method_wall(training, evaluation, startup)
+            projections[(preset, n)] = wall
+            total += wall
+            cells.append(f'{hms(training)} / {EVALUATIONS} x {hms(evaluation)} / {hms(wall)}')
+        print(f'| {n} | ' + ' | '.join(cells) + f' | {hms(total) if complete else "incomplete"} |', flush=True)
+        if complete:
+            projections[('total', n)] = total
+    return projections
 
 
 if __name__ == '__main__':

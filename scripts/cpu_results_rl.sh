@@ -7,10 +7,10 @@
 #   bash scripts/cpu_results_rl.sh [--workers=2] [extra scripts/sweep.py flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 "$PY" scripts/sweep.py --name=cpu_table --envs=pointmaze-medium-stitch-v0 --seeds=0-1 --seeds_per_job=2 \
   --method=gcivl_pointmaze --method=gciql_pointmaze --method=qrl_pointmaze --method=crl_pointmaze --method=hiql_pointmaze \
-  --backend=local --workers=1 "$@" \
+  --backend=local "$@" \
   -- --train_steps=6000 --agent.batch_size=256 --log_interval=500 --eval_interval=2000 --save_interval=2000 \
      --eval_episodes=20 --wandb_mode=offline
 case " $* " in *" --dry_run "*) exit 0 ;; esac

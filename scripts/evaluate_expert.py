@@ -1,11 +1,11 @@
 """Re-measure the committed ant expert's success at following BFS subgoal directions through
-antmaze-medium's 5 evaluation tasks, and record it in experts/ant_xy_expert.json (the weights are
-only read).
+antmaze-medium's 5 evaluation tasks, and print it (the weights are only read).
 
-    python scripts/evaluate_expert.py [--episodes_per_task=20] [--seed=0] [--norecord]
+    python scripts/evaluate_expert.py [--episodes_per_task=20] [--seed=0] [--record]
 
-The record's `evaluation.antmaze_medium_subgoal_following` gets the episode count, per-task and
-overall success, 95% Wilson intervals of both and the command that produced it.
+The result: episode count, per-task and overall success, 95% Wilson intervals of both and the command
+that produced it. `--record` writes it into the expert's tracked record, experts/ant_xy_expert.json
+(`evaluation.antmaze_medium_subgoal_following`), which should only change with the expert itself.
 """
 
 import math
@@ -21,7 +21,7 @@ from utils.atomic_io import read_json, write_json
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('episodes_per_task', 20, 'Episodes for each of the 5 evaluation tasks.')
 flags.DEFINE_integer('seed', 0, 'Seed of the first episode (episode k is reset with seed + k).')
-flags.DEFINE_bool('record', True, f'Write the result into {EXPERT_RECORD}.')
+flags.DEFINE_bool('record', False, f'Write the result into the tracked record {EXPERT_RECORD}.')
 
 
 def wilson_interval(successes, n, z=1.959964):

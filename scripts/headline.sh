@@ -18,7 +18,7 @@
 # SAVE_DIR [runs].
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -n "${PYTHON:-}" ]; then PY=$PYTHON; elif [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 ENV=${HEADLINE_ENV:-antmaze-medium-stitch-v0}
 SEEDS=${HEADLINE_SEEDS:-0-9}
 NAME=${HEADLINE_NAME:-headline}

@@ -24,7 +24,7 @@
 # rerunning the command resumes the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 ENV=${STITCH_ENV:-pointmaze-large-stitch-v0}
 STEPS=${STITCH_STEPS:-6000}
 BATCH=${STITCH_BATCH:-256}
@@ -38,9 +38,11 @@ METHODS=${STITCH_METHODS:-gcbc gcbc_phi byol_gamma_a:alpha=1,6 byol tra:alpha=10
 METHOD_FLAGS=()
 for method in $METHODS; do METHOD_FLAGS+=("--method=$method"); done
 "$PY" scripts/sweep.py --name="$NAME" --save_dir="$SAVE_DIR" --envs="$ENV" --seeds="$SEEDS" --seeds_per_job=4 \
-  "${METHOD_FLAGS[@]}" --backend=local --workers=1 "$@" \
+  "${METHOD_FLAGS[@]}" --backend=local "$@" \
   -- --train_steps="$STEPS" --agent.batch_size="$BATCH" --log_interval="$LOG_INTERVAL" \
      --eval_interval="$EVAL_INTERVAL" --save_interval="$EVAL_INTERVAL" --eval_episodes="$EPISODES" --wandb_mode=disabled
 case " $* " in *" --dry_run "*) exit 0 ;; esac
-"$PY" scripts/results.py --runs="$SAVE_DIR/$NAME" --format=markdown --ci --per_task --baseline=gcbc,gcbc_phi
+# Every method against GCBC and GCBC-phi, those of the two that are in the list.
+BASELINES=$(for m in gcbc gcbc_phi; do case " $METHODS " in *" $m "*) printf '%s,' "$m" ;; esac; done)
+"$PY" scripts/results.py --runs="$SAVE_DIR/$NAME" --format=markdown --ci --per_task ${BASELINES:+--baseline=${BASELINES%,}}
 "$PY" scripts/plot_curves.py --runs="$SAVE_DIR/$NAME" --out="$SAVE_DIR/$NAME/curves.png" --band=ci

@@ -8,7 +8,8 @@
 #   scripts/sweep_hierarchical.sh --backend=slurm --partition=gpu --seeds_per_job=4
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec "${PYTHON:-python}" scripts/sweep.py \
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+exec "$PY" scripts/sweep.py \
   --name=hierarchical \
   --envs=antmaze-medium-stitch-v0,antmaze-large-stitch-v0,humanoidmaze-medium-stitch-v0,humanoidmaze-large-stitch-v0 \
   --seeds=0-3 \

@@ -9,13 +9,14 @@
 # Arguments go to scripts/sweep.py (later ones win; `-- --flag=value` adds main.py flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 AGENTS=(gcivl gciql qrl crl hiql)
 run_family() {  # family, comma-separated datasets, then the script's arguments
   local family=$1 envs=$2
   shift 2
   local methods=()
   for agent in "${AGENTS[@]}"; do methods+=("--method=${agent}_${family}"); done
-  "${PYTHON:-python}" scripts/sweep.py --name=state_rl --envs="$envs" --seeds=0-9 "${methods[@]}" "$@"
+  "$PY" scripts/sweep.py --name=state_rl --envs="$envs" --seeds=0-9 "${methods[@]}" "$@"
 }
 run_family antmaze antmaze-medium-stitch-v0,antmaze-large-stitch-v0 "$@"
 run_family humanoidmaze humanoidmaze-medium-stitch-v0,humanoidmaze-large-stitch-v0 "$@"
