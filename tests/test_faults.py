@@ -203,7 +203,7 @@ def test_deleting_run_lock_does_not_let_a_second_writer_in(pointmaze_data_dir, t
     os.unlink(run_dir / 'run.lock')
     code, _, err = run(main_command(pointmaze_data_dir, tmp_path / 'runs', *budget, '--resume'))
     paragraph = error_paragraph(code, err)
-    assert f'Run directory {run_dir} is in use by another process' in paragraph and 'record in run.lock is missing' in paragraph
+    assert f'Run directory {run_dir} is in use by another process' in paragraph and 'whose record is missing' in paragraph
     assert first.poll() is None, 'the first run ended before the second tried: the test proves nothing'
     assert finish(first)[0] == 0 and finish(undisturbed)[0] == 0
     reference = tmp_path / 'undisturbed' / 'default' / 'r'

@@ -19,11 +19,11 @@ import tempfile
 TEMP_SUFFIX = '.tmp'
 
 
-def temp_name_pattern(basename: str) -> 're.Pattern':
-    """The names `atomic_open` gives the temporary files of a target named `basename`: `<basename>.<8
-    random characters of tempfile's alphabet>.tmp`. One found while nobody is writing the target is stale
-    (its writer was killed before it could remove it)."""
-    return re.compile(re.escape(basename) + r'\.[a-z0-9_]{8}' + re.escape(TEMP_SUFFIX))
+def temp_name_pattern(basename: str = None) -> 're.Pattern':
+    """The names `atomic_open` gives the temporary files of a target named `basename` (of any target when
+    None): `<basename>.<8 random characters of tempfile's alphabet>.tmp`. One found while nobody is writing
+    the target is stale (its writer was killed before it could remove it)."""
+    return re.compile((re.escape(basename) if basename else '.+') + r'\.[a-z0-9_]{8}' + re.escape(TEMP_SUFFIX))
 
 
 def with_path(error: OSError, path: str) -> OSError:

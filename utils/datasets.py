@@ -6,7 +6,6 @@ written by `datagen` are interchangeable; where a file came from is recorded bes
 """
 
 import contextlib
-import datetime
 import difflib
 import errno
 import fcntl
@@ -14,11 +13,9 @@ import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import socket
 import stat
-import sys
 import tempfile
 import threading
 import time
@@ -29,6 +26,7 @@ import gymnasium
 import numpy as np
 
 from utils.errors import ConfigError, DatasetError
+from utils.lock_owner import describe_owner, owner_record, read_owner
 
 DATASET_TYPES = ('navigate', 'stitch', 'explore', 'play', 'noisy')
 REQUIRED_KEYS = ('observations', 'actions', 'terminals')
@@ -175,26 +173,6 @@ def dataset_lock_path(dataset_name: str, dataset_dir: str) -> str:
     return os.path.join(os.path.expanduser(dataset_dir), dataset_name + LOCK_SUFFIX)
 
 
-def describe_lock_holder(holder: Dict) -> str:
-    if not holder:
-        return 'a process that has not written its details yet'
-    return (f'pid {holder.get("pid")} on host {holder.get("host")}, started {holder.get("started")}, '
-            f'command: {holder.get("command")}')
-
-
-def _read_lock_holder(fd: int, attempts: int = 10) -> Dict:
-    # The holder writes its record right after locking: give it a moment if the file is still empty.
-    for _ in range(attempts):
-        text = os.pread(fd, 65536, 0).decode(errors='replace').strip()
-        if text:
-            try:
-                return json.loads(text)
-            except ValueError:
-                pass
-        time.sleep(0.05)
-    return {}
-
-
 def _acquire_lock(dataset_name: str, path: str, blocking: bool, log):
     """(fd, locked, waited_seconds): fd None if not blocking and held elsewhere; locked False where the file
     system cannot lock."""
@@ -215,9 +193,9 @@ def _acquire_lock(dataset_name: str, path: str, blocking: bool, log):
                 if not blocking:
                     os.close(fd)
                     return None, False, None
-                holder = _read_lock_holder(fd)
+                holder = read_owner(lambda: os.pread(fd, 65536, 0))
                 log(f'{dataset_name}: another process is generating or downloading it into {directory} '
-                    f'({describe_lock_holder(holder)}); waiting for it to finish (lock file {path}), then this process '
+                    f'({describe_owner(holder)}); waiting for it to finish (lock file {path}), then this process '
                     f'uses its files.')
                 started = time.time()
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -272,12 +250,9 @@ def dataset_lock(dataset_name: str, dataset_dir: str, log=logging.info, blocking
         return
     try:
         if locked:
-            record = dict(pid=os.getpid(), host=socket.gethostname(),
-                          started=datetime.datetime.now().astimezone().isoformat(timespec='seconds'),
-                          command=shlex.join([sys.executable] + sys.argv))
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, (json.dumps(record) + '\n').encode(), 0)
+                os.pwrite(fd, (json.dumps(owner_record()) + '\n').encode(), 0)
             if waited is not None:
                 log(f'{dataset_name}: the other process finished after {waited:.0f} s.')
             remove_stale_temporaries(dataset_name, dataset_dir, log)

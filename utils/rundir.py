@@ -21,21 +21,15 @@ leaves a stale lock; `run.lock` is the record of the last owner, and deleting it
 """
 
 import dataclasses
-import datetime
 import errno
 import fcntl
-import json
 import logging
 import os
-import re
-import shlex
-import socket
-import sys
-import time
 from typing import Dict, List, Optional
 
-from utils.atomic_io import atomic_write_bytes, read_json, with_path, write_json
+from utils.atomic_io import atomic_write_bytes, read_json, temp_name_pattern, with_path, write_json
 from utils.errors import RunDirError, RunLockedError
+from utils.lock_owner import describe_owner, owner_record, read_owner
 from utils.loggers import read_csv_rows
 
 FLAGS_FILE = 'flags.json'
@@ -47,8 +41,6 @@ DATASET_FILE = 'dataset.json'
 RESUMES_FILE = 'resumes.json'
 LOCK_FILE = 'run.lock'
 CHECKPOINT_NAME = 'checkpoint.msgpack'  # here, not in utils/checkpoints.py, so that reading a layout imports no JAX
-# utils.atomic_io's temporary files: <target name>.<8 random characters of tempfile.mkstemp>.tmp
-TEMPORARY = re.compile(r'.+\.[a-z0-9_]{8}\.tmp')
 # File systems that cannot lock (some FUSE and old NFS mounts) answer flock with one of these.
 _NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
@@ -130,19 +122,6 @@ class RunDir:
         write_json(path, (read_json(path) if os.path.exists(path) else []) + [record])
 
 
-def _holder_record() -> Dict:
-    return dict(pid=os.getpid(), host=socket.gethostname(),
-                started=datetime.datetime.now().astimezone().isoformat(timespec='seconds'),
-                command=shlex.join([sys.executable] + sys.argv))
-
-
-def describe_holder(holder: Dict) -> str:
-    if not holder:
-        return 'a process whose record in run.lock is missing (deleted, or not written yet)'
-    return (f'pid {holder.get("pid")} on host {holder.get("host")}, started {holder.get("started")}, '
-            f'command: {holder.get("command")}')
-
-
 class RunLock:
     """Exclusive ownership of one run directory, for the life of this process (or until `release`).
 
@@ -185,7 +164,7 @@ class RunLock:
             raise
         lock = cls(run_dir, fd, locked_path, _read_bytes(record))
         try:
-            write_json(record, _holder_record())
+            write_json(record, owner_record())
         except BaseException:
             lock.release()
             raise
@@ -235,9 +214,9 @@ def _try_flock(fd: int, run_dir: 'RunDir') -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
-        holder = _read_holder(run_dir.file(LOCK_FILE))
+        holder = read_owner(lambda: _read_bytes(run_dir.file(LOCK_FILE)))
         raise RunLockedError(
-            f'Run directory {run_dir.path} is in use by another process ({describe_holder(holder)}). Two '
+            f'Run directory {run_dir.path} is in use by another process ({describe_owner(holder)}). Two '
             f'processes writing one run directory would mix or destroy each other\'s logs and checkpoints, '
             f'so this one stopped before touching it. Wait for that run to end (or stop it; its lock is '
             f'released the moment it exits, even after a crash), or choose another --run_name / --run_group.'
@@ -256,24 +235,11 @@ def _read_bytes(path: str) -> Optional[bytes]:
         return None
 
 
-def _read_holder(path: str, attempts: int = 5) -> Dict:
-    # The holder writes its record right after locking: give it a moment if there is none yet.
-    for _ in range(attempts):
-        text = (_read_bytes(path) or b'').decode(errors='replace').strip()
-        if text:
-            try:
-                return json.loads(text)
-            except ValueError:
-                pass
-        time.sleep(0.05)
-    return {}
-
-
 def _remove_stale_temporaries(directory: str):
     """Temporary files of atomic writes (`<name>.<random>.tmp`) left by a process killed mid-write. Called with
     the directory locked, so no live writer owns them."""
     for name in os.listdir(directory):
-        if TEMPORARY.fullmatch(name):
+        if temp_name_pattern().fullmatch(name):
             try:
                 os.unlink(os.path.join(directory, name))
             except OSError:
