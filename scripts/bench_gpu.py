@@ -87,7 +87,7 @@ def apply_xla_flags(flags):
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flags).strip()
     from jax._src import xla_bridge
     if getattr(xla_bridge, '_backends', None):
-        return f' (WARNING: JAX\'s backend had started before --xla_flags was set: they may not apply)'
+        return ' (WARNING: JAX\'s backend had started before --xla_flags was set: they may not apply)'
     return ''
 
 

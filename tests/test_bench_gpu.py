@@ -1,16 +1,35 @@
 """scripts/bench_gpu.py --quick runs end to end on the CPU (the full run is meant for a GPU)."""
 
+import pytest
+
 from scripts import bench_gpu
 
 
 def test_bench_gpu_quick(capsys):
     result = bench_gpu.main(['--quick'])
     out = capsys.readouterr().out
-    assert sorted(result['rates']['gcbc']) == [1, 2] and min(result['rates']['gcbc'].values()) > 0
+    rates = result['rates']
+    assert sorted(rates) == ['byol_gamma_a', 'gcbc'] and all(sorted(r) == [1, 2] and min(r.values()) > 0 for r in rates.values())
+    # Kernels and GFLOP per update come from the compiled programs that were timed.
+    measured = result['results']
+    gcbc, byol = measured['gcbc', 'auto'][1]['stats'], measured['byol_gamma_a', 'auto'][1]['stats']
+    assert byol.kernels > gcbc.kernels > 0 and byol.flops > gcbc.flops > 0 and gcbc.trip_count == 2
     assert sorted(result['evaluation_s']) == [1, 2] and min(result['evaluation_s'].values()) > 0
-    # Every table was printed, Markdown-formatted, with a projection row per measured agent.
-    for header in ('| agent | N=1 | N=2 | compile s (N=1) |', '| evaluation, pointmaze-large-stitch-v0: 2 tasks x 2 episodes',
-                   '| 2 seeds |', '| projection (1,000,000 steps'):
+    # Every table was printed, Markdown-formatted, and the headline rows projected for 4 and 10 seeds.
+    for header in ('| agent | GFLOP/update | kernels/update | N=1 seed-steps/s | N=2 seed-steps/s | TFLOP/s (N=2) | '
+                   'time/update vs GCBC (N=1, N=2) |', '| GCBC |', '| BYOL-γ^a |', 'Kernels per update by kind and by source',
+                   '| evaluation, pointmaze-large-stitch-v0: 2 tasks x 2 episodes', '| 2 seeds |',
+                   'Projected wall time of the headline rows', 'max(training, evaluations) + the last evaluation + start-up',
+                   '| 4 | ', '| 10 | '):
         assert header in out, header
-    assert out.count('| GCBC |') == 2
+    assert result['projections']['total', 10] > result['projections']['total', 4] > 0
     assert 'skipped' not in out and 'failed' not in out
+
+
+def test_wall_time_model_of_asynchronous_evaluations():
+    # Evaluations shorter than a tenth of training hide behind it: only the last one adds.
+    assert bench_gpu.method_wall(100.0, 5.0, startup_s=3.0) == pytest.approx(3.0 + 100.0 + 5.0)
+    # Longer ones queue on the evaluator: the first starts at 10% of training, then one after another.
+    assert bench_gpu.method_wall(100.0, 20.0, startup_s=0.0) == pytest.approx(10.0 + 10 * 20.0)
+    assert bench_gpu.interpolate({4: 100.0, 16: 400.0}, 10) == pytest.approx(250.0)
+    assert bench_gpu.interpolate({4: 100.0, 16: 400.0}, 32) == pytest.approx(400.0)
