@@ -16,11 +16,18 @@ from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 
 
 def _scan_updates(agent, data, data_key, start_step, sampler_config, num_steps):
+    """The updates, and each metric per step. Inside the scan the metrics travel as one [num_metrics] vector per
+    step: one write per step instead of one per metric (on a GPU, a kernel each); they are split by name after."""
+    names = []
+
     def one_step(agent, step):
         batch = sample_batch(jax.random.fold_in(data_key, step), data, sampler_config)
-        return agent.update(batch)
+        agent, info = agent.update(batch)
+        names[:] = sorted(info)
+        return agent, jnp.stack([jnp.asarray(info[name], jnp.float32) for name in names])
 
-    return jax.lax.scan(one_step, agent, start_step + jnp.arange(num_steps))
+    agent, metrics = jax.lax.scan(one_step, agent, start_step + jnp.arange(num_steps))
+    return agent, {name: metrics[:, i] for i, name in enumerate(names)}
 
 
 @functools.partial(jax.jit, static_argnames=('sampler_config', 'num_steps'), donate_argnames=('agent',))
