@@ -22,6 +22,7 @@ import tqdm
 from absl import app, flags, logging
 
 import datagen
+from agents import get_agent_class
 from utils import provenance
 from utils.checkpoints import load_checkpoint
 from utils.datasets import check_dataset_fits, ensure_dataset, load_dataset
@@ -43,7 +44,7 @@ GYM_EVAL_ENVS = 256
 def main(argv):
     request = None
     try:
-        request = check_request(argv)
+        request = check_request(argv, get_agent_class)
         train(request)
     except HelpRequested as e:
         print(e)

@@ -279,6 +279,7 @@ def check_job_commands(jobs: Sequence[Job]) -> Tuple[List[str], list]:
     """main.py's own request check (`utils.request.check_request`, which starts nothing) of every job's command:
     (the problems that would stop a job at start, one line per distinct paragraph; the Requests of the jobs that
     pass). Commands that differ only in their seed and run name are checked once."""
+    from agents import get_agent_class
     from utils.errors import StorageError
     from utils.request import check_request
 
@@ -288,7 +289,7 @@ def check_job_commands(jobs: Sequence[Job]) -> Tuple[List[str], list]:
         key = tuple(arg for arg in argv[1:] if not arg.startswith(('--seed=', '--run_name=')))
         if key not in checked:
             try:
-                checked[key] = check_request(argv)
+                checked[key] = check_request(argv, get_agent_class)
             except (ConfigError, StorageError) as e:
                 checked[key] = f'{job.name}: {e}'
         outcome = checked[key]

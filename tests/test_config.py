@@ -5,7 +5,6 @@ import ast
 import glob
 import importlib
 import os
-import sys
 
 import pytest
 
@@ -129,7 +128,7 @@ def test_subclass_rules_extend_and_override_their_bases():
 def test_main_rejects_bad_values_before_loading_data(override, tmp_path):
     # main.py's request check: the run stops at the config, before it looks for data or writes anything.
     with pytest.raises(ConfigError) as error:
-        check_request(['main.py', override, f'--dataset_dir={tmp_path}', '--nodownload', f'--save_dir={tmp_path}'])
+        check_request(['main.py', override, f'--dataset_dir={tmp_path}', '--nodownload', f'--save_dir={tmp_path}'], get_agent_class)
     paragraph = str(error.value)
     assert override.split('=')[0][2:] in paragraph and '\n' not in paragraph
     assert not any(tmp_path.iterdir()), 'nothing may be written for a rejected config'

@@ -194,8 +194,8 @@ def test_deleting_run_lock_does_not_let_a_second_writer_in(pointmaze_data_dir, t
     """The lock is on the run directory itself: with run.lock (the owner's record) deleted mid-run, a second
     process (a sweep relaunch, which passes --resume) is still refused, and the first run ends with the files of a
     run nobody disturbed."""
-    budget = ['--train_steps=60000', '--log_interval=2000', '--steps_per_call=500', '--eval_interval=60000',
-              '--save_interval=20000', '--run_name=r']
+    budget = ['--train_steps=30000', '--log_interval=2000', '--steps_per_call=500', '--eval_interval=30000',
+              '--save_interval=10000', '--run_name=r']
     undisturbed = start(main_command(pointmaze_data_dir, tmp_path / 'undisturbed', *budget))
     first = start(main_command(pointmaze_data_dir, tmp_path / 'runs', *budget))
     run_dir = tmp_path / 'runs' / 'default' / 'r'

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import OPTIMIZED_XLA_ENV
 from utils.checkpoints import CHECKPOINT_NAME, checkpoint_step
 from utils.errors import EXIT_TIME_LIMIT, ConfigError
+from agents import get_agent_class
 from utils.request import HelpRequested, check_request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,9 +135,9 @@ def test_time_limit_checkpoints_exits_75_and_resumes_exactly(dataset_dir, tmp_pa
     tiny = ['--agent=agents/gcbc.py', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--log_interval=20',
             '--steps_per_call=20', '--eval_interval=100000000', '--save_interval=100000000', '--eval_episodes=2',
             '--eval_tasks=1', '--eval_max_steps=5', '--run_name=r']
-    limited = run_main(*main_args(dataset_dir, tmp_path / 'limited', *tiny, '--train_steps=100000000', '--time_limit=8'),
+    limited = run_main(*main_args(dataset_dir, tmp_path / 'limited', *tiny, '--train_steps=100000000', '--time_limit=6'),
                        check=False)
-    assert limited.returncode == EXIT_TIME_LIMIT and '--time_limit=8s reached' in limited.stderr, limited.stderr[-2000:]
+    assert limited.returncode == EXIT_TIME_LIMIT and '--time_limit=6s reached' in limited.stderr, limited.stderr[-2000:]
     run_dir = tmp_path / 'limited' / 'default' / 'r'
     step = checkpoint_step(str(run_dir / CHECKPOINT_NAME))
     assert step > 0 and step == int(read_csv(run_dir / 'train.csv')[-1]['step']) and not (run_dir / 'DONE').exists()
@@ -223,7 +224,7 @@ BAD_INPUTS = [
 @pytest.mark.parametrize('extra,message', BAD_INPUTS)
 def test_bad_input_is_rejected_by_the_request_check(extra, message, tmp_path):
     with pytest.raises(ConfigError) as error:
-        check_request(['main.py', f'--save_dir={tmp_path}', *extra])
+        check_request(['main.py', f'--save_dir={tmp_path}', *extra], get_agent_class)
     assert message in str(error.value) and '\n' not in str(error.value)
     assert not any(tmp_path.iterdir()), 'a rejected request writes nothing'
 
@@ -241,7 +242,7 @@ def test_bad_input_gives_one_paragraph_and_writes_nothing(dataset_dir, tmp_path)
 
 def test_help_lists_every_flag():
     with pytest.raises(HelpRequested) as help_text:
-        check_request(['main.py', '--help'])
+        check_request(['main.py', '--help'], get_agent_class)
     for flag in ('--env_name', '--agent', '--eval_mode', '--time_limit', '--resume', '--run_name'):
         assert flag in str(help_text.value)
 
@@ -250,7 +251,7 @@ def test_default_run_names_tell_configs_apart(tmp_path):
     """The run directory names the preset, and a config changed by overrides gets its hash: two methods, or one
     method at two values, never share a directory by default; equal configs do."""
     def names(*extra):
-        return check_request(['main.py', f'--save_dir={tmp_path}', *extra]).run_names
+        return check_request(['main.py', f'--save_dir={tmp_path}', *extra], get_agent_class).run_names
 
     assert names() == ('byol_gamma_a_pointmaze-medium-stitch-v0_sd0',)
     assert names('--agent=configs/presets.py:gcbc') == ('gcbc_pointmaze-medium-stitch-v0_sd0',)
@@ -264,14 +265,14 @@ def test_default_run_names_tell_configs_apart(tmp_path):
 
 
 def test_agent_files_are_found_from_any_directory(tmp_path):
-    request = check_request(['main.py', '--agent=agents/gcbc.py', f'--save_dir={tmp_path}'])
+    request = check_request(['main.py', '--agent=agents/gcbc.py', f'--save_dir={tmp_path}'], get_agent_class)
     assert request.config.agent_name == 'gcbc'
     cwd = os.getcwd()
     try:
         os.chdir(tmp_path)
-        assert check_request(['main.py', '--agent=configs/presets.py:tra']).config.agent_name == 'tra'
+        assert check_request(['main.py', '--agent=configs/presets.py:tra'], get_agent_class).config.agent_name == 'tra'
         with pytest.raises(ConfigError, match="'agents/nope.py' not found"):
-            check_request(['main.py', '--agent=agents/nope.py'])
+            check_request(['main.py', '--agent=agents/nope.py'], get_agent_class)
     finally:
         os.chdir(cwd)
 
@@ -326,7 +327,7 @@ def test_existing_run_is_never_overwritten_and_presets_do_not_collide(dataset_di
     run_main(*gcbc, cwd=tmp_path)
     run_main(*main_args(dataset_dir, tmp_path, '--agent=configs/presets.py:gcbc_phi', *tiny), cwd=tmp_path)
     assert sorted(p.name for p in (tmp_path / 'default').iterdir()) == sorted(
-        check_request(['main.py', f'--agent=configs/presets.py:{preset}', *tiny]).run_names[0] for preset in ('gcbc', 'gcbc_phi'))
+        check_request(['main.py', f'--agent=configs/presets.py:{preset}', *tiny], get_agent_class).run_names[0] for preset in ('gcbc', 'gcbc_phi'))
     result = run_main(*gcbc, check=False)
     assert result.returncode == 1 and '--resume' in result.stderr and 'already holds a finished run' in result.stderr
     result = run_main(*main_args(dataset_dir, tmp_path, '--agent=configs/presets.py:gcbc', *tiny, '--run_name=new', '--resume'))

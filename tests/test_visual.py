@@ -389,7 +389,7 @@ def test_visual_sweep_launches_the_visual_presets(tmp_path):
                             capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHON=sys.executable))
     assert result.returncode == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if 'main.py' in line]
-    assert len(commands) == 3 * (4 + 1 + 4 + 4 + 1) * 4  # envs x (BYOL-gamma^a alphas, BYOL, TRA, TD-SR^a, GCBC) x seeds
+    assert len(commands) == 3 * (4 + 4 + 4 + 4 + 1) * 4  # envs x (BYOL-gamma^a alphas, BYOL, TRA, TD-SR^a, GCBC) x seeds
     assert sum('byol_gamma_a_visual --agent.alpha=20 ' in c for c in commands) == 12
     assert all('--agent.p_aug=0.5' in c for c in commands if 'visual-scene-play' in c)
     assert not any('--agent.p_aug' in c for c in commands if 'visual-antmaze' in c)

@@ -1,17 +1,20 @@
-"""What a `main.py` command line asks for, checked: `check_request(argv) -> Request`, or a named error.
+"""What a `main.py` command line asks for, checked: `check_request(argv, get_agent_class) -> Request`, or a
+named error.
 
 `check_request` is a function of its arguments: it parses them into a fresh flag set, loads the agent config
 file, looks the environment up, and judges every flag and config value, but it writes nothing, starts nothing
 and opens no run directory. Every rejection main.py makes before long work is made here, so it can be tested,
-and a sweep can check all of its commands before launching one, in milliseconds.
+and a sweep can check all of its commands before launching one, in milliseconds. The agent classes come in as
+`get_agent_class` (`agents.get_agent_class`), since this library sits below the agents.
 """
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import warnings
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import flags
@@ -133,9 +136,10 @@ def plain(value):
     return json.loads(json.dumps(value, default=str))
 
 
-def check_request(argv: Sequence[str]) -> Request:
+def check_request(argv: Sequence[str], get_agent_class: Callable[[str], type]) -> Request:
     """The Request of `argv` (main.py's argv, program name first), or ConfigError / StorageError naming the
-    problem and its fix; HelpRequested for --help."""
+    problem and its fix; HelpRequested for --help. `get_agent_class(agent_name)` finds an agent's class (or
+    raises ConfigError)."""
     argv = resolve_agent_path(list(argv))
     if any(arg in ('-h', '--help', '--helpshort', '--helpfull', '-?') for arg in argv[1:]):
         flag_values = flags.FlagValues()
@@ -156,17 +160,15 @@ def check_request(argv: Sequence[str]) -> Request:
     config = flag_values.agent
     defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
     check_types(config, defaults)
-    from agents import get_agent_class  # the agents import JAX: after the cheap checks
-    from utils.datasets import env_id_for, num_tasks
+    from utils.datasets import env_id_for
     from utils.sampler import SamplerConfig
 
     agent_class = get_agent_class(config.agent_name)
     validate_config(config, getattr(agent_class, 'CONFIG_RULES', None))
     env_id_for(values['env_name'])
-    with warnings.catch_warnings():  # gymnasium's notes on the env's own spaces concern nobody here
-        warnings.simplefilter('ignore')
-        check_eval_tasks(values, eval_tasks, num_tasks(values['env_name']))
-        check_evaluation_memory(values, len(eval_tasks))
+    task_count, observation_bytes = environment_facts(values['env_name'])
+    check_eval_tasks(values, eval_tasks, task_count)
+    check_evaluation_memory(values, len(eval_tasks), observation_bytes)
     save_dir = os.path.expanduser(values['save_dir'])
     if os.path.exists(save_dir) and not os.path.isdir(save_dir):
         raise StorageError(f'--save_dir={values["save_dir"]} is a file, not a directory: run directories cannot go '
@@ -223,20 +225,30 @@ def check_eval_tasks(values, tasks: Tuple[int, ...], count: int):
                           f'{", ".join(map(str, bad))} {"is" if len(bad) == 1 else "are"} out of range.')
 
 
-def check_evaluation_memory(values, num_tasks_evaluated: int):
-    """ConfigError if one evaluation of this request would not fit in the host's available memory."""
+@functools.lru_cache(maxsize=None)
+def environment_facts(env_name: str) -> Tuple[int, int]:
+    """(how many evaluation tasks, bytes of one observation) of a dataset's environment, made once per process."""
     import gymnasium
 
-    from utils.datasets import _host_available_bytes, env_id_for
-    from utils.evaluation.episodes import check_memory
+    from utils.datasets import env_id_for, num_tasks
 
-    env_id = env_id_for(values['env_name'])
-    if env_id.startswith('visual-'):
-        observation_bytes = 64 * 64 * 3  # OGBench's rendered frames, uint8
-    else:
+    env_id = env_id_for(env_name)
+    with warnings.catch_warnings():  # gymnasium's notes on the env's own spaces concern nobody here
+        warnings.simplefilter('ignore')
+        tasks = num_tasks(env_name)
+        if env_id.startswith('visual-'):
+            return tasks, 64 * 64 * 3  # OGBench's rendered frames, uint8
         env = gymnasium.make(env_id, disable_env_checker=True)
         observation_bytes = 8 * int(np.prod(env.observation_space.shape))
         env.close()
+    return tasks, observation_bytes
+
+
+def check_evaluation_memory(values, num_tasks_evaluated: int, observation_bytes: int):
+    """ConfigError if one evaluation of this request would not fit in the host's available memory."""
+    from utils.datasets import _host_available_bytes
+    from utils.evaluation.episodes import check_memory
+
     check_memory(values['num_seeds'], num_tasks_evaluated, values['eval_episodes'], observation_bytes, _host_available_bytes())
 
 
