@@ -83,13 +83,19 @@ def distinct_presets():
 # Hierarchical presets are trained, stage by stage, in test_hierarchical.py; the offline RL baselines
 # (whose actors trade BC against a value) in test_rl_agents.py; the pixel presets on rendered frames in
 # test_visual.py. FB is RL too, but its critic and actor are checked here.
-@pytest.mark.parametrize('preset', [p for p in distinct_presets() if PRESETS[p].family != 'visual'
-                                    and (METHODS[PRESETS[p].method].kind in ('bc', 'representation') or PRESETS[p].agent == 'fb')])
+TRAINED_PRESETS = [p for p in distinct_presets() if PRESETS[p].family != 'visual'
+                   and (METHODS[PRESETS[p].method].kind in ('bc', 'representation') or PRESETS[p].agent == 'fb')]
+
+
+@pytest.mark.parametrize('preset', TRAINED_PRESETS)
 def test_preset_trains_with_finite_decreasing_loss(preset, data):
+    from tests.test_regression import assert_recorded_metrics
+
     config = small(preset_config(preset))
     agent = make_agent(config)
     agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 200)
     infos = jax.tree_util.tree_map(np.asarray, infos)
+    assert_recorded_metrics(preset, infos)  # its first updates compute what they always did (tests/test_regression.py)
     for key, values in infos.items():
         assert np.all(np.isfinite(values)), key
     # FB's actor is trained by RL, its BC term only regularises it (and is traded against Q): its critic decreases instead.
