@@ -67,7 +67,8 @@ def load_run(run_dir: str) -> TrainedRun:
 
     run_dir = os.path.expanduser(run_dir)
     if not os.path.isdir(run_dir):
-        raise ConfigError(f'Run directory {run_dir} does not exist.')
+        raise ConfigError(f'Run directory {run_dir} ' + ('is a file, not a directory' if os.path.exists(run_dir) else 'does not exist')
+                          + ': pass main.py run directories (a glob that matches their .log files too can end in "/").')
     missing = RunDir(run_dir).missing()
     if missing:
         raise ConfigError(
