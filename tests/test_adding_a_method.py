@@ -40,13 +40,17 @@ def module_from_source(name, source, path):
     return module
 
 
-def presets_with_entry(entry):
-    """configs/presets.py with `entry` added at the end of METHODS (the document: one entry in METHODS)."""
-    path = os.path.join(ROOT, 'configs', 'presets.py')
-    source = open(path).read()
+def presets_source_with_entry(entry):
+    """configs/presets.py's source with `entry` added at the end of METHODS (the document: one entry in METHODS)."""
+    with open(os.path.join(ROOT, 'configs', 'presets.py')) as f:
+        source = f.read()
     start = source.index('METHODS: Dict[str, Method] = {')
     end = source.index('\n}\n', start)
-    return module_from_source('configs.presets', source[:end] + '\n' + entry.rstrip() + source[end:], path)
+    return source[:end] + '\n' + entry.rstrip() + source[end:]
+
+
+def presets_with_entry(entry):
+    return module_from_source('configs.presets', presets_source_with_entry(entry), os.path.join(ROOT, 'configs', 'presets.py'))
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ import sys
 
 import pytest
 
+from tests.test_adding_a_method import example_blocks, module_from_source, presets_source_with_entry
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC_FILES = ['README.md'] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 FENCES = ('bash', 'sh', 'shell')
@@ -41,8 +43,6 @@ NOT_RUN_HERE = [
     (r'visual-', 'pixels: rendering a visual dataset takes hours on a CPU; tests/test_visual.py renders, trains and '
                  'evaluates one at toy size'),
     (r'scripts/bench_visual\.py', 'pixels: compiles the CNN for minutes on a CPU; tests/test_visual.py covers it'),
-    (r'cosine_spr|runs/spr', "the worked example's own commands, which need the example applied: tests/test_adding_a_method.py "
-                    'applies it and runs them'),
 ]
 
 TINY_MAIN = ['--train_steps=20', '--log_interval=10', '--eval_interval=20', '--save_interval=20', '--eval_episodes=1',
@@ -191,8 +191,17 @@ def make_sandbox(root, pointmaze_data_dir):
             continue
         if os.path.isfile(os.path.join(ROOT, name)):  # copied: Python puts a started script's real folder on sys.path
             shutil.copy(os.path.join(ROOT, name), root / name)
+        elif name in ('agents', 'configs'):  # their files, to which the worked example of adding_a_method.md adds
+            (root / name).mkdir()
+            for file in os.listdir(os.path.join(ROOT, name)):
+                os.symlink(os.path.join(ROOT, name, file), root / name / file)
         else:
             os.symlink(os.path.join(ROOT, name), root / name)
+    # docs/adding_a_method.md's worked example, applied as the page says, for its "Use it" commands.
+    blocks = example_blocks()
+    (root / 'agents' / 'cosine_spr.py').write_text(blocks['agents/cosine_spr.py'])
+    os.unlink(root / 'configs' / 'presets.py')
+    (root / 'configs' / 'presets.py').write_text(presets_source_with_entry(blocks['configs/presets.py']))
     data = root / 'home' / '.ogbench' / 'data'
     data.mkdir(parents=True)
     for name in os.listdir(pointmaze_data_dir):
@@ -207,6 +216,7 @@ def make_sandbox(root, pointmaze_data_dir):
          *TINY_MAIN, '--eval_interval=10'], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     write_runs(root / 'runs', FAKE_RUNS)
+    write_runs(root / 'runs', [('spr', 'cosine_spr', {'alpha': 6.0}, ANTMAZES[:1], range(4))], example_config)
 
 
 # The sweeps' run directories the pages' table and plot commands read, scores made up (what is tested is that the
@@ -222,15 +232,26 @@ FAKE_RUNS = [
     ('ablations', 'gcbc_phi', {}, ANTMAZES, range(4)), ('ablations', 'fb', {'lr': 1e-4}, ANTMAZES, range(4)),
     ('state_rl', 'gciql_antmaze', {}, ANTMAZES, range(4)),
     *(('stitch', preset, {}, ('pointmaze-large-stitch-v0',), range(2)) for preset in ('gcbc', 'gcbc_phi')),
+    ('spr', 'gcbc', {}, ANTMAZES[:1], range(4)),  # the worked example's sweep, with its cosine_spr runs below
 ]
 
 
-def write_runs(runs, specs):
+def example_config(preset):
+    """The worked example's config, as its preset gives it (the agent file's get_config, named after the preset)."""
+    module = module_from_source('cosine_spr_example', example_blocks()['agents/cosine_spr.py'], 'agents/cosine_spr.py')
+    config = module.get_config()
+    config.preset = preset
+    return config
+
+
+def write_runs(runs, specs, get_config=None):
     """Run directories as main.py leaves them (flags.json, config.json, eval.csv with 3 evaluations, DONE)."""
     import numpy as np
 
-    from configs.presets import get_config
+    from configs.presets import get_config as preset_config
     from utils.atomic_io import write_json
+
+    get_config = get_config or preset_config
     from utils.request import FLAG_DEFAULTS, plain
 
     rng = np.random.default_rng(0)

@@ -88,7 +88,7 @@ class SamplerConfig:
         get = lambda key, default: config[key] if key in config else default
         return cls(
             batch_size=int(config['batch_size']),
-            gamma=float(config['discount']),
+            gamma=float(get('discount', cls.gamma)),
             actor_goals=mixture('actor', cls.actor_goals),
             value_goals=mixture('value', cls.value_goals),
             nstep=int(get('nstep', 0)),
