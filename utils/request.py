@@ -160,12 +160,10 @@ def check_request(argv: Sequence[str], get_agent_class: Callable[[str], type]) -
     config = flag_values.agent
     defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
     check_types(config, defaults)
-    from utils.datasets import env_id_for
     from utils.sampler import SamplerConfig
 
     agent_class = get_agent_class(config.agent_name)
     validate_config(config, getattr(agent_class, 'CONFIG_RULES', None))
-    env_id_for(values['env_name'])
     task_count, observation_bytes = environment_facts(values['env_name'])
     check_eval_tasks(values, eval_tasks, task_count)
     check_evaluation_memory(values, len(eval_tasks), observation_bytes)
@@ -227,7 +225,8 @@ def check_eval_tasks(values, tasks: Tuple[int, ...], count: int):
 
 @functools.lru_cache(maxsize=None)
 def environment_facts(env_name: str) -> Tuple[int, int]:
-    """(how many evaluation tasks, bytes of one observation) of a dataset's environment, made once per process."""
+    """(how many evaluation tasks, bytes of one observation) of a dataset's environment, made once per process;
+    ConfigError (with "Did you mean ...") for an unknown one."""
     import gymnasium
 
     from utils.datasets import env_id_for, num_tasks
