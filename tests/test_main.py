@@ -318,16 +318,16 @@ def test_corrupt_checkpoint_is_a_clear_error(dataset_dir, tmp_path):
 
 
 def test_existing_run_is_never_overwritten_and_presets_do_not_collide(dataset_dir, tmp_path):
-    """Two presets one after another in the default group: two directories. The same command again is refused
-    (nothing overwritten); --resume of a run that has no checkpoint says it starts a new one. Run from another
-    directory, with the README's relative agent paths."""
+    """A run lands in the directory the request check names (another preset would name another one); the same
+    command again is refused (nothing overwritten); --resume of a run that has no checkpoint says it starts a new
+    one. Run from another directory, with the README's relative agent paths."""
     tiny = ['--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--train_steps=20', '--log_interval=20',
             '--eval_interval=20', '--save_interval=20', '--eval_episodes=1', '--eval_tasks=1', '--eval_max_steps=3']
     gcbc = main_args(dataset_dir, tmp_path, '--agent=configs/presets.py:gcbc', *tiny)
     run_main(*gcbc, cwd=tmp_path)
-    run_main(*main_args(dataset_dir, tmp_path, '--agent=configs/presets.py:gcbc_phi', *tiny), cwd=tmp_path)
-    assert sorted(p.name for p in (tmp_path / 'default').iterdir()) == sorted(
-        check_request(['main.py', f'--agent=configs/presets.py:{preset}', *tiny], get_agent_class).run_names[0] for preset in ('gcbc', 'gcbc_phi'))
+    names = {preset: check_request(['main.py', f'--agent=configs/presets.py:{preset}', *tiny], get_agent_class).run_names[0]
+             for preset in ('gcbc', 'gcbc_phi')}
+    assert [p.name for p in (tmp_path / 'default').iterdir()] == [names['gcbc']] and names['gcbc'] != names['gcbc_phi']
     result = run_main(*gcbc, check=False)
     assert result.returncode == 1 and '--resume' in result.stderr and 'already holds a finished run' in result.stderr
     result = run_main(*main_args(dataset_dir, tmp_path, '--agent=configs/presets.py:gcbc', *tiny, '--run_name=new', '--resume'))

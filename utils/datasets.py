@@ -569,8 +569,9 @@ def check_dataset_fits(paths, device=None, host_bytes=None, device_bytes=None):
     if problems:
         raise DatasetError(
             f'The observations of {", ".join(os.path.basename(p) for p in paths)} ({needed / 1e9:.1f} GB) do not fit: '
-            f'{"; ".join(problems)}. A 1M-row 64x64x3 visual dataset needs ~12.3 GB on the accelerator (fits a '
-            f'24 GB+ GPU) and ~13 GB of host RAM (~25 GB when training on CPU). Use a machine with more memory, '
+            f'{"; ".join(problems)}. A 1M-row 64x64x3 visual dataset and its val split are 13.5 GB of frames, kept on '
+            f'the accelerator (a GPU with 24 GB or more) and loaded through host RAM (about 16 GB; about 27 GB when '
+            f'training on the CPU, which holds both copies). Use a machine with more memory, '
             f'or generate fewer episodes (scripts/generate_dataset.py --num_episodes=N) for a smaller dataset.'
         )
     return needed
