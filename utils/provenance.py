@@ -64,7 +64,7 @@ def read_error(path: str, error: OSError) -> DatasetError:
         fix = f'Move that directory away (mv {path} {path}.dir) so the file can be obtained, or pass another --dataset_dir'
     else:
         fix = ('Check the disk or file system holding it, or move it away to download or regenerate it, or pass '
-               f'another --dataset_dir')
+               'another --dataset_dir')
     return DatasetError(f'Cannot read dataset file {path}: {reason} (errno {errno.errorcode.get(error.errno, error.errno)}). '
                         f'Nothing was written. {fix}.')
 
