@@ -15,6 +15,8 @@ from experiments import analysis
 from utils.evaluation import evaluate, make_env, make_eval_envs, one_env
 from utils.maze import pointmaze_oracle_policy
 
+pytestmark = pytest.mark.xdist_group('test_analysis')  # its module fixtures are built once, in one worker
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = 'pointmaze-medium-stitch-v0'
 # Shortest-path lengths of pointmaze-medium's evaluation tasks 1..5 (from their start to their goal cell).

@@ -19,6 +19,8 @@ from utils.errors import ConfigError
 from utils.sampler import SamplerConfig, sample_batch
 from utils.training import stack_trees, train_steps, train_steps_multi
 
+pytestmark = pytest.mark.xdist_group('test_hierarchical')  # its module fixtures are built once, in one worker
+
 VARIANTS = ['hgcbc', 'hgcbc_phi', 'hbyol_gamma_a']
 STAGE1_STEPS = 150  # the staged variants switch half-way through the 300 training steps
 

@@ -19,6 +19,8 @@ from utils.errors import EXIT_TIME_LIMIT, ConfigError
 from agents import get_agent_class
 from utils.request import HelpRequested, check_request
 
+pytestmark = pytest.mark.xdist_group('test_main')  # its module fixtures are built once, in one worker
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = 'pointmaze-medium-stitch-v0'
 SMALL_NETS = ['--agent.actor_hidden_dims=(64,64)', '--agent.batch_size=64']

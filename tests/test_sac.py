@@ -9,6 +9,8 @@ import pytest
 
 from datagen.sac import SACAgent, get_config, tanh_gaussian_sample
 
+pytestmark = pytest.mark.xdist_group('test_sac')  # its module fixtures are built once, in one worker
+
 OBSERVATION_DIM, ACTION_DIM, BATCH = 5, 2, 8
 
 

@@ -33,6 +33,8 @@ from utils.sampler import (
 )
 from utils.training import train_steps
 
+pytestmark = pytest.mark.xdist_group('test_visual')  # its module fixtures are built once, in one worker
+
 VISUAL_DATASET = 'visual-antmaze-medium-stitch-v0'
 OGBENCH_SOURCE = os.environ.get('OGBENCH_SOURCE', '/tmp/ogb_src/ogbench-1.2.2')
 
