@@ -19,6 +19,8 @@ import pytest
 from utils.datasets import dataset_lock, dataset_lock_path
 from utils.provenance import sha256_file
 
+pytestmark = pytest.mark.xdist_group('test_dataset_faults')  # its module fixtures are built once, in one worker
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = 'pointmaze-medium-stitch-v0'
 TRAIN, VAL = f'{ENV}.npz', f'{ENV}-val.npz'

@@ -17,6 +17,8 @@ from utils.evaluation import env_spaces, evaluate, make_eval_envs
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import train_steps
 
+pytestmark = pytest.mark.xdist_group('test_fb')  # its module fixtures are built once, in one worker
+
 
 def tree_abs_sum(tree):
     return sum(float(jnp.sum(jnp.abs(leaf))) for leaf in jax.tree_util.tree_leaves(tree))
