@@ -234,6 +234,8 @@ FAKE_RUNS = [
     ('ablations', 'gcbc_phi', {}, ANTMAZES, range(4)), ('ablations', 'fb', {'lr': 1e-4}, ANTMAZES, range(4)),
     ('state_rl', 'gciql_antmaze', {}, ANTMAZES, range(4)),
     *(('stitch', preset, {}, ('pointmaze-large-stitch-v0',), range(2)) for preset in ('gcbc', 'gcbc_phi')),
+    *(('stitch_confirm', preset, overrides, ('pointmaze-large-stitch-v0',), range(8, 10))
+      for preset, overrides in (('gcbc', {}), ('gcbc_phi', {}), ('byol_gamma_a', {'alpha': 1.0}))),
     ('spr', 'gcbc', {}, ANTMAZES[:1], range(4)),  # the worked example's sweep, with its cosine_spr runs below
 ]
 
@@ -294,7 +296,7 @@ def commands_to_run():
     first = {}
     for page, line, command in COMMANDS:
         if reason_not_run(command) is None:
-            first.setdefault(command, (page, line, command))
+            first.setdefault(' '.join(command.split()), (page, line, command))  # the same words, however wrapped
     return list(first.values())
 
 
