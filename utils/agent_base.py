@@ -29,7 +29,7 @@ import flax
 import jax
 import jax.numpy as jnp
 
-from utils.config_checks import DISCOUNT_RULE, Rule, RuleOwner, is_finite_number, non_negative
+from utils.config_checks import Rule, RuleOwner, is_finite_number, non_negative
 from utils.distributions import sample_gaussian
 from utils.flax_utils import TrainState, ema_update, nonpytree_field
 from utils.losses import bc_loss
@@ -57,7 +57,9 @@ class Agent(flax.struct.PyTreeNode, RuleOwner):
     CONFIG_RULES = {
         'tau': Rule(lambda v: is_finite_number(v) and 0.0 < v <= 1.0,
                     'must lie in (0, 1] (EMA rate of the target network; 1 = the online network, stop-gradient)', 1.0),
-        'discount': DISCOUNT_RULE,  # read by the sampler (geometric goal offsets) and by the losses that discount
+        # Read by the sampler (geometric goal offsets) and by the losses that discount.
+        'discount': Rule(lambda v: is_finite_number(v) and 0.0 <= v < 1.0,
+                         'must lie in [0, 1) (geometric offsets k ~ Geometric(1 - gamma) need gamma < 1)', 0.99),
     }
 
     @classmethod

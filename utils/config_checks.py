@@ -117,8 +117,6 @@ COMMON_RULES = {
     'lr': positive(3e-4),
     'batch_size': at_least(1, 1024),
 }
-DISCOUNT_RULE = Rule(lambda v: is_finite_number(v) and 0.0 <= v < 1.0,
-                     'must lie in [0, 1) (geometric offsets k ~ Geometric(1 - gamma) need gamma < 1)', 0.99)
 
 # The sampler's hierarchical goals (low_goals, high_goals, high_targets), read by the agents that have
 # two levels; agents/hiql.py and agents/hierarchical.py include these in their CONFIG_RULES.
