@@ -1,23 +1,21 @@
-"""The paper's analyses (scripts/horizon.py, rep_heatmap.py, sp_correlation.py) on a tiny trained run, their maths on
-hand-made inputs, and their errors on bad inputs."""
+"""The paper's analyses (scripts/horizon.py, rep_heatmap.py, sp_correlation.py) on a tiny run directory, their maths
+on hand-made inputs, and their errors on bad inputs."""
 
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from scripts import horizon, rep_heatmap, sp_correlation
+from agents import get_agent_class
 from experiments import analysis
 from utils.evaluation import evaluate, make_env, make_eval_envs, one_env
 from utils.maze import pointmaze_oracle_policy
 
 pytestmark = pytest.mark.xdist_group('test_analysis')  # its module fixtures are built once, in one worker
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = 'pointmaze-medium-stitch-v0'
 # Shortest-path lengths of pointmaze-medium's evaluation tasks 1..5 (from their start to their goal cell).
 MEDIUM_TASK_LENGTHS = (10, 10, 6, 10, 8)
@@ -30,16 +28,27 @@ def dataset_dir(pointmaze_data_dir):
 
 @pytest.fixture(scope='module')
 def tiny_run(dataset_dir, tmp_path_factory):
-    """A BYOL-gamma run of 100 steps: a real checkpoint, not a trained agent."""
-    save_dir = tmp_path_factory.mktemp('runs')
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, 'main.py'), f'--env_name={ENV}', f'--dataset_dir={dataset_dir}',
-         f'--save_dir={save_dir}', '--run_group=analysis', '--run_name=byol', '--wandb_mode=disabled', '--nodownload',
-         '--agent=configs/presets.py:byol_gamma_a', '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32',
-         '--train_steps=100', '--eval_interval=100', '--save_interval=100', '--eval_episodes=2', '--eval_max_steps=5'],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return str(save_dir / 'analysis' / 'byol')
+    """A BYOL-gamma^a run directory with the files the analyses read (flags.json, config.json, the checkpoint of
+    step 100), its agent as initialised: the scripts' outputs are checked here, not what a trained agent gives
+    (tests/test_docs.py runs the scripts on runs main.py trained)."""
+    from configs.presets import get_config
+    from utils.atomic_io import write_json
+    from utils.checkpoints import save_checkpoint
+    from utils.request import FLAG_DEFAULTS, plain
+    from utils.training import compiled_create
+
+    run_dir = tmp_path_factory.mktemp('runs') / 'analysis' / 'byol'
+    run_dir.mkdir(parents=True)
+    config = get_config('byol_gamma_a')
+    config.actor_hidden_dims = (32, 32)
+    env = make_env(ENV)
+    create = compiled_create(get_agent_class(config.agent_name), analysis.example_batch(env.observation_space),
+                             analysis.example_batch(env.action_space), config)
+    save_checkpoint(str(run_dir), create(0), 100)
+    write_json(str(run_dir / 'flags.json'), dict(FLAG_DEFAULTS, env_name=ENV, dataset_dir=dataset_dir, seed=0,
+                                                 train_steps=100, run_group='analysis', run_name='byol'))
+    write_json(str(run_dir / 'config.json'), plain(config.to_dict()))
+    return str(run_dir)
 
 
 @pytest.fixture(scope='module')

@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from utils.datasets import dataset_lock, dataset_lock_path
+from utils.datasets import dataset_lock, dataset_lock_path, ensure_dataset
+from utils.errors import DatasetError
 from utils.provenance import sha256_file
 
 pytestmark = pytest.mark.xdist_group('test_dataset_faults')  # its module fixtures are built once, in one worker
@@ -177,11 +178,18 @@ def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small
         if 'PermissionError' not in probe.stderr:
             pytest.skip(f'cannot make a file unreadable for a root child process here: {probe.stderr[-300:]}')
 
+    # main.py's dataset step in this process (each is refused before any work), and the unreadable file end to end,
+    # from main.py started as a child that file modes bind.
+    import datagen
+
     started = time.time()
-    processes = {name: start_main(folder, tmp_path / 'runs' / name) for name, folder in
-                 (('dir-val', directory_val), ('dir-train', directory_train), ('dangling', dangling))}
-    processes['unreadable'] = start_main(unreadable, tmp_path / 'runs' / 'unreadable', preexec_fn=as_user)
-    paragraphs = {name: error_paragraph(*finish(process)[::2]) for name, process in processes.items()}
+    unreadable_main = start_main(unreadable, tmp_path / 'runs' / 'unreadable', preexec_fn=as_user)
+    paragraphs = {}
+    for name, folder in (('dir-val', directory_val), ('dir-train', directory_train), ('dangling', dangling)):
+        with pytest.raises(DatasetError) as error:
+            ensure_dataset(ENV, str(folder), download=False, generator=datagen)
+        paragraphs[name] = str(error.value)
+    paragraphs['unreadable'] = error_paragraph(*finish(unreadable_main)[::2])
     assert time.time() - started < 120  # at start-up, not after generating
 
     assert paragraphs['dir-val'].startswith(f'{directory_val / VAL} is a directory, where the dataset file should be.')
@@ -195,8 +203,7 @@ def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small
     for folder, names in ((directory_val, sorted([TRAIN, VAL])), (directory_train, sorted([TRAIN, VAL])), (dangling, sorted([TRAIN, VAL]))):
         assert sorted(n for n in os.listdir(folder) if not n.endswith('.provenance.json')) == names  # nothing generated
     assert os.path.islink(dangling / VAL) and not (tmp_path / 'gone').exists()
-    for name in processes:
-        assert not os.path.exists(tmp_path / 'runs' / name / 'default' / 'r' / 'checkpoint.msgpack')
+    assert not os.path.exists(tmp_path / 'runs' / 'unreadable' / 'default' / 'r' / 'checkpoint.msgpack')
 
 
 def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path):
@@ -226,7 +233,6 @@ def test_read_failures_are_named_as_reads_at_every_level(tmp_path):
     write"); a FIFO, which would block np.load forever, is named before anything opens it."""
     import gymnasium
     from utils.datasets import check_dataset_paths, load_dataset
-    from utils.errors import DatasetError
     from utils.provenance import file_fingerprint
 
     folder = tmp_path / 'a-folder.npz'

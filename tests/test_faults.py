@@ -5,6 +5,7 @@ Each test is one scenario whose subprocesses overlap where they are independent;
 lists the faults and their outcomes.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -168,49 +169,45 @@ def test_resume_continues_exactly_or_refuses(pointmaze_data_dir, tmp_path, capsy
     assert 'pointmaze-medium-stitch: generated (pointmaze scripted oracle' in out  # the fixture's provenance
 
 
-def test_second_process_on_a_run_directory_stops_at_once_and_ctrl_c_saves(pointmaze_data_dir, tmp_path):
-    save_dir = tmp_path / 'runs'
-    run_dir = save_dir / 'default' / 'r'
-    first = start(main_command(pointmaze_data_dir, save_dir, '--run_name=r', *ENDLESS))
-    wait_until(lambda: csv_steps(run_dir / 'train.csv'), first)
-
-    started = time.time()
-    code, _, err = run(main_command(pointmaze_data_dir, save_dir, '--run_name=r', *BUDGET))
-    paragraph = error_paragraph(code, err)
-    assert f'{run_dir} is in use by another process (pid {first.pid} on host' in paragraph
-    assert '--train_steps=100000000' in paragraph  # the holder's command
-    assert 'Loaded' not in err and time.time() - started < 60  # stopped before loading data
-    assert first.poll() is None
-
-    first.send_signal(signal.SIGINT)  # Ctrl-C: the current chunk ends, a checkpoint is saved, exit 130
-    code, _, err = finish(first)
-    assert code == 130 and 'SIGINT received: checkpoints saved' in err and 'Traceback' not in err, err[-3000:]
-    step = checkpoint_step(run_dir)
-    assert step == csv_steps(run_dir / 'train.csv')[-1] > 0
-    assert not (run_dir / 'DONE').exists()
-
-
-def test_deleting_run_lock_does_not_let_a_second_writer_in(pointmaze_data_dir, tmp_path):
-    """The lock is on the run directory itself: with run.lock (the owner's record) deleted mid-run, a second
-    process (a sweep relaunch, which passes --resume) is still refused, and the first run ends with the files of a
-    run nobody disturbed."""
-    budget = ['--train_steps=30000', '--log_interval=2000', '--steps_per_call=500', '--eval_interval=30000',
-              '--save_interval=10000', '--run_name=r']
+def test_a_second_writer_is_refused_with_or_without_run_lock_and_ctrl_c_then_resume_is_undisturbed(pointmaze_data_dir, tmp_path):
+    """The lock is on the run directory itself. While the first run holds it (stopped with SIGSTOP, so that it cannot
+    finish while the others try), a second main.py on its directory stops at once, before loading data, naming the
+    holder; with run.lock (the owner's record) deleted, a second one with --resume (a sweep relaunch) is refused
+    too. Ctrl-C then stops the first at the end of its chunk with a checkpoint, and --resume ends it with the files
+    of a run nobody disturbed."""
+    budget = ['--train_steps=4000', '--log_interval=500', '--steps_per_call=500', '--eval_interval=4000',
+              '--save_interval=2000', '--run_name=r']
     undisturbed = start(main_command(pointmaze_data_dir, tmp_path / 'undisturbed', *budget))
     first = start(main_command(pointmaze_data_dir, tmp_path / 'runs', *budget))
     run_dir = tmp_path / 'runs' / 'default' / 'r'
     wait_until(lambda: csv_steps(run_dir / 'train.csv'), first)
-    os.unlink(run_dir / 'run.lock')
-    code, _, err = run(main_command(pointmaze_data_dir, tmp_path / 'runs', *budget, '--resume'))
-    paragraph = error_paragraph(code, err)
-    assert f'Run directory {run_dir} is in use by another process' in paragraph and 'whose record is missing' in paragraph
-    assert first.poll() is None, 'the first run ended before the second tried: the test proves nothing'
-    assert finish(first)[0] == 0 and finish(undisturbed)[0] == 0
+    first.send_signal(signal.SIGSTOP)
+    try:
+        assert first.poll() is None, 'the first run ended before the others tried: the test proves nothing'
+        started = time.time()
+        code, _, err = run(main_command(pointmaze_data_dir, tmp_path / 'runs', *BUDGET, '--run_name=r'))
+        paragraph = error_paragraph(code, err)
+        assert f'{run_dir} is in use by another process (pid {first.pid} on host' in paragraph
+        assert '--train_steps=4000' in paragraph  # the holder's command
+        assert 'Loaded' not in err and time.time() - started < 60  # stopped before loading data
+
+        os.unlink(run_dir / 'run.lock')
+        paragraph = error_paragraph(*run(main_command(pointmaze_data_dir, tmp_path / 'runs', *budget, '--resume'))[::2])
+        assert f'Run directory {run_dir} is in use by another process' in paragraph and 'whose record is missing' in paragraph
+    finally:
+        first.send_signal(signal.SIGCONT)
+    first.send_signal(signal.SIGINT)  # Ctrl-C: the current chunk ends, a checkpoint is saved, exit 130
+    code, _, err = finish(first)
+    assert code == 130 and 'SIGINT received: checkpoints saved' in err and 'Traceback' not in err, err[-3000:]
+    step = checkpoint_step(run_dir)
+    assert step == csv_steps(run_dir / 'train.csv')[-1] < 4000 and not (run_dir / 'DONE').exists()
+    assert run(main_command(pointmaze_data_dir, tmp_path / 'runs', *budget, '--resume'))[0] == 0
+    assert finish(undisturbed)[0] == 0
     reference = tmp_path / 'undisturbed' / 'default' / 'r'
     for name in ('train.csv', 'eval.csv'):
         assert without_timing(read_csv_rows(str(run_dir / name))[1]) == without_timing(read_csv_rows(str(reference / name))[1])
     assert (run_dir / 'checkpoint.msgpack').read_bytes() == (reference / 'checkpoint.msgpack').read_bytes()
-    assert (run_dir / 'DONE').exists() and not (run_dir / 'run.lock').exists()
+    assert (run_dir / 'DONE').exists()
 
 
 def without_timing(rows):
@@ -324,9 +321,16 @@ def test_a_second_sweep_launch_fails_fast_and_the_first_resumes(pointmaze_data_d
     run_dir = tmp_path / 'sw' / f'gcbc_{ENV}_sd0'
     first = start(sweep(*ENDLESS))
     wait_until(lambda: csv_steps(run_dir / 'train.csv'), first)
-    code, out, _ = run(sweep(*ENDLESS))
+    # The first launch's run pauses (holding its lock) while the second launch tries: it would only train uselessly.
+    with open(run_dir / 'run.lock') as f:
+        training = json.load(f)['pid']
+    os.kill(training, signal.SIGSTOP)
+    try:
+        code, out, _ = run(sweep(*ENDLESS))
+    finally:
+        os.kill(training, signal.SIGCONT)
     assert code == 1 and f'FAILED gcbc_{ENV}_sd0 (exit 1)' in out, out
-    assert f'{run_dir} is in use by another process (pid ' in (tmp_path / 'sw' / f'gcbc_{ENV}_sd0.log').read_text()
+    assert f'{run_dir} is in use by another process (pid {training} ' in (tmp_path / 'sw' / f'gcbc_{ENV}_sd0.log').read_text()
     first.send_signal(signal.SIGINT)  # the launcher turns Ctrl-C into SIGTERM for its runs
     code, out, _ = finish(first)
     assert code == 130 and 'stopped' in out, out
