@@ -210,7 +210,11 @@ def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path):
     """Ctrl-C (SIGINT) while scripts/generate_dataset.py generates: one line saying generation was interrupted
     and nothing was written, exit 130, no traceback, and no file left (no partial, temporary or lock file)."""
     data = tmp_path / 'data'
-    process = subprocess.Popen([sys.executable, 'scripts/generate_dataset.py', f'--env_name={ENV}', f'--dataset_dir={data}'],
+    # As from a terminal: Ctrl-C at its default however this suite was started (a shell's background job, nohup,
+    # passes SIGINT ignored to its children; an ignored signal stays ignored across exec, a handled one does not).
+    interactive = 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
+    process = subprocess.Popen([sys.executable, '-c', interactive, sys.executable, 'scripts/generate_dataset.py',
+                                f'--env_name={ENV}', f'--dataset_dir={data}'],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = dataset_lock_path(ENV, str(data))
     deadline = time.time() + 120
