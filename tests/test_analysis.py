@@ -28,27 +28,26 @@ def dataset_dir(pointmaze_data_dir):
 
 @pytest.fixture(scope='module')
 def tiny_run(dataset_dir, tmp_path_factory):
-    """A BYOL-gamma^a run directory with the files the analyses read (flags.json, config.json, the checkpoint of
-    step 100), its agent as initialised: the scripts' outputs are checked here, not what a trained agent gives
-    (tests/test_docs.py runs the scripts on runs main.py trained)."""
-    from configs.presets import get_config
-    from utils.atomic_io import write_json
+    """A BYOL-gamma^a run directory with the files the analyses read (flags.json and config.json as main.py writes
+    them for its request, the checkpoint of step 100), its agent as initialised: the scripts' outputs are checked
+    here, not what a trained agent gives (tests/test_docs.py runs the scripts on runs main.py trained)."""
     from utils.checkpoints import save_checkpoint
-    from utils.request import FLAG_DEFAULTS, plain
+    from utils.request import check_request
+    from utils.rundir import RunDir
     from utils.training import compiled_create
 
-    run_dir = tmp_path_factory.mktemp('runs') / 'analysis' / 'byol'
-    run_dir.mkdir(parents=True)
-    config = get_config('byol_gamma_a')
-    config.actor_hidden_dims = (32, 32)
+    save_dir = str(tmp_path_factory.mktemp('runs'))
+    request = check_request(['main.py', f'--env_name={ENV}', f'--dataset_dir={dataset_dir}', f'--save_dir={save_dir}',
+                             '--agent=configs/presets.py:byol_gamma_a', '--agent.actor_hidden_dims=(32,32)',
+                             '--train_steps=100', '--run_group=analysis', '--run_name=byol'], get_agent_class)
+    run_dir = RunDir.at(save_dir, 'analysis', 'byol')
+    os.makedirs(run_dir.path)
+    run_dir.write_metadata(request.seed_flags(0), request.config_record())
     env = make_env(ENV)
-    create = compiled_create(get_agent_class(config.agent_name), analysis.example_batch(env.observation_space),
-                             analysis.example_batch(env.action_space), config)
-    save_checkpoint(str(run_dir), create(0), 100)
-    write_json(str(run_dir / 'flags.json'), dict(FLAG_DEFAULTS, env_name=ENV, dataset_dir=dataset_dir, seed=0,
-                                                 train_steps=100, run_group='analysis', run_name='byol'))
-    write_json(str(run_dir / 'config.json'), plain(config.to_dict()))
-    return str(run_dir)
+    create = compiled_create(get_agent_class(request.config.agent_name), analysis.example_batch(env.observation_space),
+                             analysis.example_batch(env.action_space), request.config)
+    save_checkpoint(run_dir.path, create(0), 100)
+    return run_dir.path
 
 
 @pytest.fixture(scope='module')

@@ -13,7 +13,7 @@ from utils import distances
 from utils import rl_losses as L
 from utils.sampler import DeviceDataset, GoalMixture, SamplerConfig, sample_batch
 
-RNG = np.random.default_rng(0)
+RNG = None  # each test's generator, set by fresh_rng
 
 
 @pytest.fixture(autouse=True)
