@@ -544,10 +544,13 @@ def summarize_local(outcomes: Sequence[JobOutcome]) -> Tuple[str, int]:
 # Slurm backend: submitit job arrays (cluster='local' runs the same path on this machine, for tests).
 
 
-def _ignore_sigusr2():
-    # Slurm signals every process of a job step. Its timeout warning (SIGUSR2, which submitit
-    # handles in the parent) would kill main.py outright; the parent turns it into a SIGTERM instead.
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+# Slurm signals every process of a job step. Its timeout warning (SIGUSR2, which submitit handles in
+# the job's process) would kill main.py outright; the job turns it into a SIGTERM instead. So main.py
+# starts with SIGUSR2 ignored (an ignored signal stays ignored across exec), set by a fresh interpreter
+# that then execs the command under the same pid: a preexec_fn would run Python in a fork of the job's
+# multithreaded process.
+IGNORING_SIGUSR2 = ('import os, signal, sys; signal.signal(signal.SIGUSR2, signal.SIG_IGN); '
+                    'os.execvp(sys.argv[1], sys.argv[1:])')
 
 
 EXCERPT_BEGIN, EXCERPT_END = "--- this attempt's log ---", '--- end of log excerpt ---'
@@ -585,8 +588,8 @@ class MainCommand:
             log.write(f'\n=== {datetime.datetime.now().isoformat(timespec="seconds")} {shlex.join(command)}\n')
             log.flush()
             log_start = log.tell()
-            self._process = subprocess.Popen(list(command), cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                             env=child_environment(1), preexec_fn=_ignore_sigusr2)
+            self._process = subprocess.Popen([sys.executable, '-c', IGNORING_SIGUSR2, *command], cwd=REPO_ROOT,
+                                             stdout=log, stderr=subprocess.STDOUT, env=child_environment(1))
             # Poll rather than wait(): wait() would hold the lock that `checkpoint` (a signal handler
             # running in this thread) needs to see the process exit.
             while self._process.poll() is None:

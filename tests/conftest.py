@@ -48,6 +48,9 @@ def pytest_configure(config):
         import jax
 
         jax.config.update('jax_enable_compilation_cache', False)
+        # JAX installs its at-fork warning when its backend starts; started here, every test that forks this
+        # process meets pyproject.toml's filter, whichever tests ran before it.
+        jax.devices()
 
 
 @pytest.hookimpl(trylast=True)

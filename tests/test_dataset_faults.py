@@ -5,7 +5,6 @@ dataset file should be, and Ctrl-C during generation. main.py is started as a us
 docs/guarantees.md lists the faults and their outcomes.
 """
 
-import ctypes
 import json
 import os
 import shutil
@@ -50,10 +49,10 @@ def copy_data(small_data, destination, names=(TRAIN, VAL)):
     return destination
 
 
-def start_main(data_dir, save_dir, *extra, preexec_fn=None):
-    return subprocess.Popen([sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data_dir}',
+def start_main(data_dir, save_dir, *extra, prefix=()):
+    return subprocess.Popen([*prefix, sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data_dir}',
                              f'--save_dir={save_dir}', *TINY, *extra], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+                            stderr=subprocess.PIPE, text=True)
 
 
 def finish(process, timeout=300):
@@ -148,14 +147,17 @@ def test_stale_temporaries_of_a_killed_writer_are_removed_when_nobody_writes(sma
     assert recorded_sha256(tmp_path / 'runs') == (sha256_file(small_data / TRAIN), sha256_file(small_data / VAL))
 
 
-def drop_file_permission_bypass():
-    """preexec_fn: the child keeps uid 0 but loses CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (prctl
-    PR_CAPBSET_DROP; root's capabilities after exec come from the bounding set), so file modes bind it as
-    they bind any user: chmod 000 makes a file unreadable even to root."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-            raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')
+# A command prefix: a fresh interpreter that drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from its bounding
+# set (prctl PR_CAPBSET_DROP; root's capabilities after exec come from it), then execs the command, which keeps
+# uid 0 but is bound by file modes as any user is: chmod 000 makes a file unreadable even to root. (A
+# preexec_fn would run Python in a fork of this multithreaded process.)
+WITHOUT_FILE_PERMISSION_BYPASS = (sys.executable, '-c', (
+    'import ctypes, os, sys\n'
+    'libc = ctypes.CDLL(None, use_errno=True)\n'
+    'for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH\n'
+    '    if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP\n'
+    '        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")\n'
+    'os.execv(sys.argv[1], sys.argv[1:])'))
 
 
 def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small_data, tmp_path):
@@ -171,9 +173,9 @@ def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small
     os.symlink(tmp_path / 'gone' / VAL, dangling / VAL)
     unreadable = copy_data(small_data, tmp_path / 'unreadable')
     os.chmod(unreadable / TRAIN, 0)
-    as_user = drop_file_permission_bypass if os.geteuid() == 0 else None  # tests and CI run as root
-    if as_user is not None:
-        probe = subprocess.run([sys.executable, '-c', f'open({str(unreadable / TRAIN)!r}, "rb")'], preexec_fn=as_user,
+    as_user = WITHOUT_FILE_PERMISSION_BYPASS if os.geteuid() == 0 else ()  # tests and CI run as root
+    if as_user:
+        probe = subprocess.run([*as_user, sys.executable, '-c', f'open({str(unreadable / TRAIN)!r}, "rb")'],
                                capture_output=True, text=True, timeout=60)
         if 'PermissionError' not in probe.stderr:
             pytest.skip(f'cannot make a file unreadable for a root child process here: {probe.stderr[-300:]}')
@@ -183,7 +185,7 @@ def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small
     import datagen
 
     started = time.time()
-    unreadable_main = start_main(unreadable, tmp_path / 'runs' / 'unreadable', preexec_fn=as_user)
+    unreadable_main = start_main(unreadable, tmp_path / 'runs' / 'unreadable', prefix=as_user)
     paragraphs = {}
     for name, folder in (('dir-val', directory_val), ('dir-train', directory_train), ('dangling', dangling)):
         with pytest.raises(DatasetError) as error:
