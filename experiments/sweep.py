@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from utils.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT, ConfigError
 from utils.rundir import RunDir
+from utils.subprocesses import set_up_then_exec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MAIN = os.path.join(REPO_ROOT, 'main.py')
@@ -546,11 +547,8 @@ def summarize_local(outcomes: Sequence[JobOutcome]) -> Tuple[str, int]:
 
 # Slurm signals every process of a job step. Its timeout warning (SIGUSR2, which submitit handles in
 # the job's process) would kill main.py outright; the job turns it into a SIGTERM instead. So main.py
-# starts with SIGUSR2 ignored (an ignored signal stays ignored across exec), set by a fresh interpreter
-# that then execs the command under the same pid: a preexec_fn would run Python in a fork of the job's
-# multithreaded process.
-IGNORING_SIGUSR2 = ('import os, signal, sys; signal.signal(signal.SIGUSR2, signal.SIG_IGN); '
-                    'os.execvp(sys.argv[1], sys.argv[1:])')
+# starts with SIGUSR2 ignored (an ignored signal stays ignored across exec).
+IGNORE_SIGUSR2 = 'import signal; signal.signal(signal.SIGUSR2, signal.SIG_IGN)'
 
 
 EXCERPT_BEGIN, EXCERPT_END = "--- this attempt's log ---", '--- end of log excerpt ---'
@@ -588,8 +586,8 @@ class MainCommand:
             log.write(f'\n=== {datetime.datetime.now().isoformat(timespec="seconds")} {shlex.join(command)}\n')
             log.flush()
             log_start = log.tell()
-            self._process = subprocess.Popen([sys.executable, '-c', IGNORING_SIGUSR2, *command], cwd=REPO_ROOT,
-                                             stdout=log, stderr=subprocess.STDOUT, env=child_environment(1))
+            self._process = subprocess.Popen(set_up_then_exec(IGNORE_SIGUSR2, command), cwd=REPO_ROOT, stdout=log,
+                                             stderr=subprocess.STDOUT, env=child_environment(1))
             # Poll rather than wait(): wait() would hold the lock that `checkpoint` (a signal handler
             # running in this thread) needs to see the process exit.
             while self._process.poll() is None:

@@ -18,6 +18,7 @@ import pytest
 from utils.datasets import dataset_lock, dataset_lock_path, ensure_dataset
 from utils.errors import DatasetError
 from utils.provenance import sha256_file
+from utils.subprocesses import set_up_then_exec
 
 pytestmark = pytest.mark.xdist_group('test_dataset_faults')  # its module fixtures are built once, in one worker
 
@@ -49,10 +50,12 @@ def copy_data(small_data, destination, names=(TRAIN, VAL)):
     return destination
 
 
-def start_main(data_dir, save_dir, *extra, prefix=()):
-    return subprocess.Popen([*prefix, sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data_dir}',
-                             f'--save_dir={save_dir}', *TINY, *extra], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def start_main(data_dir, save_dir, *extra, setup=None):
+    """main.py as a child; with `setup` (Python source), started by set_up_then_exec."""
+    command = [sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data_dir}', f'--save_dir={save_dir}',
+               *TINY, *extra]
+    return subprocess.Popen(command if setup is None else set_up_then_exec(setup, command), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(process, timeout=300):
@@ -147,17 +150,16 @@ def test_stale_temporaries_of_a_killed_writer_are_removed_when_nobody_writes(sma
     assert recorded_sha256(tmp_path / 'runs') == (sha256_file(small_data / TRAIN), sha256_file(small_data / VAL))
 
 
-# A command prefix: a fresh interpreter that drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from its bounding
-# set (prctl PR_CAPBSET_DROP; root's capabilities after exec come from it), then execs the command, which keeps
-# uid 0 but is bound by file modes as any user is: chmod 000 makes a file unreadable even to root. (A
-# preexec_fn would run Python in a fork of this multithreaded process.)
-WITHOUT_FILE_PERMISSION_BYPASS = (sys.executable, '-c', (
-    'import ctypes, os, sys\n'
-    'libc = ctypes.CDLL(None, use_errno=True)\n'
-    'for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH\n'
-    '    if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP\n'
-    '        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")\n'
-    'os.execv(sys.argv[1], sys.argv[1:])'))
+# A set-up for set_up_then_exec: it drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set (prctl
+# PR_CAPBSET_DROP; root's capabilities after exec come from it), so the command keeps uid 0 but is bound by file
+# modes as any user is: chmod 000 makes a file unreadable even to root.
+DROP_FILE_PERMISSION_BYPASS = '''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+    if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+        raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')
+'''
 
 
 def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small_data, tmp_path):
@@ -173,9 +175,9 @@ def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small
     os.symlink(tmp_path / 'gone' / VAL, dangling / VAL)
     unreadable = copy_data(small_data, tmp_path / 'unreadable')
     os.chmod(unreadable / TRAIN, 0)
-    as_user = WITHOUT_FILE_PERMISSION_BYPASS if os.geteuid() == 0 else ()  # tests and CI run as root
-    if as_user:
-        probe = subprocess.run([*as_user, sys.executable, '-c', f'open({str(unreadable / TRAIN)!r}, "rb")'],
+    as_user = DROP_FILE_PERMISSION_BYPASS if os.geteuid() == 0 else None  # tests and CI run as root
+    if as_user is not None:
+        probe = subprocess.run(set_up_then_exec(as_user, [sys.executable, '-c', f'open({str(unreadable / TRAIN)!r}, "rb")']),
                                capture_output=True, text=True, timeout=60)
         if 'PermissionError' not in probe.stderr:
             pytest.skip(f'cannot make a file unreadable for a root child process here: {probe.stderr[-300:]}')
@@ -185,7 +187,7 @@ def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small
     import datagen
 
     started = time.time()
-    unreadable_main = start_main(unreadable, tmp_path / 'runs' / 'unreadable', prefix=as_user)
+    unreadable_main = start_main(unreadable, tmp_path / 'runs' / 'unreadable', setup=as_user)
     paragraphs = {}
     for name, folder in (('dir-val', directory_val), ('dir-train', directory_train), ('dangling', dangling)):
         with pytest.raises(DatasetError) as error:
@@ -214,9 +216,9 @@ def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path):
     data = tmp_path / 'data'
     # As from a terminal: Ctrl-C at its default however this suite was started (a shell's background job, nohup,
     # passes SIGINT ignored to its children; an ignored signal stays ignored across exec, a handled one does not).
-    interactive = 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
-    process = subprocess.Popen([sys.executable, '-c', interactive, sys.executable, 'scripts/generate_dataset.py',
-                                f'--env_name={ENV}', f'--dataset_dir={data}'],
+    interactive = 'import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)'
+    process = subprocess.Popen(set_up_then_exec(interactive, [sys.executable, 'scripts/generate_dataset.py',
+                                                              f'--env_name={ENV}', f'--dataset_dir={data}']),
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = dataset_lock_path(ENV, str(data))
     deadline = time.time() + 120

@@ -16,6 +16,7 @@ import time
 from scripts import results as results_cli
 from utils import checkpoints
 from utils.loggers import read_csv_rows
+from utils.subprocesses import set_up_then_exec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN = os.path.join(ROOT, 'main.py')
@@ -104,12 +105,9 @@ def test_resume_continues_exactly_or_refuses(pointmaze_data_dir, tmp_path, capsy
     # Its twin on a full disk: RLIMIT_FSIZE turns writes past 8 KB into EFBIG (Python ignores SIGXFSZ);
     # metadata, logs and lock are smaller, the 16 KB checkpoint is not. Its compilations are all in the
     # cache the first run filled (read through hard links: nothing is written to the shared cache).
-    # The limit is set by a fresh interpreter that then execs main.py (a preexec_fn would run Python in a
-    # fork of this multithreaded process).
     cache = linked_copy(os.environ.get('JAX_COMPILATION_CACHE_DIR'), tmp_path / 'xla-cache')
-    limit = ('import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192)); '
-             'os.execv(sys.executable, sys.argv[1:])')
-    full = start([sys.executable, '-c', limit, *main_command(pointmaze_data_dir, save_dir, *BUDGET, '--run_name=full')],
+    limit = 'import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))'
+    full = start(set_up_then_exec(limit, main_command(pointmaze_data_dir, save_dir, *BUDGET, '--run_name=full')),
                  env=dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache))
 
     # Settings the run did not use: refused before anything is loaded or written, listing old -> new.
