@@ -368,7 +368,7 @@ def test_wandb_failures_never_stop_training(tmp_path, monkeypatch, caplog):
         raise ConnectionError('wandb is down')
 
     monkeypatch.setitem(sys.modules, 'wandb', types.SimpleNamespace(init=broken_init, Settings=dict))
-    logger = WandbLogger('offline', 'p', 'g', 'n', {}, str(tmp_path), False)
+    logger = WandbLogger('offline', 'p', str(tmp_path), 'n', 'g', 'g/n', [], {}, False)
     assert logger.run is None and 'wandb init failed (ConnectionError: wandb is down)' in caplog.text
     logger.log({'x': 1.0}, 1)
     logger.finish()

@@ -83,28 +83,36 @@ def _wandb_run_id(group: str, name: str) -> str:
     return f'{re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:50]}-{digest}'
 
 
-def _has_wandb_credentials() -> bool:
+def has_wandb_credentials() -> bool:
     if os.environ.get('WANDB_API_KEY'):
         return True
     netrc = os.path.expanduser('~/.netrc')
     return os.path.exists(netrc) and 'api.wandb.ai' in open(netrc).read()
 
 
+def effective_wandb_mode(mode: str) -> str:
+    """The mode a run logs in: online without credentials falls back to offline (said once, here)."""
+    if mode == 'online' and not has_wandb_credentials():
+        logging.info('No wandb API key found (WANDB_API_KEY or `wandb login`): logging to wandb offline.')
+        return 'offline'
+    return mode
+
+
 class WandbLogger:
-    """wandb in online / offline / disabled mode. Online without credentials falls back to offline;
-    any wandb failure (init or log) is reported once and logging continues to CSV only.
+    """One wandb run (of one seed) in offline / online / disabled mode; any wandb failure (init or log) is
+    reported once and logging continues to CSV only.
+
+    Each seed of a process gets its own wandb run (`reinit='create_new'`): without it a second `wandb.init`
+    in one process returns the first run, and every seed's rows would land in it. The run id is a function of
+    the run directory (`_wandb_run_id`), so `--resume` continues the same wandb run.
 
     Every metric is plotted against the `step` it carries (wandb's own step counts log calls), so rows may
     arrive out of order: an evaluation run beside training is logged after training rows of later steps."""
 
-    def __init__(self, mode: str, project: str, group: str, name: str, config: dict, run_dir: str, resume: bool):
+    def __init__(self, mode: str, project: str, run_dir: str, name: str, id_group: str, group: str,
+                 tags: List[str], config: dict, resume: bool):
         self.run = None
-        if mode not in ('online', 'offline', 'disabled'):
-            raise ValueError(f'--wandb_mode must be online, offline or disabled, got {mode!r}.')
-        if mode == 'online' and not _has_wandb_credentials():
-            logging.info('No wandb API key found (WANDB_API_KEY or `wandb login`): logging to wandb offline.')
-            mode = 'offline'
-        if mode == 'disabled':
+        if mode not in ('online', 'offline'):
             return
         # wandb offers its LLM-tracing add-on (Weave) whenever a module named `agents` is imported, as this
         # project's is; this run has no LLM calls to trace.
@@ -113,14 +121,15 @@ class WandbLogger:
             import wandb
 
             self.run = wandb.init(
-                project=project, group=group, name=name, config=config, dir=run_dir, mode=mode,
-                id=_wandb_run_id(group, name), resume='allow' if resume else None,
+                project=project, group=group, name=name, tags=tags, config=config, dir=run_dir, mode=mode,
+                id=_wandb_run_id(id_group, name), resume='allow' if resume else None, reinit='create_new',
                 settings=wandb.Settings(init_timeout=60, silent=True),
             )
             self.run.define_metric('step')
             self.run.define_metric('*', step_metric='step')
         except Exception as e:
             logging.warning(f'wandb init failed ({type(e).__name__}: {e}); continuing with CSV logs only.')
+            self.run = None
 
     def log(self, metrics: Dict, step: int):
         if self.run is None:
@@ -137,3 +146,4 @@ class WandbLogger:
                 self.run.finish()
             except Exception as e:
                 logging.warning(f'wandb finish failed: {e}')
+            self.run = None

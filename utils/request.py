@@ -22,6 +22,7 @@ from ml_collections import config_flags
 
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
 from utils.errors import ConfigError, StorageError
+from utils.loggers import effective_wandb_mode
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_AGENT = 'configs/presets.py:byol_gamma_a'
@@ -120,8 +121,8 @@ class Request:
             raise AttributeError(name) from None
 
     def seed_flags(self, seed: int) -> Dict[str, object]:
-        """flags.json of seed `seed`'s run."""
-        return dict(self.flags, seed=seed)
+        """flags.json of seed `seed`'s run: its seed and resolved run name."""
+        return dict(self.flags, seed=seed, run_name=self.run_names[self.seeds.index(seed)])
 
     def config_record(self) -> Dict[str, object]:
         """config.json's content: the agent config, plus the sampler it implies under 'sampler'."""
@@ -157,6 +158,7 @@ def check_request(argv: Sequence[str], get_agent_class: Callable[[str], type]) -
         raise ConfigError(f'Unexpected argument(s) {" ".join(rest[1:])!r}: every setting is a flag, --name=value.')
     values = {name: flag_values[name].value for name in RUN_FLAGS}
     eval_tasks = check_flags(values)
+    values['wandb_mode'] = effective_wandb_mode(values['wandb_mode'])
     config = flag_values.agent
     defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
     check_types(config, defaults)

@@ -139,6 +139,7 @@ class RunWriter:
         the checkpoint) plus a resumes.json entry listing the flags that differ."""
         request, train_steps = self.request, self.request.train_steps
         self.lock.mark_owner()
+        self.dataset_record = (self.run_dir.read_dataset_record() if self.recorded_flags is not None else None) or dataset
         if self.recorded_flags is None:
             self.flags = request.seed_flags(self.seed)
             self.run_dir.write_metadata(self.flags, request.config_record())
@@ -168,11 +169,21 @@ class RunWriter:
         rows = self.eval_log.rows()
         self.evaluated_steps = {int(r['step']) for r in rows}
         self.recent_success = [float(r['evaluation/overall_success']) for r in rows][-2:]
-        request = self.request
-        self.wandb = WandbLogger(
-            request.wandb_mode, request.wandb_project, request.run_group, self.run_dir.name,
-            dict(self.flags, agent=request.config.to_dict()), self.dir, request.resume,
-        )
+        self.wandb = WandbLogger(**self.wandb_run())
+
+    def wandb_run(self) -> Dict:
+        """This seed's wandb run: named as its directory, grouped with the other seeds of its setting, tagged with
+        its preset, environment, seed and run group (a sweep's name), configured with its flags, agent config and
+        the data it trains on."""
+        request, name = self.request, self.run_dir.name
+        setting = name[: -len(f'_sd{self.seed}')] if name.endswith(f'_sd{self.seed}') else name
+        preset = request.config.get('preset') or request.config.agent_name
+        config = dict(self.flags, wandb_mode=request.wandb_mode, agent=request.config.to_dict(), data=self.dataset_record.get('label', ''),
+                      data_files={split: f.get('path') for split, f in self.dataset_record.get('files', {}).items()})
+        return dict(mode=request.wandb_mode, project=request.wandb_project, run_dir=self.dir, name=name,
+                    id_group=request.run_group, group=f'{request.run_group}/{setting}',
+                    tags=[preset, request.env_name, f'sd{self.seed}', request.run_group], config=config,
+                    resume=request.resume)
 
     def log_train(self, metrics, step):
         self.lock.verify()
