@@ -3,8 +3,8 @@
     python main.py --env_name=pointmaze-medium-stitch-v0 --agent=configs/presets.py:gcbc --agent.batch_size=256
 
 Flag defaults follow the paper's protocol (1M steps, batch 1024, 50 evaluation episodes per task). A run goes:
-flags -> request (utils/request.py: every flag and config value checked; nothing touched yet) -> run directories
-(utils/run_writer.py: one owner each; --resume checked against what they record) -> data (found, downloaded or
+flags -> request (runtime/request.py: every flag and config value checked; nothing touched yet) -> run directories
+(runtime/run_writer.py: one owner each; --resume checked against what they record) -> data (found, downloaded or
 generated; validated; on device) -> agents (created, or restored from checkpoints) -> the fused loop (chunks of
 jitted lax.scan updates, sampling included; at each chunk's end: log, checkpoint, evaluation) -> evaluation
 (utils/evaluation: in the loop, or beside it on the CPU cores while an accelerator trains). This file computes no
@@ -23,16 +23,18 @@ from absl import app, flags, logging
 
 import datagen
 from agents import get_agent_class
-from utils import provenance
-from utils.checkpoints import load_checkpoint
-from utils.datasets import check_dataset_fits, ensure_dataset, load_dataset
-from utils.errors import EXIT_INTERRUPTED, NonFiniteLossError, named_error
+from runtime import provenance
+from runtime.checkpoints import load_checkpoint
+from runtime.dataset_files import ensure_dataset
+from runtime.exits import EXIT_INTERRUPTED, named_error
+from runtime.request import HelpRequested, Request, check_request
+from runtime.run_writer import already_finished, begin_runs, check_runs, open_runs
+from runtime.stops import StopNow, StopRequests, exit_at_once_on_sigterm
+from utils.datasets import check_dataset_fits, load_dataset
+from utils.errors import NonFiniteLossError
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
 from utils.evaluation.scheduler import EvaluationFailed, Evaluations
-from utils.request import HelpRequested, Request, check_request
-from utils.run_writer import already_finished, begin_runs, check_runs, open_runs
 from utils.sampler import DeviceDataset, example_observations
-from utils.stops import StopNow, StopRequests, exit_at_once_on_sigterm
 from utils.training import compiled_create, first_nonfinite, stack_trees, train_seeds, validation_metrics
 
 STARTED = time.time()

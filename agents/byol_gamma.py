@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import BCAgent
+from agents.base import BCAgent
+from agents.encoders import bc_actor, encode_together, mean_concat, phi_policy_inputs, state_encoder
 from utils.config_checks import non_negative, one_of
-from utils.representation import bc_actor, encode_together, mean_concat, phi_policy_inputs, state_encoder
 from utils.losses import byol_gamma_loss, nstep_prediction_loss
 from utils.networks import EnsemblePredictor
 

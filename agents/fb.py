@@ -52,12 +52,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import Agent, LossFn
+from agents.base import Agent, LossFn
+from agents.encoders import ENCODER_RULES, latent_dim_for
 from utils.config_checks import Rule, at_least, non_negative, one_of, probability
 from utils.flax_utils import frozen
 from utils.losses import bc_loss, forward_backward_loss, orthonormality_loss
 from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize, visual_encoder
-from utils.representation import ENCODER_RULES, latent_dim_for
 
 # Under the square root of the norm, so that projecting a zero vector gives 0 instead of NaN.
 SPHERE_EPS = 1e-12

@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import BCAgent
+from agents.base import BCAgent
+from agents.encoders import bc_actor, phi_policy_inputs, state_encoder
 from utils.networks import visual_encoder
-from utils.representation import bc_actor, phi_policy_inputs, state_encoder
 
 
 class GCBCAgent(BCAgent):

@@ -52,16 +52,15 @@ import optax
 
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
+from agents.encoders import phi_policy_inputs, state_encoder
 from agents.gcbc import GCBCAgent
-from utils.checkpoints import load_checkpoint
+from runtime.checkpoints import load_checkpoint
 from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive
-from utils.distributions import sample_gaussian
+from utils.networks import sample_gaussian
 from utils.errors import ConfigError
 from utils.flax_utils import TrainState, frozen, nonpytree_field
 from utils.losses import bc_loss
 from utils.networks import GaussianActor, ModuleDict
-from utils.representation import phi_policy_inputs, state_encoder
-
 
 # ---------------------------------------------------------------------------------------------
 # The high level: pi_h(subgoal | s, g), a Gaussian BC policy with its own train state. It reads the low

@@ -22,11 +22,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import SUBGOAL_RULES, at_least, non_negative
-from utils.distributions import sample_gaussian
+from utils.networks import sample_gaussian
 from utils.flax_utils import frozen
-from utils.networks import GaussianActor, GoalRepresentation, ValueEnsemble, length_normalize
-from utils.rl_agent import GoalConditionedRLAgent
+from utils.networks import GaussianActor, length_normalize
+from utils.value_networks import GoalRepresentation, ValueEnsemble
 from utils.rl_losses import awr_actor_loss, implicit_v_loss
 
 

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.agent_base import BCAgent
+from agents.base import BCAgent
+from agents.encoders import encode_together, mean_concat, phi_policy_inputs, psi_inputs, two_encoder_modules
 from utils.config_checks import non_negative, one_of
-from utils.representation import encode_together, mean_concat, phi_policy_inputs, psi_inputs, two_encoder_modules
 from utils.losses import representation_norm_penalty, symmetric_infonce
 
 

@@ -5,15 +5,19 @@ knows the dataset; a new generator (e.g. antmaze with a trained expert) register
 generator module declares `DESCRIPTION` (what produces the data), `FAITHFUL` (whether the data come
 from the procedure OGBench collected its own with, so that main.py may generate them when the
 download fails; only pointmaze) and `estimated_bytes(...)`; each writes a provenance sidecar next to
-every file (utils/provenance.py) and never replaces an existing file.
+every file (runtime/provenance.py) and never replaces an existing file.
 """
 
 import contextlib
 import logging
 
-from datagen import antmaze, pointmaze, scene
-from datagen import visual  # after antmaze and scene: renders their datasets
-from utils.datasets import check_dataset_paths, check_writable_space, dataset_lock, dataset_paths
+from datagen import (
+    antmaze,
+    pointmaze,
+    scene,
+    visual,  # after antmaze and scene: renders their datasets
+)
+from runtime.dataset_files import check_dataset_paths, check_writable_space, dataset_lock, dataset_paths
 
 _GENERATORS = {name: pointmaze for name in pointmaze.GENERATABLE_DATASETS}
 _GENERATORS.update({name: antmaze for name in antmaze.GENERATABLE_DATASETS})

@@ -27,7 +27,6 @@ import numpy as np
 import ogbench.locomaze  # noqa: F401  (registers the antmaze envs with gymnasium)
 from tqdm import tqdm
 
-from utils.maze import MazeOracle
 from datagen.pointmaze import (
     DATASET_TYPES,
     _random_cell,
@@ -39,6 +38,7 @@ from datagen.pointmaze import (
     maze_dataset_spec,
     save_train_val,
 )
+from utils.maze import MazeOracle
 
 MAZE_TYPES = ('medium', 'large', 'giant')
 GENERATABLE_DATASETS = tuple(f'antmaze-{maze}-{kind}-v0' for maze in MAZE_TYPES for kind in DATASET_TYPES)
@@ -61,7 +61,7 @@ _LOCKSTEP_ENVS = 100
 # of 16 workers on a 16-core GPU machine (5500 stitch episodes in 64 s). For the log's time estimate.
 _APPROX_ENV_STEPS_PER_SECOND = 1500
 
-EXPERT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'experts')
+EXPERT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'experts')
 EXPERT_WEIGHTS = os.path.join(EXPERT_DIR, 'ant_xy_expert.msgpack')
 EXPERT_RECORD = os.path.join(EXPERT_DIR, 'ant_xy_expert.json')
 

@@ -35,10 +35,10 @@ import numpy as np
 import ogbench.locomaze  # noqa: F401  (registers the pointmaze envs with gymnasium)
 from tqdm import tqdm
 
-from utils.atomic_io import atomic_open
+from runtime.atomic_io import atomic_open
+from runtime.provenance import read_sidecar, write_sidecar
 from utils.errors import DatasetError
 from utils.maze import MazeOracle, free_and_vertex_cells
-from utils.provenance import read_sidecar, write_sidecar
 
 MAZE_TYPES = ('medium', 'large', 'giant', 'teleport')
 DATASET_TYPES = ('stitch', 'navigate')
@@ -238,7 +238,7 @@ def generate_pointmaze_dataset(dataset_name, num_episodes, seed, progress=True, 
 def generate_pointmaze_dataset_reference(dataset_name, num_episodes, seed, progress=True):
     """OGBench's collection loop, reimplemented: wrapped env, get_oracle_subgoal (a BFS) every step.
 
-    Slow; kept as the baseline for scripts/bench_datagen.py and as the ground truth the cached
+    Slow; kept as the baseline for benchmarks/bench_datagen.py and as the ground truth the cached
     generator is tested against. It consumes the same random streams, so the same seed gives the
     same arrays as generate_pointmaze_dataset.
     """
@@ -314,7 +314,7 @@ def estimated_bytes(dataset_name, num_train_episodes=None, num_val_episodes=None
 
 
 def generator_record(module, description, faithful, dataset_name, seed, num_train_episodes, num_val_episodes, **extra):
-    """The provenance a generator records beside its files (utils/provenance.py adds size, sha256, version)."""
+    """The provenance a generator records beside its files (runtime/provenance.py adds size, sha256, version)."""
     return dict(source='generated', generator=module, description=description, faithful=faithful, dataset=dataset_name,
                 seed=seed, num_train_episodes=num_train_episodes, num_val_episodes=num_val_episodes, **extra)
 

@@ -21,8 +21,8 @@ import ml_collections
 import numpy as np
 import optax
 
+from utils.networks import gaussian_log_prob
 from utils.flax_utils import TrainState, ema_update, frozen, nonpytree_field
-from utils.distributions import gaussian_log_prob
 from utils.networks import MLP, ModuleDict, default_init, ensemblize
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -199,7 +199,7 @@ class SACAgent(flax.struct.PyTreeNode):
 def export_actor(agent, weights_path, record_path, record):
     """Writes the actor parameters (msgpack) and a JSON record holding the architecture, which
     `load_actor` needs, merged with `record`."""
-    from utils.atomic_io import atomic_write_bytes, write_json
+    from runtime.atomic_io import atomic_write_bytes, write_json
 
     params = jax.device_get(agent.actor_params())
     atomic_write_bytes(weights_path, flax.serialization.msgpack_serialize(flax.serialization.to_state_dict(params)))

@@ -35,8 +35,8 @@ from tqdm import tqdm
 
 from datagen import antmaze, scene
 from datagen.pointmaze import _save_npz_atomic, generator_record
+from runtime.provenance import file_source, source_label, write_sidecar
 from utils.errors import DatasetError
-from utils.provenance import file_source, source_label, write_sidecar
 
 IMAGE_SHAPE = (64, 64, 3)
 # State-dataset generators by name, for the datasets this module renders.

@@ -17,10 +17,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from utils.checkpoints import CHECKPOINT_NAME, load_checkpoint
+from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint
+from runtime.run_dir import RunDir
 from utils.errors import ConfigError
 from utils.evaluation import make_env
-from utils.rundir import RunDir
 
 # Keys main.py adds to config.json that are not agent config.
 _NON_AGENT_CONFIG_KEYS = ('sampler',)
@@ -151,7 +151,8 @@ def load_states(run: TrainedRun, dataset_dir: str = '') -> Dict[str, np.ndarray]
     first two observation entries, which are the xy position in every state-based maze (point, ant, humanoid).
     """
     import datagen
-    from utils.datasets import ensure_dataset, load_dataset
+    from runtime.dataset_files import ensure_dataset
+    from utils.datasets import load_dataset
 
     train_path, _ = ensure_dataset(run.env_name, dataset_dir or run.flags['dataset_dir'], generator=datagen)
     data = load_dataset(train_path, run.env.observation_space, run.env.action_space)

@@ -25,10 +25,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from configs.presets import METHODS, method_of, methods_of_kind
-from utils import atomic_io
-from utils.loggers import read_csv_rows
-from utils.provenance import record_label
-from utils.rundir import CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE, flatten
+from runtime import atomic_io
+from runtime.loggers import read_csv_rows
+from runtime.provenance import record_label
+from runtime.run_dir import CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE, flatten
 
 METRIC = 'evaluation/overall_success'
 # Bolding compares non-RL (behavioral cloning) methods only; the offline RL baselines and FB are shown as
@@ -64,7 +64,7 @@ class SeedResult:
     # Per-task metric at each evaluation: task id -> values (from `evaluation/task<id>_success` columns).
     task_values: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     eval_interval: Optional[int] = None
-    data_source: str = 'unrecorded'  # provenance label of the dataset it trained on (utils/provenance.py)
+    data_source: str = 'unrecorded'  # provenance label of the dataset it trained on (runtime/provenance.py)
 
     def expected_evaluations(self) -> Optional[int]:
         """How many evaluations its flags imply: one per --eval_interval, and one at --train_steps."""

@@ -35,9 +35,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from utils.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT, ConfigError
-from utils.rundir import RunDir
-from utils.subprocesses import set_up_then_exec
+from runtime.exits import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
+from runtime.run_dir import RunDir
+from runtime.subprocesses import set_up_then_exec
+from utils.errors import ConfigError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MAIN = os.path.join(REPO_ROOT, 'main.py')
@@ -277,12 +278,12 @@ def check_grid(methods: Sequence[MethodSpec], envs: Sequence[str], main_flags: S
 
 
 def check_job_commands(jobs: Sequence[Job]) -> Tuple[List[str], list]:
-    """main.py's own request check (`utils.request.check_request`, which starts nothing) of every job's command:
+    """main.py's own request check (`runtime.request.check_request`, which starts nothing) of every job's command:
     (the problems that would stop a job at start, one line per distinct paragraph; the Requests of the jobs that
     pass). Commands that differ only in their seed and run name are checked once."""
     from agents import get_agent_class
+    from runtime.request import check_request
     from utils.errors import StorageError
-    from utils.request import check_request
 
     problems, requests, checked = [], [], {}
     for job in jobs:
@@ -304,13 +305,13 @@ def check_job_commands(jobs: Sequence[Job]) -> Tuple[List[str], list]:
 
 def prepare_datasets(requests, log=print) -> Dict[str, Tuple[str, str]]:
     """Obtain every dataset the jobs train on, once, before any job starts (so jobs never race to generate one):
-    main.py's own `utils.datasets.ensure_dataset` with each job's dataset flags (`requests`: their checked
+    main.py's own `runtime.dataset_files.ensure_dataset` with each job's dataset flags (`requests`: their checked
     Requests). Returns {env: (train_path, val_path)}; raises what main.py would report (DatasetError, ConfigError,
     or an OSError), before anything is launched."""
     import jax
 
     import datagen
-    from utils.datasets import ensure_dataset
+    from runtime.dataset_files import ensure_dataset
 
     # Generation that runs a network (the antmaze expert) must not open the GPUs in this long-lived launcher
     # process: JAX would hold 75% of a GPU's memory for the whole sweep. This process's setting only; jobs

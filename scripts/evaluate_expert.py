@@ -4,7 +4,7 @@ antmaze-medium's 5 evaluation tasks, and print it (the weights are only read).
     python scripts/evaluate_expert.py [--episodes_per_task=20] [--seed=0] [--record]
 
 The result: episode count, per-task and overall success, 95% Wilson intervals of both and the command
-that produced it. `--record` writes it into the expert's tracked record, experts/ant_xy_expert.json
+that produced it. `--record` writes it into the expert's tracked record, datagen/experts/ant_xy_expert.json
 (`evaluation.antmaze_medium_subgoal_following`), which should only change with the expert itself.
 """
 
@@ -16,7 +16,8 @@ import time
 from absl import app, flags
 
 from datagen.antmaze import EXPERT_RECORD, evaluate_subgoal_following, load_expert
-from utils.atomic_io import read_json, write_json
+from runtime.atomic_io import read_json, write_json
+from runtime.checkout import require_own_checkout
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('episodes_per_task', 20, 'Episodes for each of the 5 evaluation tasks.')
@@ -59,4 +60,5 @@ def main(_):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     app.run(main)

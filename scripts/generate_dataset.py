@@ -20,10 +20,11 @@ import sys
 
 from absl import app, flags
 
-
 from datagen import GENERATABLE_DATASETS, describe, is_faithful, write_dataset
-from utils.datasets import dataset_paths
-from utils.errors import EXIT_INTERRUPTED, DatasetError
+from runtime.checkout import require_own_checkout
+from runtime.dataset_files import dataset_paths
+from runtime.exits import EXIT_INTERRUPTED
+from utils.errors import DatasetError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('env_name', None, GENERATABLE_DATASETS, 'OGBench dataset name to generate.')
@@ -78,4 +79,5 @@ def interrupted_message(dataset_name, paths, present_before):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     app.run(main)

@@ -19,17 +19,16 @@ import csv
 import os
 import sys
 
-import numpy as np
-
-
 import matplotlib
+import numpy as np
 
 matplotlib.use('Agg')  # Files only: no display on clusters.
 import matplotlib.pyplot as plt
 
-from experiments import analysis
 from datagen.pointmaze import STITCH_GOAL_DISTANCE
-from utils.atomic_io import atomic_open, save_figure, write_json
+from experiments import analysis
+from runtime.atomic_io import atomic_open, save_figure, write_json
+from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError
 from utils.evaluation import evaluate, make_eval_envs
 
@@ -203,4 +202,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     main()

@@ -13,7 +13,6 @@ import argparse
 import os
 import sys
 
-
 import matplotlib
 
 matplotlib.use('Agg')  # Files only: no display on clusters.
@@ -21,9 +20,10 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
 from experiments import results as R
-from utils.atomic_io import save_figure
-from utils.errors import ConfigError
 from experiments.sweep import parse_seeds
+from runtime.atomic_io import save_figure
+from runtime.checkout import require_own_checkout
+from utils.errors import ConfigError
 
 LINE_STYLES = ('-', '--', ':', '-.')
 
@@ -123,4 +123,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     sys.exit(main())

@@ -15,17 +15,16 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
-
 import matplotlib
+import numpy as np
 
 matplotlib.use('Agg')  # Files only: no display on clusters.
 import matplotlib.pyplot as plt
 from mpl_toolkits.axes_grid1 import make_axes_locatable
 
 from experiments import analysis
-from utils.atomic_io import save_figure
+from runtime.atomic_io import save_figure
+from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError, DatasetError
 
 
@@ -99,4 +98,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     main()

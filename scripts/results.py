@@ -23,10 +23,10 @@ its difference from that preset's best setting and a bootstrap CI of the differe
 import argparse
 import sys
 
-
 from experiments import results as R
-from utils.errors import ConfigError
 from experiments.sweep import parse_seeds
+from runtime.checkout import require_own_checkout
+from utils.errors import ConfigError
 
 
 def parse_args(argv):
@@ -127,4 +127,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     sys.exit(main())

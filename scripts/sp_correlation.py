@@ -19,18 +19,17 @@ import csv
 import os
 import sys
 
-import numpy as np
-
-
 import matplotlib
+import numpy as np
 
 matplotlib.use('Agg')  # Files only: no display on clusters.
 import matplotlib.pyplot as plt
 
 from experiments import analysis
-from utils.atomic_io import atomic_open, save_figure, write_json
+from runtime.atomic_io import atomic_open, save_figure, write_json
+from runtime.checkout import require_own_checkout
+from runtime.run_dir import RunDir
 from utils.errors import ConfigError, DatasetError
-from utils.rundir import RunDir
 
 
 def parse_args(argv):
@@ -204,4 +203,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     main()

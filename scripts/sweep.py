@@ -20,9 +20,9 @@ import re
 import shlex
 import sys
 
-
 from experiments import sweep
-from utils import errors
+from runtime import exits
+from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError, DatasetError
 
 
@@ -134,7 +134,7 @@ def prepare(args, requests):
     try:
         paths = sweep.prepare_datasets(requests, log=lambda message: print(f'# {message}', flush=True))
     except (ConfigError, DatasetError, OSError) as e:
-        error = errors.named_error(e)
+        error = exits.named_error(e)
         if error is None:  # not a failure main.py names: a bug, whose traceback is wanted
             raise
         sys.exit(f'Error: {error} No job of sweep {args.name} was launched.')
@@ -174,4 +174,5 @@ def submit(args, jobs):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     sys.exit(main())

@@ -32,10 +32,11 @@ from absl import app, flags
 from ogbench.online_locomotion.wrappers import GymXYWrapper
 from tqdm import tqdm
 
-from datagen.sac import SACAgent, export_actor, get_config
-from utils.atomic_io import atomic_open
-from utils.checkpoints import load_checkpoint, save_checkpoint
 from datagen.antmaze import evaluate_subgoal_following
+from datagen.sac import SACAgent, export_actor, get_config
+from runtime.atomic_io import atomic_open
+from runtime.checkout import require_own_checkout
+from runtime.checkpoints import load_checkpoint, save_checkpoint
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('run_dir', 'runs/ant_expert', 'Checkpoints, logs and evaluation records.')
@@ -246,4 +247,5 @@ def main(_):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     app.run(main)

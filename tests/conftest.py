@@ -7,6 +7,7 @@ import sys
 import tempfile
 
 import pytest
+
 # submitit configures logging when first imported (logging.config.dictConfig), which closes every handler
 # installed before: absl's handler then closes the stream it holds, under pytest a capture file pytest
 # still uses, and every later test of that process fails ("I/O operation on closed file"). Imported here,

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from configs.presets import METHODS, PRESETS, get_config as preset_config
-from utils.representation import encode_together, phi_policy_inputs, two_encoder_modules
+from agents.encoders import encode_together, phi_policy_inputs, two_encoder_modules
+from configs.presets import METHODS, PRESETS
+from configs.presets import get_config as preset_config
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import compiled_create, train_steps
 
@@ -251,7 +252,7 @@ def test_encoding_arrays_together_equals_encoding_each_alone():
 
 @pytest.mark.parametrize('action_conditioned', [False, True])
 def test_two_encoder_modules_are_phi_psi_and_an_actor_on_two_representations(action_conditioned):
-    """TRA and TD-SR build their networks with utils.representation.two_encoder_modules: phi and psi are
+    """TRA and TD-SR build their networks with agents.encoders.two_encoder_modules: phi and psi are
     ensembles of the same architecture, psi also reads a_t in the ^a variants, and the actor reads 2 * d."""
     config = small(preset_config('tra'))
     config.action_conditioned = action_conditioned

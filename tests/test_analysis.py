@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from scripts import horizon, rep_heatmap, sp_correlation
 from agents import get_agent_class
 from experiments import analysis
+from scripts import horizon, rep_heatmap, sp_correlation
 from utils.evaluation import evaluate, make_env, make_eval_envs, one_env
 from utils.maze import pointmaze_oracle_policy
 
@@ -31,9 +31,9 @@ def tiny_run(dataset_dir, tmp_path_factory):
     """A BYOL-gamma^a run directory with the files the analyses read (flags.json and config.json as main.py writes
     them for its request, the checkpoint of step 100), its agent as initialised: the scripts' outputs are checked
     here, not what a trained agent gives (tests/test_docs.py runs the scripts on runs main.py trained)."""
-    from utils.checkpoints import save_checkpoint
-    from utils.request import check_request
-    from utils.rundir import RunDir
+    from runtime.checkpoints import save_checkpoint
+    from runtime.request import check_request
+    from runtime.run_dir import RunDir
     from utils.training import compiled_create
 
     save_dir = str(tmp_path_factory.mktemp('runs'))
@@ -211,7 +211,7 @@ def _gcbc_run_dir(path, dataset_dir, medium_env):
     import jax
 
     from agents.gcbc import GCBCAgent, get_config
-    from utils.checkpoints import save_checkpoint
+    from runtime.checkpoints import save_checkpoint
 
     os.makedirs(path)
     config = get_config()

@@ -1,8 +1,8 @@
-"""scripts/bench_gpu.py --quick runs end to end on the CPU (the full run is meant for a GPU)."""
+"""benchmarks/bench_gpu.py --quick runs end to end on the CPU (the full run is meant for a GPU)."""
 
 import pytest
 
-from scripts import bench_gpu
+from benchmarks import bench_gpu
 
 
 def test_bench_gpu_quick(capsys):

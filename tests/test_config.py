@@ -9,10 +9,11 @@ import os
 import pytest
 
 from agents import get_agent_class
-from configs.presets import PRESETS, get_config as preset_config
+from configs.presets import PRESETS
+from configs.presets import get_config as preset_config
+from runtime.request import check_request
 from utils.config_checks import COMMON_RULES, RuleOwner, at_least, one_of, rule_for, validate_config
 from utils.errors import ConfigError
-from utils.request import check_request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

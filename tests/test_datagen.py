@@ -9,10 +9,6 @@ from ogbench.utils import load_dataset
 
 import datagen
 from datagen import pointmaze
-from utils.datasets import check_writable_space, ensure_dataset
-from utils.errors import DatasetError
-from utils.maze import MazeOracle
-from utils.provenance import file_source, project_version, read_sidecar, source_label
 from datagen.pointmaze import (
     GENERATABLE_DATASETS,
     can_generate,
@@ -22,6 +18,10 @@ from datagen.pointmaze import (
     make_collection_env,
     write_dataset,
 )
+from runtime.dataset_files import check_writable_space, ensure_dataset
+from runtime.provenance import file_source, project_version, read_sidecar, source_label
+from utils.errors import DatasetError
+from utils.maze import MazeOracle
 
 STITCH = 'pointmaze-medium-stitch-v0'
 LENGTH = 201

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from utils.datasets import dataset_lock, dataset_lock_path, ensure_dataset
+from runtime.dataset_files import dataset_lock, dataset_lock_path, ensure_dataset
+from runtime.provenance import sha256_file
+from runtime.subprocesses import set_up_then_exec
 from utils.errors import DatasetError
-from utils.provenance import sha256_file
-from utils.subprocesses import set_up_then_exec
 
 pytestmark = pytest.mark.xdist_group('test_dataset_faults')  # its module fixtures are built once, in one worker
 
@@ -129,7 +129,7 @@ def test_stale_temporaries_of_a_killed_writer_are_removed_when_nobody_writes(sma
     others = ['antmaze-medium-stitch-v0.npz.abcd1234.tmp', f'{TRAIN}.frames.npy', f'{TRAIN}.progress.json.tmp', 'notes.txt']
     with dataset_lock(ENV, str(data), log=lambda message: None):  # a writer at work (this process): its temporaries stay
         killed = subprocess.run(
-            [sys.executable, '-c', 'import os, signal, sys\nfrom utils.atomic_io import atomic_open\n'
+            [sys.executable, '-c', 'import os, signal, sys\nfrom runtime.atomic_io import atomic_open\n'
              'with atomic_open(sys.argv[1], "wb", exclusive=True) as f:\n    f.write(b"")\n    os.kill(os.getpid(), signal.SIGKILL)',
              str(data / f'{TRAIN}.provenance.json')], cwd=ROOT, timeout=60)
         assert killed.returncode == -signal.SIGKILL
@@ -240,8 +240,10 @@ def test_read_failures_are_named_as_reads_at_every_level(tmp_path):
     a DatasetError that says it cannot READ the file (main.py maps bare EACCES/EPERM OSErrors to "Cannot
     write"); a FIFO, which would block np.load forever, is named before anything opens it."""
     import gymnasium
-    from utils.datasets import check_dataset_paths, load_dataset
-    from utils.provenance import file_fingerprint
+
+    from runtime.dataset_files import check_dataset_paths
+    from runtime.provenance import file_fingerprint
+    from utils.datasets import load_dataset
 
     folder = tmp_path / 'a-folder.npz'
     folder.mkdir()

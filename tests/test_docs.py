@@ -37,14 +37,14 @@ NOT_RUN_HERE = [
                                       'test_the_set_up_line_is_the_one_ci_runs)'),
     (r'-m pytest', 'the test suite itself'),
     (r"default_backend\(\) == 'gpu'", 'needs a GPU'),
-    (r'scripts/bench_gpu\.py', 'times an accelerator; its --quick form runs in tests/test_bench_gpu.py'),
+    (r'benchmarks/bench_gpu\.py', 'times an accelerator; its --quick form runs in tests/test_bench_gpu.py'),
     (r'ogbench\.download_datasets', 'downloads from the internet'),
     (r'^wandb ', 'needs a wandb account and the network'),
     (r'scripts/train_expert\.py', 'trains the ant expert for an hour; tests/test_sac.py trains it at toy size'),
-    (r'scripts/bench_ogbench_reference\.py', "needs OGBench's source distribution and its distrax dependency"),
+    (r'benchmarks/bench_ogbench_reference\.py', "needs OGBench's source distribution and its distrax dependency"),
     (r'visual-', 'pixels: rendering a visual dataset takes hours on a CPU; tests/test_visual.py renders, trains and '
                  'evaluates one at toy size'),
-    (r'scripts/bench_visual\.py', 'pixels: compiles the CNN for minutes on a CPU; tests/test_visual.py covers it'),
+    (r'benchmarks/bench_visual\.py', 'pixels: compiles the CNN for minutes on a CPU; tests/test_visual.py covers it'),
 ]
 
 TINY_MAIN = ['--train_steps=20', '--log_interval=10', '--eval_interval=20', '--save_interval=20', '--eval_episodes=1',
@@ -58,12 +58,12 @@ TOY_FLAGS = {
     'scripts/rep_heatmap.py': ['--max_states=40'],
     'scripts/sp_correlation.py': ['--num_pairs=20', '--scatter_points=10'],
     'scripts/finite_mdp.py': ['--fast'],
-    'scripts/bench_train.py': ['--steps=2', '--rounds=1', '--batch_sizes=16', '--presets=gcbc'],
-    'scripts/bench_seeds.py': ['--steps=2', '--rounds=1', '--num_seeds=1,2', '--batch_size=16'],
-    'scripts/bench_init.py': ['--rounds=1', '--presets=gcbc'],
-    'scripts/bench_eval.py': ['--episodes=1', '--tasks', '1', '--max_steps=5', '--modes', 'native'],
-    'scripts/bench_datagen.py': ['--num_episodes=2', '--repeats=1'],
-    'scripts/bench_antmaze_datagen.py': ['--num_episodes=2', '--workers=1'],
+    'benchmarks/bench_train.py': ['--steps=2', '--rounds=1', '--batch_sizes=16', '--presets=gcbc'],
+    'benchmarks/bench_seeds.py': ['--steps=2', '--rounds=1', '--num_seeds=1,2', '--batch_size=16'],
+    'benchmarks/bench_init.py': ['--rounds=1', '--presets=gcbc'],
+    'benchmarks/bench_eval.py': ['--episodes=1', '--tasks', '1', '--max_steps=5', '--modes', 'native'],
+    'benchmarks/bench_datagen.py': ['--num_episodes=2', '--repeats=1'],
+    'benchmarks/bench_antmaze_datagen.py': ['--num_episodes=2', '--workers=1'],
 }
 DRY_RUN = re.compile(r'scripts/(sweep\.py|\w+\.sh)\b')
 
@@ -253,10 +253,10 @@ def write_runs(runs, specs, get_config=None):
     import numpy as np
 
     from configs.presets import get_config as preset_config
-    from utils.atomic_io import write_json
+    from runtime.atomic_io import write_json
 
     get_config = get_config or preset_config
-    from utils.request import FLAG_DEFAULTS, plain
+    from runtime.request import FLAG_DEFAULTS, plain
 
     rng = np.random.default_rng(0)
     for sweep, preset, overrides, envs, seeds in specs:

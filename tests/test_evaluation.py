@@ -13,10 +13,17 @@ import pytest
 
 from tests.conftest import skip_without_rendering
 from utils.evaluation import (
-    FrameStackPolicy, evaluate, evaluate_seeds, make_env, make_eval_envs, one_env, seeds_policy, tile_videos,
+    FrameStackPolicy,
+    evaluate,
+    evaluate_seeds,
+    make_env,
+    make_eval_envs,
+    native,
+    one_env,
+    seeds_policy,
+    tile_videos,
     videos_to_wandb,
 )
-from utils.evaluation import native
 from utils.evaluation.native import NativeEpisodes
 from utils.evaluation.workers import EnvWorkers
 from utils.maze import pointmaze_oracle_policy

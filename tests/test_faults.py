@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 
+from runtime import checkpoints
+from runtime.loggers import read_csv_rows
+from runtime.subprocesses import set_up_then_exec
 from scripts import results as results_cli
-from utils import checkpoints
-from utils.loggers import read_csv_rows
-from utils.subprocesses import set_up_then_exec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN = os.path.join(ROOT, 'main.py')
@@ -292,8 +292,8 @@ def test_a_script_of_another_checkout_stops(tmp_path):
     """`python scripts/x.py` in checkout B with checkout A installed (here: on PYTHONPATH) names both."""
     other = tmp_path / 'B'
     (other / 'scripts').mkdir(parents=True)
-    (other / 'utils').mkdir()
-    for name in ('pyproject.toml', 'main.py', 'utils/__init__.py'):
+    (other / 'runtime').mkdir()
+    for name in ('pyproject.toml', 'main.py', 'runtime/checkout.py'):
         (other / name).write_text('')
     shutil.copyfile(os.path.join(ROOT, 'scripts', 'results.py'), other / 'scripts' / 'results.py')
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -344,7 +344,7 @@ def test_a_second_sweep_launch_fails_fast_and_the_first_resumes(pointmaze_data_d
 
 def test_a_log_row_cut_off_by_a_kill_is_dropped_on_resume(tmp_path):
     """A kill mid-append can leave "3" of "30,...": a row that parses, at a step below the checkpoint's."""
-    from utils.loggers import CsvLogger
+    from runtime.loggers import CsvLogger
 
     path = tmp_path / 'train.csv'
     logger = CsvLogger(str(path))
@@ -362,7 +362,7 @@ def test_wandb_failures_never_stop_training(tmp_path, monkeypatch, caplog):
     (A stand-in module: the real one, once set up, redirects this process's console.)"""
     import types
 
-    from utils.loggers import WandbLogger
+    from runtime.loggers import WandbLogger
 
     def broken_init(**kwargs):
         raise ConnectionError('wandb is down')

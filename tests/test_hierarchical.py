@@ -12,8 +12,8 @@ from agents.byol_gamma import BYOLGammaAgent
 from agents.gcbc import GCBCAgent
 from agents.hierarchical import HighLevelPolicy, with_fields
 from configs.presets import get_config as preset_config
+from runtime.checkpoints import load_checkpoint, save_checkpoint
 from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_dataset
-from utils.checkpoints import load_checkpoint, save_checkpoint
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.sampler import SamplerConfig, sample_batch

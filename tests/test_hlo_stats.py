@@ -1,4 +1,4 @@
-"""utils/hlo_stats.py counts the kernels of one scan iteration by its documented rule: on hand-written HLO text (every
+"""benchmarks/hlo_stats.py counts the kernels of one scan iteration by its documented rule: on hand-written HLO text (every
 rule, exact numbers), on a jitted scan with a known number of unfusable ops, and on main.py's training step, where
 BYOL-gamma^a (encoder ensemble, predictors, LayerNorms) launches more kernels than GCBC, and the flat optimizer
 (utils/flax_utils.py) fewer than the per-leaf one."""
@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scripts import hlo_kernels
-from utils.hlo_stats import HloModule, count_kernels, main_loop, module_stats, program_stats
+from benchmarks import hlo_kernels
+from benchmarks.hlo_stats import HloModule, count_kernels, main_loop, module_stats, program_stats
 
 HLO = """HloModule test, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
 

@@ -13,11 +13,12 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import OPTIMIZED_XLA_ENV
-from utils.checkpoints import CHECKPOINT_NAME, checkpoint_step
-from utils.errors import EXIT_TIME_LIMIT, ConfigError
 from agents import get_agent_class
-from utils.request import HelpRequested, check_request
+from runtime.checkpoints import CHECKPOINT_NAME, checkpoint_step
+from runtime.exits import EXIT_TIME_LIMIT
+from runtime.request import HelpRequested, check_request
+from tests.conftest import OPTIMIZED_XLA_ENV
+from utils.errors import ConfigError
 
 pytestmark = pytest.mark.xdist_group('test_main')  # its module fixtures are built once, in one worker
 

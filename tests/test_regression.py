@@ -16,7 +16,8 @@ import jax
 import numpy as np
 import pytest
 
-from configs.presets import PRESETS, get_config as preset_config
+from configs.presets import PRESETS
+from configs.presets import get_config as preset_config
 from tests.test_agents import TRAINED_PRESETS, distinct_presets, make_agent, small, toy_dataset
 from utils.sampler import SamplerConfig
 from utils.training import train_steps

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
+from experiments import results as R
 from scripts import plot_curves
 from scripts import results as results_cli
-from experiments import results as R
 
 MAZE = 'antmaze-medium-stitch-v0'
 HUMANOID = 'humanoidmaze-medium-stitch-v0'

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from configs.presets import OFFLINE_RL_AGENTS, PRESETS, get_config as preset_config, rl_preset
+from configs.presets import OFFLINE_RL_AGENTS, PRESETS, method_of, rl_preset
+from configs.presets import get_config as preset_config
+from experiments.results import RL_METHODS, row_marks
+from runtime.checkpoints import load_checkpoint, save_checkpoint
 from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, toy_dataset
-from utils.checkpoints import load_checkpoint, save_checkpoint
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
-from configs.presets import method_of
-from experiments.results import RL_METHODS, row_marks
 from utils.evaluation import env_spaces, evaluate, make_eval_envs
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 from utils.training import stack_trees, train_steps, train_steps_multi

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from utils import distances
+from utils import value_networks
 from utils import rl_losses as L
 from utils.sampler import DeviceDataset, GoalMixture, SamplerConfig, sample_batch
 
@@ -199,20 +199,20 @@ def test_ddpg_bc_actor_loss_scores_the_clipped_mean_action():
 def test_interval_union_length_matches_merging():
     for _ in range(20):
         starts, ends = RNG.normal(size=5), RNG.normal(size=5)
-        np.testing.assert_allclose(distances.interval_union_length(starts, ends), np_union_length(zip(starts, ends)), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(value_networks.interval_union_length(starts, ends), np_union_length(zip(starts, ends)), rtol=1e-5, atol=1e-6)
 
 
 def test_iqe_matches_loop_is_a_quasimetric_and_has_the_right_gradient():
     k, D, mix = 4, 12, 0.3
     x, y, z = (RNG.normal(size=D) for _ in range(3))
-    np.testing.assert_allclose(distances.iqe_distance(x, y, k, mix), np_iqe(x, y, k, mix), rtol=1e-5)
-    assert float(distances.iqe_distance(x, x, k, mix)) == 0.0
-    assert float(distances.iqe_distance(x, y, k, mix)) != pytest.approx(float(distances.iqe_distance(y, x, k, mix)))  # asymmetric
+    np.testing.assert_allclose(value_networks.iqe_distance(x, y, k, mix), np_iqe(x, y, k, mix), rtol=1e-5)
+    assert float(value_networks.iqe_distance(x, x, k, mix)) == 0.0
+    assert float(value_networks.iqe_distance(x, y, k, mix)) != pytest.approx(float(value_networks.iqe_distance(y, x, k, mix)))  # asymmetric
     for a, b, c in itertools.permutations((x, y, z)):
-        assert float(distances.iqe_distance(a, c, k, mix)) <= float(distances.iqe_distance(a, b, k, mix) + distances.iqe_distance(b, c, k, mix)) + 1e-5
-    assert_grad(lambda v: distances.iqe_distance(v, y, k, mix), lambda v: np_iqe(v, y, k, mix), x)
-    assert_grad(lambda v: distances.iqe_distance(x, v, k, mix), lambda v: np_iqe(x, v, k, mix), y)
-    batched = distances.iqe_distance(np.stack([x, y]), np.stack([y, z]), k, mix)
+        assert float(value_networks.iqe_distance(a, c, k, mix)) <= float(value_networks.iqe_distance(a, b, k, mix) + value_networks.iqe_distance(b, c, k, mix)) + 1e-5
+    assert_grad(lambda v: value_networks.iqe_distance(v, y, k, mix), lambda v: np_iqe(v, y, k, mix), x)
+    assert_grad(lambda v: value_networks.iqe_distance(x, v, k, mix), lambda v: np_iqe(x, v, k, mix), y)
+    batched = value_networks.iqe_distance(np.stack([x, y]), np.stack([y, z]), k, mix)
     np.testing.assert_allclose(batched, [np_iqe(x, y, k, mix), np_iqe(y, z, k, mix)], rtol=1e-5)
 
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from scripts import sweep as sweep_cli
 from experiments import sweep
+from scripts import sweep as sweep_cli
 from utils.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

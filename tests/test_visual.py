@@ -260,7 +260,7 @@ def test_image_encoder_and_observations_must_match():
 
 def test_the_encoder_meets_the_observations_in_one_place():
     """Which encoder names exist is a config rule; whether the encoder fits the observations is one function,
-    called from one place (utils.agent_base.Agent.create, which every agent's creation goes through)."""
+    called from one place (agents.base.Agent.create, which every agent's creation goes through)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     calls = []
     for folder in ('agents', 'utils', 'configs'):
@@ -268,7 +268,7 @@ def test_the_encoder_meets_the_observations_in_one_place():
             for number, line in enumerate(open(path).read().splitlines(), 1):
                 if 'check_encoder_fits_observations(' in line and not line.lstrip().startswith('def '):
                     calls.append(f'{os.path.relpath(path, root)}:{number}')
-    assert len(calls) == 1 and calls[0].startswith('utils/agent_base.py:'), calls
+    assert len(calls) == 1 and calls[0].startswith('agents/base.py:'), calls
 
 
 # --- rendered datasets, training and evaluation -----------------------------------------------

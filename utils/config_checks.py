@@ -67,7 +67,7 @@ def check_types(config, defaults):
 # value and a valid example, instead of a traceback (or, worse, a NaN loss thousands of steps later).
 # The rules are data, each kept by its owner: COMMON_RULES below for the fields every agent's config
 # has, and an agent class's `CONFIG_RULES` for the fields it reads (a family's shared fields on the
-# family's base class, or in a shared dict its owners include, e.g. utils.representation.ENCODER_RULES).
+# family's base class, or in a shared dict its owners include, e.g. agents.encoders.ENCODER_RULES).
 # A key that is a tuple of field names is a rule on those fields together (its check receives their
 # values in that order). Two naming conventions need no rule of their own: `*_hidden_dims` are layer
 # sizes and `<prefix>_p_curgoal/_p_trajgoal/_p_randomgoal` a goal mixture of the sampler. Agents, the

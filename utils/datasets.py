@@ -1,32 +1,19 @@
-"""Finding, generating, loading and validating OGBench-format datasets.
+"""What an OGBench dataset is: its name and environment, its tasks, and its `.npz` file read and validated.
 
-Files are OGBench's own `.npz` layout (docs/method.md, section 2), so downloaded OGBench files and files
-written by `datagen` are interchangeable; where a file came from is recorded beside it
-(`utils/provenance.py`). No function here replaces an existing dataset file.
+Files are OGBench's own `.npz` layout (docs/method.md, section 2), so downloaded OGBench files and files written by
+`datagen` are interchangeable. Finding, downloading or generating the files is runtime/dataset_files.py's.
 """
 
-import contextlib
 import difflib
 import errno
-import fcntl
-import json
-import logging
 import os
-import re
-import shutil
-import socket
-import stat
-import tempfile
-import threading
-import time
 import zipfile
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 import gymnasium
 import numpy as np
 
 from utils.errors import ConfigError, DatasetError
-from utils.lock_owner import describe_owner, owner_record, read_owner
 
 DATASET_TYPES = ('navigate', 'stitch', 'explore', 'play', 'noisy')
 REQUIRED_KEYS = ('observations', 'actions', 'terminals')
@@ -82,378 +69,22 @@ def num_tasks(dataset_name: str) -> int:
         env.close()
 
 
-def dataset_paths(dataset_name: str, dataset_dir: str) -> Tuple[str, str]:
-    base = os.path.join(os.path.expanduser(dataset_dir), dataset_name)
-    return f'{base}.npz', f'{base}-val.npz'
+def read_error(path: str, error: OSError) -> DatasetError:
+    """The named error for a dataset file that exists but cannot be read (`error` from opening or reading it).
 
-
-def check_writable_space(directory: str, needed_bytes: int, what: str):
-    """DatasetError before any work if `directory` cannot be created and written, or has less than
-    `needed_bytes` free (`what` names the files, for the message)."""
-    directory = os.path.expanduser(directory)
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=directory, prefix='.write-test-')
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise DatasetError(
-            f'Cannot write {what} into {directory} ({e.strerror}: {e.filename or directory}); nothing was generated. '
-            f'Pass a writable --dataset_dir.'
-        ) from None
-    free = shutil.disk_usage(directory).free
-    if free < needed_bytes:
-        raise DatasetError(
-            f'{what} need about {needed_bytes / 1e9:.2f} GB in {directory}, but only {free / 1e9:.2f} GB are free; '
-            f'nothing was generated. Free space or pass another --dataset_dir.'
-        )
-
-
-# ----------------------------------------------------------------------------------------------
-# What sits where a dataset file should be, and one writer of a dataset at a time.
-
-_SPECIAL_FILES = ((stat.S_ISFIFO, 'a FIFO (named pipe)'), (stat.S_ISSOCK, 'a socket'), (stat.S_ISCHR, 'a character device'),
-                  (stat.S_ISBLK, 'a block device'))
-
-
-def check_dataset_paths(paths) -> None:
-    """DatasetError, before any work, if something other than a readable dataset file sits where one should be:
-    a directory, a dangling symbolic link, a FIFO or device, or a file this user cannot read. A missing path is
-    fine (it is to be obtained). The message names the path, what is there, and how to fix it."""
-    from utils.provenance import read_error
-
-    for path in paths:
-        target = os.readlink(path) if os.path.islink(path) else None
-        link = f' (a symbolic link to {target})' if target is not None else ''
-        try:
-            info = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            if target is None:
-                continue  # missing: to be downloaded or generated
-            raise DatasetError(
-                f'{path} is a symbolic link to {target}, which does not exist (a dangling link), where the dataset file '
-                f'should be. Nothing was read, generated or written. Point the link at the dataset file '
-                f'(ln -sfn /path/to/{os.path.basename(path)} {path}), or remove it (rm {path}) so that the file is '
-                f'downloaded or generated there, or pass another --dataset_dir.'
-            ) from None
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise DatasetError(
-                    f'{path} is a symbolic link that loops back on itself{link}, where the dataset file should be. Nothing '
-                    f'was read, generated or written. Remove it (rm {path}) or point it at the dataset file, or pass '
-                    f'another --dataset_dir.'
-                ) from None
-            raise read_error(path, e) from None
-        if stat.S_ISDIR(info.st_mode):
-            raise DatasetError(
-                f'{path} is a directory{link}, where the dataset file should be. Nothing was read, generated or written. '
-                f'Move it away (mv {path} {path}.dir) so that the file is downloaded or generated there, or pass another '
-                f'--dataset_dir.'
-            )
-        kind = next((name for test, name in _SPECIAL_FILES if test(info.st_mode)), None)
-        if kind is not None or not stat.S_ISREG(info.st_mode):
-            raise DatasetError(
-                f'{path} is {kind or "not a regular file"}{link}, where the dataset file should be. Nothing was read, '
-                f'generated or written. Move it away so that the file is downloaded or generated there, or pass another '
-                f'--dataset_dir.'
-            )
-        try:
-            with open(path, 'rb') as f:
-                f.read(1)
-        except OSError as e:
-            raise read_error(path, e) from None
-
-
-LOCK_SUFFIX = '.lock'
-_NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
-_held_locks: Dict[Tuple[int, str], List] = {}  # (thread, lock path) -> [fd or None, depth]: re-entrant per thread
-
-
-def dataset_lock_path(dataset_name: str, dataset_dir: str) -> str:
-    return os.path.join(os.path.expanduser(dataset_dir), dataset_name + LOCK_SUFFIX)
-
-
-def _acquire_lock(dataset_name: str, path: str, blocking: bool, log):
-    """(fd, locked, waited_seconds): fd None if not blocking and held elsewhere; locked False where the file
-    system cannot lock."""
-    directory = os.path.dirname(path)
-    waited = None
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise DatasetError(
-                f'Cannot write {dataset_name} files into {directory} ({e.strerror}: {path}); nothing was generated. '
-                f'Pass a writable --dataset_dir.'
-            ) from None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not blocking:
-                    os.close(fd)
-                    return None, False, None
-                holder = read_owner(lambda: os.pread(fd, 65536, 0))
-                log(f'{dataset_name}: another process is generating or downloading it into {directory} '
-                    f'({describe_owner(holder)}); waiting for it to finish (lock file {path}), then this process '
-                    f'uses its files.')
-                started = time.time()
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                waited = (waited or 0.0) + time.time() - started
-        except OSError as e:
-            if e.errno not in _NO_LOCKING:
-                os.close(fd)
-                raise DatasetError(f'Cannot lock {path} ({e.strerror}) to obtain {dataset_name}; nothing was generated. '
-                                   f'Pass another --dataset_dir.') from None
-            logging.warning(f'{directory}: this file system does not support flock ({e.strerror}); two processes '
-                            f'obtaining {dataset_name} at once are NOT kept apart.')
-            return fd, False, None
-        except BaseException:  # Ctrl-C while waiting
-            os.close(fd)
-            raise
-        # The holder removes the lock file before releasing it: if the file we locked is gone or replaced,
-        # lock the one at the path now.
-        try:
-            current = os.stat(path)
-            mine = os.fstat(fd)
-            if (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
-                return fd, True, waited
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def dataset_lock(dataset_name: str, dataset_dir: str, log=logging.info, blocking: bool = True):
-    """Exclusive right to write `<dataset_name>` files into `dataset_dir`, across processes (and threads).
-
-    An exclusive `flock` on `<dataset_dir>/<dataset_name>.lock`, which holds the holder's pid, host, start
-    time and command; a second process logs whom it waits for and blocks until the first is done (however
-    it ends: the kernel drops the lock of a killed process). Re-entrant within a thread. On entry, with the
-    lock held, stale temporary files of this dataset (left by a process killed mid-write: nobody else can be
-    writing them now) are removed. The lock file is removed on release. Yields how many seconds this process
-    waited (0.0 if it did not), or None when `blocking` is False and another process holds the lock.
-    The folder's writability is checked first (DatasetError naming it)."""
-    path = dataset_lock_path(dataset_name, dataset_dir)
-    key = (threading.get_ident(), os.path.realpath(path))
-    if key in _held_locks:
-        _held_locks[key][1] += 1
-        try:
-            yield 0.0
-        finally:
-            _held_locks[key][1] -= 1
-        return
-    check_writable_space(os.path.dirname(path), 0, f'{dataset_name} files')
-    fd, locked, waited = _acquire_lock(dataset_name, path, blocking, log)
-    if fd is None:
-        yield None
-        return
-    try:
-        if locked:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, (json.dumps(owner_record()) + '\n').encode(), 0)
-            if waited is not None:
-                log(f'{dataset_name}: the other process finished after {waited:.0f} s.')
-            remove_stale_temporaries(dataset_name, dataset_dir, log)
-        _held_locks[key] = [fd, 1]
-        yield waited or 0.0
-    finally:
-        _held_locks.pop(key, None)
-        if locked:
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # while still holding it: a waiter then finds the file gone and locks a new one
-        os.close(fd)
-
-
-def stale_temporaries(dataset_name: str, dataset_dir: str) -> List[str]:
-    """Temporary files of this dataset's writers found in `dataset_dir`: utils/atomic_io's `<file>.<random>.tmp`
-    of both files and their provenance sidecars, and OGBench's download's `<file>.tmp`. Stale only if nobody
-    holds the dataset's lock."""
-    from utils.atomic_io import temp_name_pattern
-    from utils.provenance import SIDECAR_SUFFIX
-
-    directory = os.path.expanduser(dataset_dir)
-    files = [f'{dataset_name}.npz', f'{dataset_name}-val.npz']
-    patterns = [temp_name_pattern(name) for name in files + [f + SIDECAR_SUFFIX for f in files]]
-    patterns += [re.compile(re.escape(name + '.tmp')) for name in files]
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    return sorted(os.path.join(directory, name) for name in names if any(p.fullmatch(name) for p in patterns))
-
-
-def remove_stale_temporaries(dataset_name: str, dataset_dir: str, log=logging.info) -> List[str]:
-    """Remove `stale_temporaries`; call only while holding `dataset_lock` (then nobody can be writing them)."""
-    removed = []
-    for path in stale_temporaries(dataset_name, dataset_dir):
-        try:
-            size = os.lstat(path).st_size
-            os.unlink(path)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            logging.warning(f'Could not remove the stale temporary file {path} ({e.strerror}); remove it by hand.')
-            continue
-        removed.append(f'{os.path.basename(path)} ({size} bytes)')
-    if removed:
-        log(f'{dataset_name}: removed {len(removed)} stale temporary file(s) left in {os.path.expanduser(dataset_dir)} by a '
-            f'process killed while writing: {", ".join(removed)}.')
-    return removed
-
-
-def _settle_present_files(dataset_name: str, dataset_dir: str, paths, log):
-    """Both files are there: if their writer may still be finishing (its lock is held and a provenance
-    sidecar is not written yet), wait for it; clean stale temporaries when nobody holds the lock. Never
-    fails for want of a writable folder (a read-only copy of the data is fine)."""
-    from utils.provenance import sidecar_path
-
-    lock_path = dataset_lock_path(dataset_name, dataset_dir)
-    finishing = os.path.exists(lock_path) and not all(os.path.exists(sidecar_path(p)) for p in paths)
-    if not finishing and not stale_temporaries(dataset_name, dataset_dir):
-        return
-    try:
-        with dataset_lock(dataset_name, dataset_dir, log, blocking=finishing):
-            pass
-    except DatasetError:
-        pass  # cannot write there: nothing to clean, and nobody can be writing
-
-
-def _try_download(dataset_name: str, dataset_dir: str) -> str:
-    """OGBench's own download; returns '' on success, else why it failed (never raises)."""
-    import ogbench
-
-    previous_timeout = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(30)
-    try:
-        ogbench.download_datasets([dataset_name], dataset_dir=dataset_dir)
-        return ''
-    except Exception as e:  # any network/server failure means: fall back to generation
-        for path in dataset_paths(dataset_name, dataset_dir):
-            if os.path.exists(path + '.tmp'):
-                os.remove(path + '.tmp')
-        return f'{type(e).__name__}: {e}'
-    finally:
-        socket.setdefaulttimeout(previous_timeout)
-
-
-def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, generator=None,
-                   generate: bool = False, log=logging.info) -> Tuple[str, str]:
-    """Paths of the train and validation files, obtaining them if needed; never replaces a file.
-
-    `generator` is an object with `can_generate(name)`, `is_faithful(name)`, `describe(name)` and
-    `write_dataset(name, dataset_dir, **kwargs)` (the `datagen` package; the caller chooses, so this
-    core module never imports the generators). First, before any work, a DatasetError if something other
-    than a readable file sits at either path (a directory, a dangling link, a FIFO, an unreadable file).
-    Whatever may write runs under `dataset_lock`: a process finding another one obtaining the same dataset
-    logs whom it waits for, waits, and then uses the files that process wrote. Order:
-
-    1. both files exist (downloaded from OGBench, generated earlier, or supplied): use them;
-    2. one exists, the other not: if the present one's provenance sidecar says this project generated
-       it, the generator regenerates the pair from the recorded seed and counts, checks that the
-       present file is exactly what it produces, and writes only the missing one; otherwise a
-       DatasetError says how to proceed (files of unknown origin are never paired with new ones);
-    3. `generate` (the user asked, e.g. main.py --generate_dataset): generate both;
-    4. OGBench's download (unless `download` is False);
-    5. if the download failed and the project generates this dataset faithfully to OGBench's own
-       collection (pointmaze: OGBench's data come from the same scripted oracle), generate it;
-    6. otherwise a DatasetError saying how to get the files, or how to generate them and that the
-       generated data are not OGBench's.
-    """
-    env_id_for(dataset_name)
-    train_path, val_path = dataset_paths(dataset_name, dataset_dir)
-    check_dataset_paths((train_path, val_path))
-    if all(os.path.exists(path) for path in (train_path, val_path)):
-        _settle_present_files(dataset_name, dataset_dir, (train_path, val_path), log)
-        return train_path, val_path
-    # Everything below may write: one process at a time per dataset. A process that finds another one
-    # obtaining the same dataset waits for it, then uses its files.
-    with dataset_lock(dataset_name, dataset_dir, log) as waited:
-        check_dataset_paths((train_path, val_path))
-        if all(os.path.exists(path) for path in (train_path, val_path)):
-            if waited:
-                log(f'{dataset_name}: using the files the other process wrote: {train_path} and {os.path.basename(val_path)}.')
-            return train_path, val_path
-        return _obtain(dataset_name, dataset_dir, download, generator, generate, log)
-
-
-def _obtain(dataset_name, dataset_dir, download, generator, generate, log):
-    """Steps 2-6 of ensure_dataset (called with the dataset's lock held)."""
-    train_path, val_path = dataset_paths(dataset_name, dataset_dir)
-    present = [path for path in (train_path, val_path) if os.path.exists(path)]
-    if len(present) == 1:
-        return _complete_pair(dataset_name, dataset_dir, present[0], val_path if present[0] == train_path else train_path,
-                              generator, log)
-    can_generate = generator is not None and generator.can_generate(dataset_name)
-    if generate:
-        if not can_generate:
-            raise DatasetError(f'--generate_dataset: this project has no generator for {dataset_name} '
-                               f'(it generates: {", ".join(generator.GENERATABLE_DATASETS) if generator else "none"}).')
-        log(f'Generating {dataset_name} into {os.path.dirname(train_path)} as asked, with {generator.describe(dataset_name)}'
-            + ('' if generator.is_faithful(dataset_name) else ' -- these are NOT OGBench\'s data') + '.')
-        generator.write_dataset(dataset_name, dataset_dir)
-        return train_path, val_path
-    failure = 'skipped: --nodownload'
-    if download:
-        log(f'{train_path} not found: trying OGBench download.')
-        os.makedirs(os.path.expanduser(dataset_dir), exist_ok=True)
-        failure = _try_download(dataset_name, dataset_dir)
-        if not failure and all(os.path.exists(p) for p in (train_path, val_path)):
-            from utils.provenance import write_sidecar
-
-            for split, path in (('train', train_path), ('val', val_path)):
-                write_sidecar(path, dict(source='ogbench', dataset=dataset_name, split=split,
-                                         note="fetched by ogbench.download_datasets"))
-            return train_path, val_path
-        failure = failure or 'the download did not produce both files'
-    if can_generate and generator.is_faithful(dataset_name):
-        log(f'OGBench download unavailable ({failure}); generating {dataset_name} offline into '
-            f'{os.path.dirname(train_path)} with {generator.describe(dataset_name)}, the procedure OGBench collected '
-            f'it with (about 1-3 min). This is done once.')
-        generator.write_dataset(dataset_name, dataset_dir)
-        return train_path, val_path
-    if can_generate:
-        raise DatasetError(
-            f'Dataset file {train_path} (and {os.path.basename(val_path)}) not found and the OGBench download failed '
-            f'({failure}). This project can generate {dataset_name} with {generator.describe(dataset_name)}, but those '
-            f'are NOT OGBench\'s data, so it does so only when asked: python scripts/generate_dataset.py '
-            f'--env_name={dataset_name} --dataset_dir={dataset_dir} (or pass --generate_dataset to main.py). For OGBench\'s '
-            f'own files, download them on a machine with internet (python -c "import ogbench; '
-            f'ogbench.download_datasets([\'{dataset_name}\'])") and copy them into {os.path.dirname(train_path)}.'
-        )
-    raise DatasetError(
-        f'Dataset file {train_path} (and {os.path.basename(val_path)}) not found, the OGBench download failed '
-        f'({failure}), and this project cannot generate {dataset_name} offline. Download both files from '
-        f'OGBench on a machine with internet (python -c "import ogbench; ogbench.download_datasets([\'{dataset_name}\'])") '
-        f'and copy them into {os.path.dirname(train_path)}, or pass --dataset_dir pointing at them.'
-    )
-
-
-def _complete_pair(dataset_name, dataset_dir, present, missing, generator, log):
-    """One file of the pair is there: regenerate the missing one from the present one's recorded
-    provenance when this project wrote it, else stop (see ensure_dataset)."""
-    from utils.provenance import file_source
-
-    train_path, val_path = dataset_paths(dataset_name, dataset_dir)
-    source = file_source(present)
-    recorded = source.get('source') == 'generated'
-    if recorded and generator is not None and generator.can_generate(dataset_name):
-        log(f'{missing} is missing: regenerating it from {os.path.basename(present)}\'s recorded provenance '
-            f'({source.get("generator")}, seed {source.get("seed")}, {source.get("num_train_episodes")}+'
-            f'{source.get("num_val_episodes")} episodes); {present} is checked against the regenerated data, never replaced.')
-        kwargs = {key: source[key] for key in ('seed', 'num_train_episodes', 'num_val_episodes', 'episode_length') if key in source}
-        generator.write_dataset(dataset_name, dataset_dir, **kwargs)
-        return train_path, val_path
-    origin = ('this project generated it, but with no generator for it here' if recorded
-              else 'it has no provenance record from this project (an OGBench download or a user-supplied file)')
-    raise DatasetError(
-        f'{present} exists but {missing} is missing, and the missing file cannot be made to match it: {origin}. '
-        f'Nothing was written or replaced. Copy the missing file from where {os.path.basename(present)} came from, or '
-        f'download both from OGBench into an empty folder (python -c "import ogbench; ogbench.download_datasets('
-        f'[\'{dataset_name}\'], dataset_dir=\'<folder>\')") and pass --dataset_dir=<folder>, or move '
-        f'{os.path.basename(present)} out of {os.path.dirname(present)} to obtain both files afresh.'
-    )
+    main.py turns a bare EACCES/EPERM OSError into "Cannot write ...", the wrong cause for a file it only reads,
+    so every read of a dataset file goes through this (the lowest level: `open` itself failed)."""
+    reason = error.strerror or type(error).__name__
+    if error.errno in (errno.EACCES, errno.EPERM):
+        fix = (f'Make it readable for this user (chmod a+r {path}, as its owner or with sudo), or pass --dataset_dir '
+               f'pointing at a copy you can read')
+    elif error.errno == errno.EISDIR:
+        fix = f'Move that directory away (mv {path} {path}.dir) so the file can be obtained, or pass another --dataset_dir'
+    else:
+        fix = ('Check the disk or file system holding it, or move it away to download or regenerate it, or pass '
+               'another --dataset_dir')
+    return DatasetError(f'Cannot read dataset file {path}: {reason} (errno {errno.errorcode.get(error.errno, error.errno)}). '
+                        f'Nothing was written. {fix}.')
 
 
 def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.ndarray]:
@@ -473,8 +104,6 @@ def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.nda
         raise
     except OSError as e:
         if e.errno is not None:  # the file could not be opened or read (permissions, a directory, I/O error)
-            from utils.provenance import read_error
-
             raise read_error(path, e) from None
         raise DatasetError(f'Dataset {path} is corrupt or truncated ({type(e).__name__}: {e}). {fix}') from e
     except (ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:

@@ -1,7 +1,6 @@
-"""Errors that mean "the user asked for something wrong" or "the run cannot go on safely": main.py
-prints them as one paragraph (no traceback) and exits with status 1."""
-
-import errno
+"""The project's error types: "the user asked for something wrong" or "the run cannot go on safely". Each carries a
+one-paragraph message that names the problem and its fix; main.py prints it without a traceback and exits with
+status 1 (runtime/exits.py)."""
 
 
 class ConfigError(ValueError):
@@ -39,61 +38,3 @@ class StorageError(RuntimeError):
 
 class DeviceMemoryError(RuntimeError):
     """The accelerator (or host) ran out of memory in a compiled step."""
-
-
-NAMED_ERRORS = (ConfigError, DatasetError, NonFiniteLossError, EvaluationError, StorageError, DeviceMemoryError)
-
-# What a failed write means and what to do, by errno.
-STORAGE_ERRNOS = {
-    errno.ENOSPC: ('the disk is full', 'free space'),
-    errno.EDQUOT: ('the disk quota is exhausted', 'free space or raise the quota'),
-    errno.EFBIG: ('the file-size limit was reached', 'raise the limit (ulimit -f)'),
-    errno.EROFS: ('the file system is read-only', 'use a folder you can write (--save_dir; --dataset_dir for data)'),
-    errno.EACCES: ('permission denied', 'use a folder you can write (--save_dir; --dataset_dir for data)'),
-    errno.EPERM: ('the operation is not permitted', 'use a folder you can write (--save_dir; --dataset_dir for data)'),
-    errno.ENOTDIR: ('a part of the path is a file, not a directory', 'pass folders that are directories'),
-}
-
-
-def named_error(error: BaseException, request=None):
-    """The one-paragraph error main.py prints for `error`, or None if it is a bug (a traceback is then right)."""
-    if isinstance(error, NAMED_ERRORS):
-        return error
-    if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
-        cause, fix = STORAGE_ERRNOS[error.errno]
-        return StorageError(
-            f'Cannot write {error.filename or "a file"}: {cause} ({error.strerror}). Files are written atomically, so '
-            f'nothing was left half-written: any checkpoint already saved, and the logs up to it, are intact. '
-            f'{fix[0].upper() + fix[1:]}, then rerun (with --resume to continue from the last checkpoint).'
-        )
-    return out_of_memory_error(error, request)
-
-
-def out_of_memory_error(error: BaseException, request=None):
-    """A DeviceMemoryError paragraph if `error` is XLA's out-of-memory, else None."""
-    if not is_out_of_memory(error):
-        return None
-    import jax
-
-    device = jax.devices()[0]
-    first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    sizes = f' with --agent.batch_size={request.config.batch_size} and --num_seeds={request.num_seeds}' if request else ''
-    return DeviceMemoryError(
-        f'Out of memory on the {device.platform.upper()} ({device.device_kind}){sizes} (XLA: {first_line[:300]}). '
-        f'Nothing computed was lost: the last checkpoint, if any, is kept. Use a smaller --agent.batch_size or '
-        f'--num_seeds (or smaller networks), or a device with more memory.'
-    )
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """Whether an exception is XLA's out-of-memory (RESOURCE_EXHAUSTED on accelerators, "Out of memory
-    allocating ..." on the CPU), which main.py turns into a DeviceMemoryError paragraph."""
-    text = str(error)
-    return 'RESOURCE_EXHAUSTED' in text or 'out of memory' in text.lower()
-
-
-# main.py's exit statuses besides 0 (finished) and 1 (a named error above). Each of these means the run stopped
-# with a checkpoint of its last step saved, and `--resume` continues it exactly.
-EXIT_TIME_LIMIT = 75  # --time_limit reached (75 is EX_TEMPFAIL: "try again later")
-EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
-EXIT_PREEMPTED = 143  # SIGTERM (e.g. Slurm preemption or a job's time limit)

@@ -4,7 +4,7 @@ On an accelerator one gradient step runs the optimizer over all parameters at on
 flat vectors (one entry per parameter, the leaves concatenated in tree order: Adam's mu and nu are two [P] vectors,
 not two trees of one array per layer), so Adam is one elementwise computation over P numbers instead of one kernel
 per parameter leaf, and the gradient norm is one reduction. An update of an agent with many small leaves
-(LayerNorms, ensemble members, predictors) then launches far fewer kernels (scripts/hlo_kernels.py counts them;
+(LayerNorms, ensemble members, predictors) then launches far fewer kernels (benchmarks/hlo_kernels.py counts them;
 docs/performance.md). The maths is the same; the rounding is not always: XLA compiles the same elementwise Adam
 differently for one long vector than for many small arrays (fusion, FMA contraction, `x / c` turned into
 `x * (1 / c)`), so parameters can differ in the last bit from the per-leaf update's after a step, and the

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from utils.distributions import gaussian_log_prob
+from utils.networks import gaussian_log_prob
 
 
 def bc_loss(means, log_stds, actions):

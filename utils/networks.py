@@ -1,8 +1,9 @@
-"""The one network library every agent is built from.
+"""The networks of the behavior-cloning and representation agents: MLPs, encoder and predictor ensembles, the
+Gaussian actor head (with its log-density and sampling), the image encoders, and `ModuleDict`.
 
-Everything here is a plain flax.linen module. Agents compose them inside a `ModuleDict`, so one
-parameter tree and one optimizer hold the whole agent, and gradient routing is decided by which
-loss touches which sub-tree (see `agents/`).
+Everything here is a plain flax.linen module. Agents compose them inside a `ModuleDict`, so one parameter tree and
+one optimizer hold the whole agent, and gradient routing is decided by which loss touches which sub-tree (see
+`agents/`). The offline RL baselines' value networks are in utils/value_networks.py.
 """
 
 import functools
@@ -12,7 +13,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from utils.distances import iqe_distance
 
 
 def default_init(scale: float = 1.0):
@@ -153,6 +153,21 @@ class GaussianActor(nn.Module):
         return means, log_stds
 
 
+# The diagonal Gaussian of every actor head: its log-density and its (temperature-scaled) samples.
+
+
+def gaussian_log_prob(means, log_stds, actions):
+    """log N(actions; means, diag(exp(log_stds))^2), summed over the action dimension."""
+    z = (actions - means) * jnp.exp(-log_stds)
+    return jnp.sum(-0.5 * z**2 - log_stds - 0.5 * jnp.log(2.0 * jnp.pi), axis=-1)
+
+
+def sample_gaussian(rng, means, log_stds, temperature: float = 1.0):
+    """Sample with the std scaled by `temperature`; temperature 0 gives the mean exactly."""
+    noise = jax.random.normal(rng, means.shape)
+    return means + temperature * jnp.exp(log_stds) * noise
+
+
 class ModuleDict(nn.Module):
     """Holds named sub-modules under one parameter tree.
 
@@ -225,93 +240,6 @@ VISUAL_ENCODERS = {
 
 def visual_encoder(name: str) -> nn.Module:
     return VISUAL_ENCODERS[name]()
-
-
-# ---------------------------------------------------------------------------------------------
-# Value networks of the offline goal-conditioned RL baselines (agents/gcivl.py, gciql.py, qrl.py,
-# crl.py, hiql.py), following OGBench's parameterisations.
-# ---------------------------------------------------------------------------------------------
-
-
-class ValueEnsemble(nn.Module):
-    """V(s, g) or Q(s, a, g): `num_members` independent MLPs on the concatenation of the inputs, each
-    with a scalar output. Returns [num_members, ...batch]."""
-
-    hidden_dims: Sequence[int]
-    num_members: int = 2
-    layer_norm: bool = True
-
-    @nn.compact
-    def __call__(self, *inputs):
-        x = jnp.concatenate(inputs, axis=-1)
-        members = ensemblize(MLP, self.num_members)((*self.hidden_dims, 1), layer_norm=self.layer_norm)
-        return members(x)[..., 0]
-
-
-class BilinearValue(nn.Module):
-    """Contrastive critic f_e(x, g) = phi_e(x) . psi_e(g) / sqrt(d), x = s or concat(s, a), for
-    `num_members` (phi, psi) pairs. Returns (f [E, B], phi [E, B, d], psi [E, B, d])."""
-
-    hidden_dims: Sequence[int]
-    latent_dim: int
-    num_members: int = 2
-    layer_norm: bool = True
-
-    @nn.compact
-    def __call__(self, x, goals):
-        mlp = lambda: ensemblize(MLP, self.num_members)((*self.hidden_dims, self.latent_dim), layer_norm=self.layer_norm)
-        phi, psi = mlp()(x), mlp()(goals)
-        return jnp.sum(phi * psi, axis=-1) / jnp.sqrt(self.latent_dim), phi, psi
-
-
-class QuasimetricValue(nn.Module):
-    """QRL's distance d(s, g) = IQE(z(s), z(g)) (`utils.distances.iqe_distance`), z an MLP to
-    `latent_dim` coordinates grouped in components of `component_dim`; the mean/max mix is
-    sigmoid(w), w learned (initially 0.5).
-
-    `value(x)` encodes; `value(x, y)` is d(x, y) on observations, `value(zx, zy, encoded=True)` on latents.
-    """
-
-    hidden_dims: Sequence[int]
-    latent_dim: int
-    component_dim: int = 8
-    layer_norm: bool = True
-
-    @nn.compact
-    def __call__(self, x, y=None, encoded=False):
-        mix = jax.nn.sigmoid(self.param('mix_logit', nn.initializers.zeros, ()))
-        if not encoded:
-            encoder = MLP((*self.hidden_dims, self.latent_dim), layer_norm=self.layer_norm)
-            x = encoder(x)
-            if y is None:
-                return x
-            y = encoder(y)
-        return iqe_distance(x, y, self.component_dim, mix)
-
-
-class PositiveScalar(nn.Module):
-    """A learned scalar exp(w), initially `init_value` (QRL's Lagrange multiplier lambda)."""
-
-    init_value: float = 1.0
-
-    @nn.compact
-    def __call__(self):
-        # An explicit dtype: a weakly typed parameter would change type after the first update and
-        # force a recompilation of the training step.
-        return jnp.exp(self.param('log_value', lambda key: jnp.full((), jnp.log(self.init_value), dtype=jnp.float32)))
-
-
-class GoalRepresentation(nn.Module):
-    """HIQL's subgoal representation phi([s, g]): an MLP to `rep_dim`, rescaled to length sqrt(rep_dim)."""
-
-    hidden_dims: Sequence[int]
-    rep_dim: int
-    layer_norm: bool = True
-
-    @nn.compact
-    def __call__(self, x):
-        x = MLP((*self.hidden_dims, self.rep_dim), layer_norm=self.layer_norm)(x)
-        return length_normalize(x)
 
 
 def length_normalize(x):

@@ -10,7 +10,7 @@ exactly when the value goal is the current state, and r = -m (`gc_negative`) or 
 import jax
 import jax.numpy as jnp
 
-from utils.distributions import gaussian_log_prob
+from utils.networks import gaussian_log_prob
 
 # exp(alpha * A) is clipped at this value in every AWR loss (as in OGBench), so that one transition
 # with a large advantage cannot dominate a batch.

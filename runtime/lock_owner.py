@@ -1,5 +1,5 @@
 """Who holds a lock file: the record a process writes once it holds a lock (pid, host, start time, command), and how
-a process that finds the lock taken reads and names it (run directories, utils/rundir.py; datasets being generated,
+a process that finds the lock taken reads and names it (run directories, runtime/run_dir.py; datasets being generated,
 utils/datasets.py)."""
 
 import datetime

@@ -7,9 +7,9 @@ import flax.serialization
 import jax
 import numpy as np
 
-from utils.atomic_io import atomic_write_bytes
+from runtime.atomic_io import atomic_write_bytes
+from runtime.run_dir import CHECKPOINT_NAME
 from utils.errors import ConfigError
-from utils.rundir import CHECKPOINT_NAME
 
 
 def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None) -> str:

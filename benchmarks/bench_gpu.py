@@ -1,16 +1,16 @@
 """Throughput on whatever accelerator JAX sees, what an update costs in kernels, and the projected wall time of the
 paper's headline rows on this machine.
 
-    python scripts/bench_gpu.py                 # one GPU machine: under 8 min (--budget_s), see below
-    python scripts/bench_gpu.py --quick         # CPU smoke run: tiny sizes (~10 s)
-    python scripts/bench_gpu.py --layouts auto leaf --xla_flags='--xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE'
+    python benchmarks/bench_gpu.py                 # one GPU machine: under 8 min (--budget_s), see below
+    python benchmarks/bench_gpu.py --quick         # CPU smoke run: tiny sizes (~10 s)
+    python benchmarks/bench_gpu.py --layouts auto leaf --xla_flags='--xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE'
 
 Measures, in one process and in this order (each table is printed as soon as it is complete, so a run cut short
 still leaves every finished figure on the screen):
   1. training, per agent (GCBC, GCBC-phi, BYOL-gamma^a, TRA, TD-SR^a) at batch 1024 per seed with the fused update
      main.py runs (`--steps_per_call` updates in one jitted lax.scan; metrics fetched after every call as main.py
      does), for N = 1, 4, 16 seeds vmapped in one process (main.py's --num_seeds): total seed-steps/s, and from the
-     compiled program itself (utils/hlo_stats.py, which documents the counting rule) GFLOP per update (XLA's cost
+     compiled program itself (benchmarks/hlo_stats.py, which documents the counting rule) GFLOP per update (XLA's cost
      analysis), kernels per update (what the scan's loop body launches), the achieved TFLOP/s, and each agent's
      time per update relative to GCBC's. The data are a synthetic dataset with `--train_env`'s observation and
      action sizes (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not
@@ -33,6 +33,8 @@ import sys
 import time
 
 import numpy as np
+
+from runtime.checkout import require_own_checkout
 
 PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}
 PAPER_STEPS, EVALUATIONS, HEADLINE_SEEDS, HEADLINE_PRESETS = 1_000_000, 10, (4, 10), ('gcbc', 'byol_gamma_a')
@@ -146,7 +148,7 @@ def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='auto'
     seed-steps/s, start-up seconds (agent creation + compilation) and the compiled program's ProgramStats."""
     import jax
 
-    from utils.hlo_stats import program_stats
+    from benchmarks.hlo_stats import program_stats
     from utils.training import train_steps, train_steps_multi
 
     start = time.perf_counter()
@@ -237,7 +239,7 @@ def training_table(title, results, args, layout_name, presets=None):
                              if n in ok and isinstance(gcbc.get(n), dict))
         startup = f'{first["startup_s"]:.1f}' if first else ''
         print(f'| {PRESETS[preset]} | {gflop} | {kernels} | ' + ' | '.join(cells) + f' | {tflops} | {relative} | {startup} |', flush=True)
-    from utils.hlo_stats import format_counter
+    from benchmarks.hlo_stats import format_counter
     print(f'\nKernels per update by kind and by source (N={ns[0]}, from the compiled program):')
     for preset in presets:
         m = results.get((preset, layout_name), {}).get(ns[0])
@@ -262,7 +264,7 @@ def main(argv=None):
           f'(x{jax.device_count()}), {usable_cpus()} usable CPU cores{", --quick" if args.quick else ""}; '
           f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}{flags_note}', flush=True)
     if jax.default_backend() == 'cpu':
-        print('# CPU backend: kernel counts are a proxy for a GPU\'s (utils/hlo_stats.py)', flush=True)
+        print('# CPU backend: kernel counts are a proxy for a GPU\'s (benchmarks/hlo_stats.py)', flush=True)
     observation_space, action_space = env_spaces(make_eval_envs(args.train_env, 1))
     raw = synthetic_dataset(observation_space.shape[0], action_space.shape[0],
                             num_episodes=20 if args.quick else 2000, length=21 if args.quick else 201)
@@ -375,4 +377,5 @@ def project_headline(results, evaluation_s, args, layout_name):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     main(sys.argv[1:])

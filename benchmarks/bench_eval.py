@@ -2,13 +2,13 @@
 the evaluation's own episodes), where P is the parallelism a mode uses (threads or processes), both measured in the
 same run.
 
-    python scripts/bench_eval.py                   # main.py's default path: native stepping (where the env supports
+    python benchmarks/bench_eval.py                   # main.py's default path: native stepping (where the env supports
                                                    # it), one thread per usable core, all tasks in one batch
-    python scripts/bench_eval.py --modes native parallel lockstep sequential    # side by side
-    python scripts/bench_eval.py --policy=oracle   # BFS oracle actions (realistic episode lengths), paying the
+    python benchmarks/bench_eval.py --modes native parallel lockstep sequential    # side by side
+    python benchmarks/bench_eval.py --policy=oracle   # BFS oracle actions (realistic episode lengths), paying the
                                                    # MLP's forward pass on every call as a trained agent would
-    python scripts/bench_eval.py --seeds 4         # 4 seeds' episodes in one batch, their MLPs vmapped
-    python scripts/bench_eval.py --workers 1 2 --modes native       # scaling with threads
+    python benchmarks/bench_eval.py --seeds 4         # 4 seeds' episodes in one batch, their MLPs vmapped
+    python benchmarks/bench_eval.py --workers 1 2 --modes native       # scaling with threads
 
 Modes: native = `make_eval_envs`'s default (per-episode MuJoCo states stepped by a thread pool; envs it does not
 support fall back to the gym paths); parallel = gym envs in an `EnvWorkers` pool of processes; lockstep = gym envs in
@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from runtime.checkout import require_own_checkout
 from utils.evaluation import evaluate_seeds, make_env, make_eval_envs, native, usable_cpus
 from utils.evaluation.episodes import episode_seed, reset_episode
 from utils.maze import pointmaze_oracle_policy
@@ -205,4 +206,5 @@ def main():
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     main()

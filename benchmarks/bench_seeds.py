@@ -1,6 +1,6 @@
 """Total seed-steps per second when N seeds train in one process (vmapped), side by side.
 
-    python scripts/bench_seeds.py --preset=byol_gamma_a --batch_size=256 --num_seeds=1,2,4,8
+    python benchmarks/bench_seeds.py --preset=byol_gamma_a --batch_size=256 --num_seeds=1,2,4,8
 
 N = 1 uses the plain fused step (what `main.py --num_seeds=1` runs); N > 1 the vmapped one. Rounds
 are interleaved across N so background load hits every N alike; the median is reported.
@@ -8,15 +8,16 @@ are interleaved across N so background load hits every N alike; the median is re
 
 import time
 
-
 import jax
 import numpy as np
 from absl import app, flags
 
+import datagen
 from agents import get_agent_class
 from configs.presets import get_config as preset_config
-import datagen
-from utils.datasets import ensure_dataset, load_dataset
+from runtime.checkout import require_own_checkout
+from runtime.dataset_files import ensure_dataset
+from utils.datasets import load_dataset
 from utils.evaluation import make_env
 from utils.sampler import DeviceDataset, SamplerConfig
 from utils.training import stack_trees, train_steps, train_steps_multi
@@ -69,4 +70,5 @@ def main(_):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     app.run(main)

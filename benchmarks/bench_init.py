@@ -1,7 +1,7 @@
 """Seconds to create an agent in a fresh process: `create` run op by op (eager) against the one
 unoptimised program main.py compiles (`utils.training.compiled_create`), side by side.
 
-    python scripts/bench_init.py --presets=gcbc,byol_gamma_a --rounds=3
+    python benchmarks/bench_init.py --presets=gcbc,byol_gamma_a --rounds=3
 
 Every measurement is a new Python process (nothing compiled before it, no persistent compilation
 cache), at the preset's own network sizes on pointmaze shapes (2-d states and actions); rounds are
@@ -16,6 +16,8 @@ import sys
 import time
 
 from absl import app, flags
+
+from runtime.checkout import require_own_checkout
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('presets', ['gcbc', 'byol_gamma_a'], 'Presets (configs/presets.py).')
@@ -49,7 +51,7 @@ def time_one(mode: str, preset: str) -> float:
 
 def measure(mode: str, preset: str) -> float:
     env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE='false')  # every process compiles from scratch
-    result = subprocess.run([sys.executable, '-m', 'scripts.bench_init', f'--mode={mode}', f'--preset={preset}'],
+    result = subprocess.run([sys.executable, '-m', 'benchmarks.bench_init', f'--mode={mode}', f'--preset={preset}'],
                             cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     if result.returncode != 0:
         raise SystemExit(f'{mode} {preset} failed:\n{result.stderr[-2000:]}')
@@ -73,4 +75,5 @@ def main(_):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     app.run(main)

@@ -1,17 +1,17 @@
 """Kernels and GFLOP per update of main.py's fused training step, read from the compiled, optimised HLO.
 
-    python scripts/hlo_kernels.py                                    # GCBC, GCBC-phi, BYOL-gamma^a, TRA, TD-SR^a; N = 1, 4
-    python scripts/hlo_kernels.py --presets byol_gamma_a --num_seeds 16 --top 20 --json out.json
+    python benchmarks/hlo_kernels.py                                    # GCBC, GCBC-phi, BYOL-gamma^a, TRA, TD-SR^a; N = 1, 4
+    python benchmarks/hlo_kernels.py --presets byol_gamma_a --num_seeds 16 --top 20 --json out.json
 
 For each preset and seed count N this lowers and compiles exactly the program main.py runs
 (`utils.training.train_steps` for one seed, `train_steps_multi` for N vmapped seeds: `--steps_per_call` updates in one
 `lax.scan`, on-device sampling included) at batch `--batch_size` per seed, on the backend JAX sees, and prints from
-the compiled program (`utils.hlo_stats`, which documents the counting rule): GFLOP per update (XLA's cost
+the compiled program (`benchmarks.hlo_stats`, which documents the counting rule): GFLOP per update (XLA's cost
 analysis), kernels per update (every kernel the scan's loop body launches), and where they come from.
 Nothing runs: the agents and the dataset are abstract shapes (`jax.eval_shape`), so this needs no data and
 takes one compilation per row.
 
-On the CPU the kernel counts are a proxy for a GPU's (utils/hlo_stats.py explains why). The largest difference
+On the CPU the kernel counts are a proxy for a GPU's (benchmarks/hlo_stats.py explains why). The largest difference
 is jax.random: XLA:CPU runs the threefry hash of every random call as a rolled 5-iteration loop, whose small ops
 and copies are then counted 5 times; `--rng=unrolled` (the default on the CPU) lowers it as on GPUs (one unrolled
 hash), which makes the CPU count of the sampler comparable with a GPU's (the same bits, other code);
@@ -23,7 +23,7 @@ and no cost analysis). It needs the CUDA plugin of the installed jax, which this
 separate environment: `python -m venv /tmp/gpuvenv && echo $PWD/.venv/lib/python3.11/site-packages >
 /tmp/gpuvenv/lib/python3.11/site-packages/project.pth && /tmp/gpuvenv/bin/pip install --no-deps
 jax-cuda12-plugin==<jax version> jax-cuda12-pjrt==<jax version> nvidia-cuda-nvcc-cu12`, then
-`JAX_PLATFORMS=cpu /tmp/gpuvenv/bin/python scripts/hlo_kernels.py --target=h100`.
+`JAX_PLATFORMS=cpu /tmp/gpuvenv/bin/python benchmarks/hlo_kernels.py --target=h100`.
 
 `--layout` picks the optimizer-state layout of utils/flax_utils.py (flat: Adam over all parameters as one vector;
 leaf: per parameter leaf; auto: flat on accelerators, leaf on the CPU, what main.py runs).
@@ -40,9 +40,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import get_agent_class
+from benchmarks.hlo_stats import format_counter, program_stats
 from configs.presets import get_config as preset_config
+from runtime.checkout import require_own_checkout
 from utils.flax_utils import layout
-from utils.hlo_stats import format_counter, program_stats
 from utils.sampler import DeviceDataset, SamplerConfig
 from utils.training import train_steps, train_steps_multi
 
@@ -170,7 +171,7 @@ def train_step_stats(preset, num_seeds, batch_size=1024, obs_dim=29, action_dim=
         compiled = lowered.compile(compiler_options) if compiler_options else lowered.compile()
     stats = program_stats(compiled)
     if not stats.flops:  # no cost analysis (a compile-only device): XLA's count for the unoptimised program
-        from utils.hlo_stats import cost_analysis
+        from benchmarks.hlo_stats import cost_analysis
         stats.flops = float(cost_analysis(lowered).get('flops', 0.0))
     return stats, time.perf_counter() - start
 
@@ -210,7 +211,7 @@ def main(argv=None):
     print(f'# hlo_kernels: jax {jax.__version__}, {"compile-only " if device is not None else ""}{platform} ({kind}), {args.env} sizes, '
           f'batch {args.batch_size} per seed{", rng lowering " + args.rng if platform == "cpu" else ""}'
           f'{", " + str(overrides) if overrides else ""}'
-          + ('\n# CPU: kernel counts are a proxy for a GPU\'s (utils/hlo_stats.py)' if platform == 'cpu' else ''), flush=True)
+          + ('\n# CPU: kernel counts are a proxy for a GPU\'s (benchmarks/hlo_stats.py)' if platform == 'cpu' else ''), flush=True)
     results = {}
     print('\n| agent | N | optimizer | GFLOP/update | kernels/update | launches/update | by kind | compile s |\n|---|---|---|---|---|---|---|---|')
     for preset in args.presets:
@@ -234,4 +235,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     main(sys.argv[1:])

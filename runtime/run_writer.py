@@ -5,7 +5,7 @@
     begin_runs(request, writers, dataset_record) # the first writes: flags.json, config.json, dataset.json
     writer.open_logs(start_step); writer.log_train(...); writer.log_eval(...); writer.finish(done=True)
 
-With --num_seeds N every seed gets its own directory, laid out exactly like a single-seed run (utils/rundir.py),
+With --num_seeds N every seed gets its own directory, laid out exactly like a single-seed run (runtime/run_dir.py),
 so sweeps, results tables and analyses treat both alike. docs/guarantees.md says what these checks promise.
 """
 
@@ -15,12 +15,12 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from utils import provenance
-from utils.checkpoints import checkpoint_step, save_checkpoint
+from runtime import provenance
+from runtime.checkpoints import checkpoint_step, save_checkpoint
+from runtime.loggers import CsvLogger, WandbLogger
+from runtime.request import FLAG_DEFAULTS, RESUME_MAY_DIFFER, Request, plain
+from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, RunDir, flatten, lock_all
 from utils.errors import ResumeMismatchError, RunDirError
-from utils.loggers import CsvLogger, WandbLogger
-from utils.request import FLAG_DEFAULTS, RESUME_MAY_DIFFER, Request, plain
-from utils.rundir import CONFIG_FILE, FLAGS_FILE, RunDir, flatten, lock_all
 
 _ABSENT = '(absent)'
 # Config keys that name a config rather than set it: never compared on --resume.

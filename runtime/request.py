@@ -20,9 +20,9 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
+from runtime.loggers import effective_wandb_mode
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
 from utils.errors import ConfigError, StorageError
-from utils.loggers import effective_wandb_mode
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_AGENT = 'configs/presets.py:byol_gamma_a'

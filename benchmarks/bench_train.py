@@ -5,7 +5,7 @@
   host      one update per call, batches sampled on the host with NumPy and copied in
             (the OGBench reference loop's structure)
 
-    python scripts/bench_train.py --presets=gcbc,gcbc_phi,byol_gamma_a,tra,tdsr_a --batch_sizes=256,1024
+    python benchmarks/bench_train.py --presets=gcbc,gcbc_phi,byol_gamma_a,tra,tdsr_a --batch_sizes=256,1024
 
 Uses a generated pointmaze-medium-stitch dataset (created in --dataset_dir if missing). Rounds of
 every (preset, mode) pair are interleaved and the median is reported, so background load hits all
@@ -14,15 +14,16 @@ of them alike.
 
 import time
 
-
 import jax
 import numpy as np
 from absl import app, flags
 
+import datagen
 from agents import get_agent_class
 from configs.presets import get_config as preset_config
-import datagen
-from utils.datasets import ensure_dataset, load_dataset
+from runtime.checkout import require_own_checkout
+from runtime.dataset_files import ensure_dataset
+from utils.datasets import load_dataset
 from utils.evaluation import make_env
 from utils.sampler import DeviceDataset, SamplerConfig
 from utils.training import train_steps
@@ -127,4 +128,5 @@ def main(_):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     app.run(main)

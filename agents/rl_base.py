@@ -1,5 +1,5 @@
 """What the offline goal-conditioned RL baselines (agents/gcivl.py, gciql.py, qrl.py, crl.py, hiql.py)
-share on top of `utils.agent_base.Agent`: a Gaussian actor on concat(s, g), the sum of named loss terms
+share on top of `agents.base.Agent`: a Gaussian actor on concat(s, g), the sum of named loss terms
 into one objective, and the rules on the fields the family shares (`alpha`, `expectile`).
 
 An agent file defines `build` and `loss_terms(batch, params, rng) -> {name: (loss, info)}`; its target
@@ -11,9 +11,9 @@ from `Agent`.
 import jax
 import jax.numpy as jnp
 
-from utils.agent_base import Agent, LossFn
+from agents.base import Agent, LossFn
 from utils.config_checks import Rule, is_finite_number, non_negative
-from utils.distributions import sample_gaussian
+from utils.networks import sample_gaussian
 
 
 class GoalConditionedRLAgent(Agent):

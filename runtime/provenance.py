@@ -12,14 +12,13 @@ shows as a data-source line per table.
 """
 
 import datetime
-import errno
 import hashlib
 import logging
 import os
 from typing import Dict, List, Optional
 
-from utils.atomic_io import read_json, write_json
-from utils.errors import DatasetError
+from runtime.atomic_io import read_json, write_json
+from utils.datasets import read_error
 
 SIDECAR_SUFFIX = '.provenance.json'
 PROJECT = 'byol-gamma'
@@ -49,24 +48,6 @@ def project_version() -> str:
 
 def sidecar_path(path: str) -> str:
     return path + SIDECAR_SUFFIX
-
-
-def read_error(path: str, error: OSError) -> DatasetError:
-    """The named error for a dataset file that exists but cannot be read (`error` from opening or reading it).
-
-    main.py turns a bare EACCES/EPERM OSError into "Cannot write ...", the wrong cause for a file it only reads,
-    so every read of a dataset file goes through this (the lowest level: `open` itself failed)."""
-    reason = error.strerror or type(error).__name__
-    if error.errno in (errno.EACCES, errno.EPERM):
-        fix = (f'Make it readable for this user (chmod a+r {path}, as its owner or with sudo), or pass --dataset_dir '
-               f'pointing at a copy you can read')
-    elif error.errno == errno.EISDIR:
-        fix = f'Move that directory away (mv {path} {path}.dir) so the file can be obtained, or pass another --dataset_dir'
-    else:
-        fix = ('Check the disk or file system holding it, or move it away to download or regenerate it, or pass '
-               'another --dataset_dir')
-    return DatasetError(f'Cannot read dataset file {path}: {reason} (errno {errno.errorcode.get(error.errno, error.errno)}). '
-                        f'Nothing was written. {fix}.')
 
 
 def sha256_file(path: str, chunk_bytes: int = 1 << 22) -> str:

@@ -1,6 +1,6 @@
 """Throughput of the visual pipeline: rendering dataset frames, and training on 64x64x3 pixels.
 
-    MUJOCO_GL=egl python scripts/bench_visual.py [--presets=gcbc_visual,byol_gamma_a_visual] [--steps=20]
+    MUJOCO_GL=egl python benchmarks/bench_visual.py [--presets=gcbc_visual,byol_gamma_a_visual] [--steps=20]
 
 Rendering: frames/s of `datagen.visual.FrameRenderer` (set qpos/qvel, render 64x64 with the
 visual env's camera) on states of a random-action antmaze rollout, i.e. what building a visual
@@ -15,6 +15,8 @@ import time
 import jax
 import numpy as np
 from absl import app, flags
+
+from runtime.checkout import require_own_checkout
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('presets', 'gcbc_visual,byol_gamma_a_visual,tra_visual,tdsr_a_visual', 'Visual presets to time.')
@@ -87,4 +89,5 @@ def main(_):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     app.run(main)

@@ -32,7 +32,7 @@ it into one fusion), does no horizontal fusion of independent small ops (XLA:GPU
 elementwise ops, e.g. Adam over leaves of one shape, into one kernel), and copies loop-carried constants. What
 transfers is the structure of the update (how many LayerNorms, ensemble members, optimizer leaves, reductions
 there are) and the direction of a change; absolute numbers and ratios must be measured on the GPU
-(`scripts/bench_gpu.py` prints this same count for the GPU's own compiled program).
+(`benchmarks/bench_gpu.py` prints this same count for the GPU's own compiled program).
 """
 
 import collections

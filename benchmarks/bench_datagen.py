@@ -3,7 +3,7 @@
 Both run on the same datasets, episode count and seed in one process, and their arrays are
 checked for equality. Usage:
 
-    python scripts/bench_datagen.py [--dataset_names=pointmaze-medium-stitch-v0,...] [--num_episodes=50]
+    python benchmarks/bench_datagen.py [--dataset_names=pointmaze-medium-stitch-v0,...] [--num_episodes=50]
 """
 
 import time
@@ -11,11 +11,8 @@ import time
 import numpy as np
 from absl import app, flags
 
-
-from datagen.pointmaze import (
-    generate_pointmaze_dataset,
-    generate_pointmaze_dataset_reference,
-)
+from datagen.pointmaze import generate_pointmaze_dataset, generate_pointmaze_dataset_reference
+from runtime.checkout import require_own_checkout
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -56,4 +53,5 @@ def main(_):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     app.run(main)

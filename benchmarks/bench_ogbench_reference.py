@@ -2,7 +2,7 @@
 same agent, on the same dataset, same hyperparameters, in one process.
 
     pip download --no-binary :all: --no-deps ogbench==1.2.2 -d /tmp/ogb && tar xzf /tmp/ogb/ogbench-1.2.2.tar.gz -C /tmp/ogb
-    python scripts/bench_ogbench_reference.py --ogbench_src=/tmp/ogb/ogbench-1.2.2 --agent=gcivl \\
+    python benchmarks/bench_ogbench_reference.py --ogbench_src=/tmp/ogb/ogbench-1.2.2 --agent=gcivl \\
         --dataset=/tmp/ogbench_data/pointmaze-medium-stitch-v0.npz
 
 OGBench's agents need `distrax` (and its dependencies) importable; nothing of OGBench is copied here:
@@ -34,6 +34,7 @@ import numpy as np
 
 from agents import get_agent_class
 from configs.presets import get_config as preset_config
+from runtime.checkout import require_own_checkout
 from utils.sampler import DeviceDataset, SamplerConfig
 from utils.training import train_steps
 
@@ -156,4 +157,5 @@ def main():
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     main()

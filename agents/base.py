@@ -4,7 +4,7 @@
     |                          `create` (checks the observations, then the agent's `build`), one jitted
     |                          `update`, `metrics`, `from_modules`
     +-- BCAgent                GCBC + alpha * L_aux: agents/gcbc.py, byol_gamma.py, tra.py, tdsr.py
-    +-- GoalConditionedRLAgent offline RL baselines (utils/rl_agent.py): gcivl, gciql, qrl, crl, hiql
+    +-- GoalConditionedRLAgent offline RL baselines (agents/rl_base.py): gcivl, gciql, qrl, crl, hiql
     +-- FBAgent                forward-backward RL (agents/fb.py)
 
 The hierarchical agents (agents/hierarchical.py) are no `Agent`: each is a composition of a high-level
@@ -13,7 +13,7 @@ policy and a flat `BCAgent`, with the same small interface (`create`, `update`, 
 
 Config rules live with their owner (utils.config_checks.RuleOwner): `Agent.CONFIG_RULES` holds the rule
 on `tau`, which `updated_targets` reads; `BCAgent`'s hold `alpha` and the encoder fields of
-utils.representation.ENCODER_RULES; a subclass lists only the rules of the fields it adds.
+agents.encoders.ENCODER_RULES; a subclass lists only the rules of the fields it adds.
 
 Gradient routing is written at the call site. A loss receives the parameters it differentiates,
 `params`, and passes them to every network it trains: `self.network(x, name='encoder', params=params)`.
@@ -29,12 +29,12 @@ import flax
 import jax
 import jax.numpy as jnp
 
+from agents.encoders import ENCODER_RULES, check_encoder_fits_observations
 from utils.config_checks import Rule, RuleOwner, is_finite_number, non_negative
-from utils.distributions import sample_gaussian
+from utils.networks import sample_gaussian
 from utils.flax_utils import TrainState, ema_update, nonpytree_field
 from utils.losses import bc_loss
 from utils.networks import ModuleDict
-from utils.representation import ENCODER_RULES, check_encoder_fits_observations
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
@@ -121,7 +121,7 @@ class BCAgent(Agent):
     and, for an auxiliary loss, `representation_loss`, plus a module-level `get_config()`.
 
     Both losses of an update often encode the same batch entries (phi(s_t) feeds the actor and L_aux).
-    An agent may compute such encodings once in `batch_encodings` (see utils.representation.
+    An agent may compute such encodings once in `batch_encodings` (see agents.encoders.
     encode_together) and read them in `batch_policy_inputs` and `representation_loss`; without it,
     each loss encodes what it needs."""
 

@@ -27,10 +27,10 @@ import logging
 import os
 from typing import Dict, List, Optional
 
-from utils.atomic_io import atomic_write_bytes, read_json, temp_name_pattern, with_path, write_json
+from runtime.atomic_io import atomic_write_bytes, read_json, temp_name_pattern, with_path, write_json
+from runtime.lock_owner import describe_owner, owner_record, read_owner
+from runtime.loggers import read_csv_rows
 from utils.errors import RunDirError, RunLockedError
-from utils.lock_owner import describe_owner, owner_record, read_owner
-from utils.loggers import read_csv_rows
 
 FLAGS_FILE = 'flags.json'
 CONFIG_FILE = 'config.json'
@@ -40,7 +40,7 @@ DONE_FILE = 'DONE'
 DATASET_FILE = 'dataset.json'
 RESUMES_FILE = 'resumes.json'
 LOCK_FILE = 'run.lock'
-CHECKPOINT_NAME = 'checkpoint.msgpack'  # here, not in utils/checkpoints.py, so that reading a layout imports no JAX
+CHECKPOINT_NAME = 'checkpoint.msgpack'  # here, not in runtime/checkpoints.py, so that reading a layout imports no JAX
 # File systems that cannot lock (some FUSE and old NFS mounts) answer flock with one of these.
 _NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 

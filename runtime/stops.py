@@ -1,12 +1,12 @@
 """How a training process is asked to stop: signals (SIGTERM from a scheduler's preemption, SIGINT from Ctrl-C) and
 its own time limit (`--time_limit`). main.py checks `StopRequests.reason()` at every chunk boundary, saves a
-checkpoint and exits with the request's status (utils/errors.py); a second Ctrl-C aborts at once."""
+checkpoint and exits with the request's status (runtime/exits.py); a second Ctrl-C aborts at once."""
 
 import signal
 import time
 from typing import Optional
 
-from utils.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
+from runtime.exits import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
 
 SIGNAL_EXIT_CODES = {signal.SIGTERM: EXIT_PREEMPTED, signal.SIGINT: EXIT_INTERRUPTED}
 

@@ -1,6 +1,6 @@
 """Benchmark: antmaze episode generation with 1 and more worker processes (datagen/antmaze.py).
 
-    python scripts/bench_antmaze_datagen.py [--num_episodes=40] [--lockstep_envs=20] [--workers=1,2]
+    python benchmarks/bench_antmaze_datagen.py [--num_episodes=40] [--lockstep_envs=20] [--workers=1,2]
 
 Runs the same generation (same seed, episodes and lockstep batch size) once per worker count, in
 the order given, and prints wall-clock time (worker start-up included), env steps/s, the speedup
@@ -16,6 +16,7 @@ import numpy as np
 from absl import app, flags
 
 from datagen.antmaze import generate_antmaze_dataset
+from runtime.checkout import require_own_checkout
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('dataset_name', 'antmaze-medium-stitch-v0', 'A generatable antmaze stitch dataset.')
@@ -43,4 +44,5 @@ def main(_):
 
 
 if __name__ == '__main__':
+    require_own_checkout(__file__)
     app.run(main)

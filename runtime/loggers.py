@@ -8,7 +8,7 @@ import os
 import re
 from typing import Dict, List, Tuple
 
-from utils.atomic_io import atomic_write_text, with_path
+from runtime.atomic_io import atomic_write_text, with_path
 
 
 def read_csv_rows(path: str, drop_malformed: bool = True) -> Tuple[List[str], List[Dict[str, str]], bool]:

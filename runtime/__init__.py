@@ -1,0 +1,2 @@
+"""The run machinery of main.py and the scripts: the checked request, run directories and their locks, writers and
+checkpoints, dataset files and their provenance, stop requests and exit statuses. No learning code lives here."""
