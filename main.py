@@ -2,23 +2,28 @@
 
     python main.py --env_name=pointmaze-medium-stitch-v0 --agent=configs/presets.py:gcbc --agent.batch_size=256
 
-Flag defaults follow the paper's protocol (1M steps, batch 1024, 50 evaluation episodes per task). A run goes:
-flags -> request (runtime/request.py: every flag and config value checked; nothing touched yet) -> run directories
-(runtime/run_writer.py: one owner each; --resume checked against what they record) -> data (found, downloaded or
-generated; validated; on device) -> agents (created, or restored from checkpoints) -> the fused loop (chunks of
-jitted lax.scan updates, sampling included; at each chunk's end: log, checkpoint, evaluation) -> evaluation
-(utils/evaluation: in the loop, or beside it on the CPU cores while an accelerator trains). This file computes no
-loss. docs/guarantees.md says what it promises when something goes wrong.
+The flags are `Flags` below; their defaults follow the paper's protocol (1M steps, 50 evaluation episodes per task;
+the batch size, 1024, is the agent config's). A run:
+
+1. the command line, checked (runtime/request.py): every flag and config value judged before anything is touched;
+2. the run directories, one per seed, owned for the whole run (runtime/run_writer.RunSet): --resume checked against
+   what they record;
+3. the data: found, downloaded or generated (runtime/dataset_files.py), validated, and put on the device;
+4. the agents: created, or restored from their checkpoints;
+5. the loop: chunks of jitted updates (utils/training.train_seeds, sampling included); around each chunk
+   runtime/schedule.Schedule logs, checkpoints, evaluates and stops, in one fixed order.
+
+docs/guarantees.md says what a run promises when something goes wrong.
 """
 
-import os
+import dataclasses
+import logging as py_logging
 import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tqdm
 from absl import app, flags, logging
 
 import datagen
@@ -27,27 +32,79 @@ from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
 from runtime.exits import EXIT_INTERRUPTED, named_error
-from runtime.request import HelpRequested, Request, check_request
-from runtime.run_writer import already_finished, begin_runs, check_runs, open_runs
-from runtime.stops import StopNow, StopRequests, exit_at_once_on_sigterm
+from runtime.request import HelpRequested, Request, check_request, flag
+from runtime.run_writer import RunSet
+from runtime.schedule import Schedule
+from runtime.stops import Stopped, StopNow, StopRequests, exit_at_once_on_sigterm
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import NonFiniteLossError
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
-from utils.evaluation.scheduler import EvaluationFailed, Evaluations
+from utils.evaluation.scheduler import Evaluations
+from utils.progress import progress_bar
 from utils.sampler import DeviceDataset, example_observations
 from utils.training import compiled_create, first_nonfinite, stack_trees, train_seeds, validation_metrics
 
-STARTED = time.time()
 # The gym-stepped envs of an evaluation (the native stepper holds any number of episodes): enough for one batch of
 # the paper's 50 episodes per task; more episodes run in successive batches.
 GYM_EVAL_ENVS = 256
 
 
+@dataclasses.dataclass(frozen=True)
+class Flags:
+    """main.py's flags (and --agent, the agent config: runtime/request.py defines it). `resume_may_differ` marks the
+    flags --resume may change: they change neither what is computed nor what an evaluation number means."""
+
+    env_name: str = flag('pointmaze-medium-stitch-v0', 'OGBench dataset name, e.g. antmaze-medium-stitch-v0.')
+    seed: int = flag(0, 'Random seed (network init, sampling, evaluation).')
+    num_seeds: int = flag(1, 'Train seeds seed..seed+N-1 in one process, vmapped (one run directory each).',
+                          resume_may_differ=True)
+    train_steps: int = flag(1_000_000, 'Number of gradient steps.')
+    log_interval: int = flag(5000, 'Steps between training-metric logs.', resume_may_differ=True)
+    eval_interval: int = flag(100_000, 'Steps between evaluations (and one at the end).')
+    eval_episodes: int = flag(50, 'Evaluation episodes per task.')
+    eval_tasks: str = flag('1,2,3,4,5', 'Comma-separated OGBench task ids to evaluate on.')
+    eval_max_steps: int = flag(0, 'Episode step limit at evaluation; 0 = the environment time limit.')
+    eval_workers: int = flag(0, 'Evaluation parallelism: threads stepping the episodes natively (point/ant/humanoid '
+                             'mazes), else processes (this one and N-1 workers); 0 = one per usable CPU core, 1 = all in '
+                             'this thread.', resume_may_differ=True)
+    eval_mode: str = flag('auto', 'async: an evaluation runs on the CPU cores from a copy of the parameters while '
+                          'training goes on; sync: training waits for it; auto: async when JAX runs on an accelerator, '
+                          'sync on the CPU (where both would share the cores). Same numbers either way.',
+                          choices=('auto', 'async', 'sync'), resume_may_differ=True)
+    video_episodes: int = flag(0, 'Episodes per task rendered to wandb video (needs MUJOCO_GL=egl).', resume_may_differ=True)
+    save_interval: int = flag(100_000, 'Steps between checkpoints (and one at the end).', resume_may_differ=True)
+    steps_per_call: int = flag(500, 'Gradient steps fused into one jitted call (lax.scan).', resume_may_differ=True)
+    time_limit: int = flag(0, 'Seconds after which the run checkpoints and exits with status 75, for --resume to continue '
+                           "(a job scheduler's time limit); 0 = none.", resume_may_differ=True)
+    save_dir: str = flag('runs', 'Root directory of run directories.', resume_may_differ=True)
+    run_group: str = flag('default', 'Group (sub-directory) of this run; a sweep passes its name.', resume_may_differ=True)
+    run_name: str = flag('', 'Run directory name; default <preset>_<env>_sd<seed>, where <preset> gains -<hash of the '
+                         'config> when --agent.<key> overrides change it (see docs/logging.md).', resume_may_differ=True)
+    dataset_dir: str = flag('~/.ogbench/data', 'Directory of OGBench dataset files.', resume_may_differ=True)
+    download: bool = flag(True, "Try OGBench's download when a dataset file is missing.", resume_may_differ=True)
+    generate_dataset: bool = flag(False, "When the dataset files are missing, generate them with this project's "
+                                  'generator (datagen/) instead of downloading. Only pointmaze is generated unasked; '
+                                  "generated antmaze, scene and visual data are NOT OGBench's.", resume_may_differ=True)
+    wandb_mode: str = flag('online', 'wandb mode (online falls back to offline without an API key).',
+                           choices=('online', 'offline', 'disabled'), resume_may_differ=True)
+    wandb_project: str = flag('byol-gamma', 'wandb project.', resume_may_differ=True)
+    resume: bool = flag(False, 'Continue from the checkpoint in the run directory if there is one (with the settings it '
+                        'was started with; --train_steps may change).', resume_may_differ=True)
+
+
+def request_of(argv) -> Request:
+    """main.py's command line `argv`, checked (ConfigError / StorageError naming the problem; nothing is touched)."""
+    return check_request(argv, Flags, get_agent_class)
+
+
 def main(argv):
+    started = time.time()
+    # JAX probes for a TPU at start-up and logs that it found none; nobody here asked for one.
+    py_logging.getLogger('jax._src.xla_bridge').setLevel(py_logging.WARNING)
     request = None
     try:
-        request = check_request(argv, get_agent_class)
-        train(request)
+        request = request_of(argv)
+        train(request, started)
     except HelpRequested as e:
         print(e)
     except KeyboardInterrupt:
@@ -57,6 +114,9 @@ def main(argv):
     except StopNow as e:
         print('\nStopped by a signal before training started: nothing to save.', file=sys.stderr)
         sys.exit(e.code)
+    except Stopped as e:
+        logging.warning(e.message)
+        sys.exit(e.code)
     except Exception as e:
         error = named_error(e, request)
         if error is None:
@@ -65,123 +125,100 @@ def main(argv):
         sys.exit(1)
 
 
-def train(request: Request):
+def train(request: Request, started: float):
+    flags = request.flags
     exit_at_once_on_sigterm()  # before training: nothing to save
-    writers = open_runs(request)
-    try:
-        start_step = check_runs(request, writers)
-        if already_finished(request, writers, start_step):
-            logging.info(f'{", ".join(w.dir for w in writers)}: already finished at step {start_step}; nothing to do.')
+    with RunSet.open(request) as runs:
+        if runs.already_finished:
+            logging.info(f'{", ".join(w.dir for w in runs.writers)}: already finished at step {runs.start_step}; '
+                         f'nothing to do.')
             return
-        train_path, val_path = ensure_dataset(request.env_name, request.dataset_dir, download=request.download,
-                                              generator=datagen, generate=request.generate_dataset)
-        record = provenance.dataset_record(request.env_name, train_path, val_path)
-        for writer in writers:
-            writer.check_dataset(record)  # a resumed run must find the very files it was trained on
-        begin_runs(writers, record)
+        train_path, val_path = ensure_dataset(flags.env_name, flags.dataset_dir, download=flags.download,
+                                              generator=datagen, generate=flags.generate_dataset)
+        record = provenance.dataset_record(flags.env_name, train_path, val_path)
+        runs.check_dataset(record)
         data = Data(request, train_path, val_path)
-        state = build_agents(request, data, writers, start_step)
-        for writer in writers:
-            writer.open_logs(start_step)
-        Trainer(request, data, writers, state, start_step).run()
-        for writer in writers:
-            writer.finish(done=True)
+        state = build_agents(request, data, runs)  # the config's last checks (against the data) come before any write
+        runs.begin(record)
+        TrainingLoop(request, data, runs, state, started).run()
+        runs.finish()
+        for writer in runs.writers:
             logging.info(f'Finished: {writer.dir}')
-    finally:
-        for writer in writers:
-            writer.lock.release()
 
 
 class Data:
     """The dataset on device, the evaluation environments, and example inputs that size the networks."""
 
     def __init__(self, request: Request, train_path: str, val_path: str):
+        flags = request.flags
         check_dataset_fits([train_path, val_path])
-        num_envs = max(min(request.eval_episodes, GYM_EVAL_ENVS), request.num_seeds)  # gym paths: one env per row
-        self.eval_envs = make_eval_envs(request.env_name, num_envs, num_workers=request.eval_workers or usable_cpus())
+        num_envs = max(min(flags.eval_episodes, GYM_EVAL_ENVS), flags.num_seeds)  # gym paths: one env per row
+        self.eval_envs = make_eval_envs(flags.env_name, num_envs, num_workers=flags.eval_workers or usable_cpus())
         spaces = env_spaces(self.eval_envs)
         train, val = load_dataset(train_path, *spaces), load_dataset(val_path, *spaces)
         logging.info(f'Loaded {train_path}: {len(train["terminals"])} rows, {int(train["terminals"].sum())} episodes.')
         self.train, self.val = DeviceDataset.from_numpy(**train), DeviceDataset.from_numpy(**val)
-        self.example_observations = example_observations(train['observations'], request.sampler_config.frame_stack)
+        self.example_observations = example_observations(train['observations'], request.sampler.frame_stack)
         self.example_actions = train['actions'][:1]
 
 
-def build_agents(request: Request, data: Data, writers, start_step: int):
+def build_agents(request: Request, data: Data, runs: RunSet):
     """One agent per seed, exactly as a single-seed run with that seed would make it, restored from its checkpoint
     when resuming; stacked along a seed axis when there are several."""
     create = compiled_create(request.agent_class, data.example_observations, data.example_actions, request.config)
     agents = []
-    for writer in writers:
+    for writer in runs.writers:
         agent = create(writer.seed)
-        if start_step:
+        if runs.start_step:
             agent, step, _ = load_checkpoint(writer.checkpoint_path, agent)
             logging.info(f'Resumed {writer.dir} from step {step}.')
         agents.append(agent)
     return stack_trees(agents) if len(agents) > 1 else agents[0]
 
 
-def due(step: int, interval: int, last: int) -> bool:
-    return step % interval == 0 or step == last
+class TrainingLoop:
+    """Chunks of fused updates up to --train_steps, each ending where a log, checkpoint or evaluation falls due; the
+    training metrics of a chunk (and a check that none is non-finite); everything else around a chunk is the
+    Schedule's."""
 
-
-class Trainer:
-    """Chunks of fused steps. At every chunk's end, in this order: non-finite check, the results of a finished
-    evaluation, training log, stop (on a signal or at --time_limit), checkpoint (when due; after the evaluation
-    still running, if any, so that no checkpoint lies beyond an evaluation not yet logged), evaluation (when due:
-    run now, or started beside training with --eval_mode=async)."""
-
-    def __init__(self, request: Request, data: Data, writers, state, start_step: int):
-        self.request, self.data, self.writers, self.state = request, data, writers, state
-        self.multi = len(writers) > 1
+    def __init__(self, request: Request, data: Data, runs: RunSet, state, started: float):
+        self.request, self.flags, self.data, self.runs, self.state = request, request.flags, data, runs, state
+        self.step = runs.start_step
         keys = np.stack([np.asarray(jax.random.split(jax.random.PRNGKey(seed), 3)) for seed in request.seeds])  # [N, 3, 2]
         self.data_keys, self.val_keys, self.eval_seed_keys = (jnp.asarray(keys[:, i]) for i in range(3))
-        self.step = start_step
-        self.saved_step = start_step if start_step else None  # a resumed run's checkpoint is at its start step
-        self.evaluations = Evaluations(self.evaluate, request.eval_asynchronously(jax.default_backend()))
+        self.stops = StopRequests(self.flags.time_limit, started)
+        evaluations = Evaluations(self.evaluate, request.eval_asynchronously(jax.default_backend()), self.stops.requested)
+        self.schedule = Schedule(runs, self.flags, evaluations, self.stops, on_stop=self.close_progress)
         self.longest_chunk_s = 0.0
 
     def run(self):
-        request = self.request
-        self.stops = StopRequests(request.time_limit, STARTED)
-        desc = os.path.basename(self.writers[0].dir) + (f' (+{len(self.writers) - 1} seeds)' if self.multi else '')
-        self.progress = tqdm.tqdm(total=request.train_steps, initial=self.step, smoothing=0.1, dynamic_ncols=True, desc=desc)
+        flags = self.flags
+        name = self.runs.writers[0].run_dir.name
+        desc = name + (f' (+{len(self.runs.writers) - 1} seeds)' if len(self.runs.writers) > 1 else '')
+        self.progress = progress_bar(total=flags.train_steps, initial=self.step, smoothing=0.1, dynamic_ncols=True, desc=desc)
         self.chunk_start_time, self.chunk_start_step = time.time(), self.step
         try:
-            self.evaluate_pending()
-            while self.step < request.train_steps:
-                self.stop_if_asked()
+            self.schedule.start(self.state, self.step)
+            while self.step < flags.train_steps:
                 infos = self.train_chunk()
-                self.log_evaluation(block=False)
-                if due(self.step, request.log_interval, request.train_steps):
+                if self.step % flags.log_interval == 0 or self.step == flags.train_steps:
                     self.log_training(infos)
-                self.stop_if_asked()
-                if due(self.step, request.save_interval, request.train_steps):
-                    self.save()
-                if due(self.step, request.eval_interval, request.train_steps):
-                    self.start_evaluation()
-            self.wait_for_evaluation('Waiting for the final evaluation.')  # before DONE
+                self.schedule.after_chunk(self.state, self.step, next_chunk_s=2 * self.longest_chunk_s)
+            self.schedule.finish(self.state, self.step)
         finally:
-            self.evaluations.cancel()  # an error left one running: end it before the process ends
-            self.progress.close()  # before any message, which would otherwise be followed by the bar
+            self.schedule.evaluations.cancel()  # an error left one running: end it before the process ends
+            self.close_progress()
 
-    def evaluate_pending(self):
-        """A resumed run whose checkpoint step was due an evaluation that never got logged (the run stopped or
-        failed before it was) runs it first: it gives what it would have given then."""
-        step, recorded = self.step, {w.recorded_flags.get('train_steps') for w in self.writers if w.recorded_flags}
-        if step > 0 and (due(step, self.request.eval_interval, self.request.train_steps) or step in recorded) \
-                and any(step not in w.evaluated_steps for w in self.writers):
-            logging.info(f'Running the evaluation of step {step} that was due before the run stopped.')
-            self.start_evaluation()
-            self.wait_for_evaluation()
+    def close_progress(self):
+        self.progress.close()  # before any message, which would otherwise be followed by the bar
 
     def train_chunk(self):
-        request, step, started = self.request, self.step, time.time()
-        stop = min(request.train_steps, step + request.steps_per_call,
+        flags, step, started = self.flags, self.step, time.time()
+        stop = min(flags.train_steps, step + flags.steps_per_call,
                    *(step // interval * interval + interval for interval in
-                     (request.log_interval, request.eval_interval, request.save_interval)))
-        self.state, infos = train_seeds(self.state, self.data.train, self.data_keys, step, request.sampler_config, stop - step)
-        for k, writer in enumerate(self.writers):
+                     (flags.log_interval, flags.eval_interval, flags.save_interval)))
+        self.state, infos = train_seeds(self.state, self.data.train, self.data_keys, step, stop - step)
+        for k, writer in enumerate(self.runs.writers):
             bad = first_nonfinite({key: v[k] for key, v in infos.items()})
             if bad is not None:
                 raise NonFiniteLossError(
@@ -195,92 +232,24 @@ class Trainer:
         self.longest_chunk_s = max(self.longest_chunk_s, time.time() - started)
         return infos
 
-    def seed_agent(self, state, k):
-        return jax.tree_util.tree_map(lambda x: x[k], state) if self.multi else state
-
     def log_training(self, infos):
         steps_per_second = (self.step - self.chunk_start_step) / max(time.time() - self.chunk_start_time, 1e-9)
         self.chunk_start_time, self.chunk_start_step = time.time(), self.step
-        for k, writer in enumerate(self.writers):
+        for k, writer in enumerate(self.runs.writers):
             metrics = {f'training/{key}': float(np.mean(v[k])) for key, v in infos.items()}
-            val_info = validation_metrics(self.seed_agent(self.state, k), self.data.val,
-                                          jax.random.fold_in(self.val_keys[k], self.step), self.request.sampler_config)
+            val_info = validation_metrics(self.runs.seed_agent(self.state, k), self.data.val,
+                                          jax.random.fold_in(self.val_keys[k], self.step))
             metrics.update({f'validation/{key}': float(v) for key, v in val_info.items()})
             metrics['time/steps_per_second'] = steps_per_second
             writer.log_train(metrics, self.step)
         self.progress.set_postfix(loss=f"{np.mean(infos['total_loss'][:, -1]):.3f}")
 
-    def save(self, state=None, step=None):
-        """Checkpoints of `state` at `step` (default: now); waits for an earlier evaluation still running."""
-        state, step = (self.state, self.step) if state is None else (state, step)
-        if self.evaluations.in_flight is not None and self.evaluations.in_flight < step:
-            self.wait_for_evaluation(f'The checkpoint of step {step} waits for the evaluation of step {self.evaluations.in_flight}.')
-        for k, writer in enumerate(self.writers):
-            writer.save_checkpoint(self.seed_agent(state, k), step)
-        self.saved_step = step
-
-    def stop_if_asked(self):
-        """On SIGTERM / SIGINT, or when the next chunk would end past --time_limit: checkpoint and exit. An
-        evaluation still running is ended; the checkpoint is then of the step it evaluated, so --resume runs it
-        first and retrains the steps since, exactly."""
-        reason = self.stops.reason(2 * self.longest_chunk_s)
-        if reason is None:
-            return
-        cancelled = self.evaluations.cancel()
-        if cancelled is not None:
-            step, snapshot = cancelled
-            if self.saved_step != step:
-                self.save(snapshot, step)
-        elif self.saved_step != self.step:
-            self.save()
-        self.progress.close()  # before the message
-        logging.warning(f'{reason}: checkpoints saved at step {self.saved_step}; rerun with --resume.')
-        for writer in self.writers:
-            writer.finish(done=False)
-        sys.exit(self.stops.exit_code())
-
-    def start_evaluation(self):
-        if self.evaluations.in_flight is not None:
-            self.wait_for_evaluation(f'Step {self.step}: the evaluation of step {self.evaluations.in_flight} is still '
-                                     f'running; training waits for it.')
-        self.evaluations.start(self.step, self.state)
-        if not self.evaluations.asynchronous:
-            self.log_evaluation(block=True)
-
-    def wait_for_evaluation(self, why: str = ''):
-        """Log the evaluation in flight once it ends; a stop signal (or --time_limit) meanwhile stops at once."""
-        if self.evaluations.in_flight is None:
-            return
-        if why:
-            logging.info(why)
-        while not self.evaluations.finished():
-            self.stop_if_asked()
-            time.sleep(0.02)
-        self.log_evaluation(block=True)
-
-    def log_evaluation(self, block: bool):
-        try:
-            done = self.evaluations.collect(block)
-        except EvaluationFailed as failure:
-            if self.saved_step != failure.step:
-                self.save(failure.snapshot, failure.step)
-            raise failure.error([w.dir for w in self.writers], self.step) from failure.__cause__
-        if done is None:
-            return
-        step, per_seed, seconds = done
-        for writer, metrics in zip(self.writers, per_seed):
-            if step in writer.evaluated_steps:
-                continue  # a pending evaluation that only some seeds missed
-            writer.log_eval(dict(metrics, **{'time/evaluation_seconds': seconds}), step)
-            tqdm.tqdm.write(f'seed {writer.seed} step {step}: success {metrics["evaluation/overall_success"]:.3f} ' + ' '.join(
-                f'{key.split("/")[-1]}={v:.2f}' for key, v in metrics.items() if '/task' in key))
-
     def evaluate(self, state, step: int, cancel):
-        request = self.request
-        return evaluate_agents(state, len(self.writers), self.data.eval_envs, self.eval_seed_keys, step,
-                               request.sampler_config.frame_stack, task_ids=request.eval_tasks,
-                               episodes_per_task=request.eval_episodes, max_steps=request.eval_max_steps or None,
-                               num_video_episodes=request.video_episodes, cancel=cancel)
+        flags = self.flags
+        return evaluate_agents(state, len(self.runs.writers), self.data.eval_envs, self.eval_seed_keys, step,
+                               self.request.sampler.frame_stack, task_ids=self.request.eval_tasks,
+                               episodes_per_task=flags.eval_episodes, max_steps=flags.eval_max_steps or None,
+                               num_video_episodes=flags.video_episodes, cancel=cancel)
 
 
 def keep_argv(argv):

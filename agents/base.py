@@ -1,26 +1,25 @@
-"""What every agent is (`Agent`), and the agents that are behavior cloning plus an auxiliary loss (`BCAgent`).
+"""What every agent is (`Agent`), the behavior-cloning agents' objective (`BCAgent`), and the encoders they share.
 
     Agent                      rng, network (parameters + optimizer), targets (EMA copies), config;
     |                          `create` (checks the observations, then the agent's `build`), one jitted
     |                          `update`, `metrics`, `from_modules`
-    +-- BCAgent                GCBC + alpha * L_aux: agents/gcbc.py, byol_gamma.py, tra.py, tdsr.py
+    +-- BCAgent                L_BC + alpha * L_aux: agents/gcbc.py, byol_gamma.py, tra.py, tdsr.py
     +-- GoalConditionedRLAgent offline RL baselines (agents/rl_base.py): gcivl, gciql, qrl, crl, hiql
     +-- FBAgent                forward-backward RL (agents/fb.py)
 
-The hierarchical agents (agents/hierarchical.py) are no `Agent`: each is a composition of a high-level
-policy and a flat `BCAgent`, with the same small interface (`create`, `update`, `metrics`,
-`sample_actions`).
+The hierarchical agents (agents/hierarchical.py) are no `Agent`: each is a composition of a high-level policy and a
+flat `BCAgent`, with the same small interface (`create`, `update`, `metrics`, `sample_actions`).
 
-Config rules live with their owner (utils.config_checks.RuleOwner): `Agent.CONFIG_RULES` holds the rule
-on `tau`, which `updated_targets` reads; `BCAgent`'s hold `alpha` and the encoder fields of
-agents.encoders.ENCODER_RULES; a subclass lists only the rules of the fields it adds.
+The config contract (utils/config_checks.py): every field an agent's config holds has a rule, kept by the class
+that reads it (`CONFIG_RULES`, merged down the class hierarchy), and an agent declares the goal mixtures its sampler
+draws (`GOAL_MIXTURES`). A field nobody reads is an error before anything runs.
 
-Gradient routing is written at the call site. A loss receives the parameters it differentiates,
-`params`, and passes them to every network it trains: `self.network(x, name='encoder', params=params)`.
-A network it only reads is called with `frozen(params)` (stop-gradient). `TrainState.__call__` has no
-default parameters, so no call can forget to choose. Target networks are not part of the optimised
-tree: `targets` holds the EMA parameters of each online module that has one, read with
-`self.target(..., name=<online module>)` and moved towards the online parameters after every step.
+Gradient routing is written at the call site. A loss receives the parameters it differentiates, `params`, and
+passes them to every network it trains: `self.network(x, name='encoder', params=params)`. A network it only reads is
+called with `frozen(params)` (stop-gradient). `TrainState.__call__` has no default parameters, so no call can forget
+to choose. Target networks are not part of the optimised tree: `targets` holds the EMA parameters of each online
+module that has one, read with `self.target(..., name=<online module>)` and moved towards the online parameters
+after every step.
 """
 
 from typing import Any, Callable, Dict, Sequence, Tuple
@@ -28,13 +27,12 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from agents.encoders import ENCODER_RULES, check_encoder_fits_observations
-from utils.config_checks import Rule, RuleOwner, is_finite_number, non_negative
-from utils.networks import sample_gaussian
-from utils.flax_utils import TrainState, ema_update, nonpytree_field
-from utils.losses import bc_loss
-from utils.networks import ModuleDict
+from utils.config_checks import Rule, RuleOwner, at_least, is_finite_number, non_negative, one_of, probability, switch
+from utils.errors import ConfigError
+from utils.networks import VISUAL_ENCODERS, EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
+from utils.training import TrainState, ema_update, for_backend, nonpytree_field
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
@@ -52,8 +50,6 @@ class Agent(flax.struct.PyTreeNode, RuleOwner):
     targets: Dict[str, Any]  # online module name -> EMA parameters of its target network
     config: Any = nonpytree_field()
 
-    # Rules on this class's config fields, merged with its bases' (utils.config_checks.RuleOwner) and checked
-    # with COMMON_RULES by utils.config_checks.validate_config.
     CONFIG_RULES = {
         'tau': Rule(lambda v: is_finite_number(v) and 0.0 < v <= 1.0,
                     'must lie in (0, 1] (EMA rate of the target network; 1 = the online network, stop-gradient)', 1.0),
@@ -105,57 +101,74 @@ class Agent(flax.struct.PyTreeNode, RuleOwner):
 
     @classmethod
     def from_modules(cls, seed, modules, example_args, config, optimizer, targets: Sequence[str] = ()):
-        """Initialise a ModuleDict of `modules` on `example_args`, wrap it in a train state, and start
-        the target network of each module named in `targets` as an exact copy of it."""
+        """Initialise a ModuleDict of `modules` on `example_args`, wrap it in a train state (its optimizer over one
+        vector on an accelerator, `utils.training.for_backend`), and start the target network of each module named
+        in `targets` as an exact copy of it."""
         rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
         model = ModuleDict(modules)
         params = model.init(init_rng, example_args)['params']
         # Real copies: sharing buffers with the online parameters would break buffer donation.
         target_params = {name: jax.tree_util.tree_map(jnp.copy, params[f'modules_{name}']) for name in targets}
-        network = TrainState.create(model, params, optimizer)
+        network = TrainState.create(model, params, for_backend(optimizer))
         return cls(rng=rng, network=network, targets=target_params, config=flax.core.FrozenDict(config.to_dict()))
 
 
-class BCAgent(Agent):
-    """GCBC + alpha * L_aux (the paper's objective). An agent file defines `build`, `policy_inputs`
-    and, for an auxiliary loss, `representation_loss`, plus a module-level `get_config()`.
+def bc_loss(means, log_stds, actions):
+    """L_BC = -E[log pi(a_t | s_t, g)] for a diagonal Gaussian policy."""
+    return -jnp.mean(gaussian_log_prob(means, log_stds, actions))
 
-    Both losses of an update often encode the same batch entries (phi(s_t) feeds the actor and L_aux).
-    An agent may compute such encodings once in `batch_encodings` (see agents.encoders.
-    encode_together) and read them in `batch_policy_inputs` and `representation_loss`; without it,
-    each loss encodes what it needs."""
+
+# ---------------------------------------------------------------------------------------------
+# Behavior cloning plus an auxiliary representation loss: the paper's objective.
+# ---------------------------------------------------------------------------------------------
+
+# Rules on the fields of the agents that read observations through an encoder (BCAgent's family, FB and the
+# hierarchical agents include them): the image encoder (or 'none' for state vectors), phi's size and ensemble,
+# the layer norms, and the pixel pipeline's frame stacking and crop augmentation (read by the sampler).
+ENCODER_RULES = {
+    'encoder': one_of('none', *VISUAL_ENCODERS),
+    'latent_dim': non_negative(0),
+    'num_ensemble': at_least(1, 2),
+    'encoder_layer_norm': switch(True),
+    'actor_layer_norm': switch(False),
+    'frame_stack': at_least(1, 1),
+    'p_aug': probability(0.5),
+}
+
+
+class BCAgent(Agent):
+    """Goal-conditioned behavior cloning with an auxiliary loss on the representation the actor reads:
+
+        L = L_BC + alpha * L_aux,    L_BC = -E[log pi(a_t | s_t, g)]        (the paper's objective)
+
+    An agent file defines `build`, `encode`, `actor_input` and, for an auxiliary loss, `representation_loss`,
+    plus a module-level `get_config()`. `encode` is the update's one encoding cache: every encoder output both
+    losses read, computed once (and, with `encode_together`, in one call per encoder).
+    """
 
     CONFIG_RULES = {'alpha': non_negative(1.0), **ENCODER_RULES}
+    GOAL_MIXTURES = ('actor',)
 
-    def policy_inputs(self, observations, goals, params):
-        """The actor's input for (s, g), computed with `params`."""
-        raise NotImplementedError
-
-    def batch_encodings(self, batch, params):
-        """Encodings of batch entries shared by the losses of one update, {} if none."""
+    def encode(self, batch, params) -> Dict[str, jax.Array]:
+        """The encodings of `batch`'s entries that the actor and L_aux read, {} if none. `batch` may hold only
+        `observations` and `actor_goals` (acting): encode what is there."""
         return {}
 
-    def batch_policy_inputs(self, batch, params, encodings):
-        """The actor's input for the batch's (s_t, actor goal)."""
-        return self.policy_inputs(batch['observations'], batch['actor_goals'], params)
+    def actor_input(self, batch, z):
+        """The actor's input for the batch's (s_t, actor goal), from the batch and its encodings `z`."""
+        raise NotImplementedError
 
-    def representation_loss(self, batch, params, encodings=None):
-        """The auxiliary loss L_aux and its metrics; None for plain behavior cloning."""
+    def representation_loss(self, batch, z, params):
+        """(L_aux, metrics) given the batch's encodings `z`; None for plain behavior cloning."""
         return None
-
-    def actor_loss(self, batch, params, encodings=None):
-        """L_BC on (s_t, a_t, actor goal). Gradients reach the actor head and the encoders it reads."""
-        encodings = self.batch_encodings(batch, params) if encodings is None else encodings
-        inputs = self.batch_policy_inputs(batch, params, encodings)
-        means, log_stds = self.network(inputs, name='actor', params=params)
-        loss = bc_loss(means, log_stds, batch['actions'])
-        return loss, {'actor/bc_loss': loss, 'actor/mse': jnp.mean((means - batch['actions']) ** 2)}
 
     def total_loss(self, batch, params):
         """L_BC + alpha * L_aux. L_aux never reads the actor head, so it cannot update it."""
-        encodings = self.batch_encodings(batch, params)
-        loss, info = self.actor_loss(batch, params, encodings)
-        aux = self.representation_loss(batch, params, encodings)
+        z = self.encode(batch, params)
+        means, log_stds = self.network(self.actor_input(batch, z), name='actor', params=params)
+        loss = bc_loss(means, log_stds, batch['actions'])
+        info = {'actor/bc_loss': loss, 'actor/mse': jnp.mean((means - batch['actions']) ** 2)}
+        aux = self.representation_loss(batch, z, params)
         if aux is not None:
             aux_loss, aux_info = aux
             info.update({f'representation/{k}': v for k, v in aux_info.items()})
@@ -166,6 +179,11 @@ class BCAgent(Agent):
 
     def loss_fn(self, batch, rng) -> LossFn:
         return lambda params: self.total_loss(batch, params)  # behavior cloning draws no noise
+
+    def policy_inputs(self, observations, goals, params):
+        """The actor's input for (s, g), as an update computes it for the batch's (s_t, actor goal)."""
+        batch = {'observations': observations, 'actor_goals': goals}
+        return self.actor_input(batch, self.encode(batch, params))
 
     def representations(self, observations, actions, goals):
         """(prediction for s, representation of g), ensemble means, as the paper's analyses compare
@@ -179,3 +197,114 @@ class BCAgent(Agent):
         means, log_stds = self.network(self.policy_inputs(observations, goals, params), name='actor', params=params)
         seed = self.rng if seed is None else seed
         return jnp.clip(sample_gaussian(seed, means, log_stds, temperature), -1.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The state encoders phi / psi and the actor head every representation agent builds, and how (state, goal)
+# becomes the actor's input.
+# ---------------------------------------------------------------------------------------------
+
+# The paper's encoder output size for pixel observations (its hyperparameter table: 64 for visual).
+VISUAL_LATENT_DIM = 64
+
+
+def encode_together(network, params, name, arrays):
+    """{key: network(array, name=name)} for a dict of arrays, computed as ONE call on their concatenation along the
+    batch axis. Row for row the same function (every layer acts on rows independently); on an accelerator, one set
+    of kernels instead of one per array. Outputs are [M, B_k, d] ensemble outputs, split back along axis 1."""
+    keys = list(arrays)
+    encoded = network(jnp.concatenate([arrays[k] for k in keys], axis=0), name=name, params=params)
+    ends = np.cumsum([arrays[k].shape[0] for k in keys])
+    return dict(zip(keys, jnp.split(encoded, ends[:-1], axis=1)))
+
+
+def mean_concat(z_s, z_g):
+    """concat(mean_m z_s, mean_m z_g) of ensemble outputs [M, B, d]: the actor's input."""
+    return jnp.concatenate([z_s.mean(axis=0), z_g.mean(axis=0)], axis=-1)
+
+
+def phi_policy_inputs(network, observations, goals, params, encoder_name='encoder'):
+    """concat(z(s), z(g)) where z is the ensemble-mean representation (phi_1 + phi_2) / 2."""
+    encoded = encode_together(network, params, encoder_name, {'s': observations, 'g': goals})
+    return mean_concat(encoded['s'], encoded['g'])
+
+
+def present(batch, keys):
+    """{key: batch[key]} of those `keys` the batch holds (a batch of (s, g) at acting time holds two)."""
+    return {key: batch[key] for key in keys if key in batch}
+
+
+def psi_inputs(observations, actions, action_conditioned: bool):
+    """The arguments of a state encoder psi (an `EnsembleEncoder`): (s,), or (s, a) for the action-conditioned (^a)
+    variants, where the encoder concatenates a to s (or to its image features)."""
+    return (observations, actions) if action_conditioned else (observations,)
+
+
+def is_image_batch(observations) -> bool:
+    """Observations [B, H, W, C] are images; [B, D] are state vectors."""
+    return observations.ndim >= 4
+
+
+def check_encoder_fits_observations(config, ex_observations):
+    """ConfigError unless the config's observation encoder fits the observations: an image encoder (`encoder` in
+    VISUAL_ENCODERS) for images [B, H, W, C], 'none' for state vectors [B, D]; a config without an `encoder` field
+    reads state vectors. Which names exist is a config rule (ENCODER_RULES); this is the one check that needs the
+    data, run by `Agent.create` for every agent."""
+    name = config['encoder'] if 'encoder' in config else None
+    images = is_image_batch(ex_observations)
+    shape = tuple(ex_observations.shape[1:])
+    if images and name is None:
+        raise ConfigError(
+            f'The observations are images (shape {shape}) but agent {config["agent_name"]!r} reads state vectors only '
+            f'(it has no --agent.encoder): use a state-based dataset, or an agent with an image encoder (e.g. '
+            f'--agent=configs/presets.py:byol_gamma_a_visual).'
+        )
+    if images and name not in VISUAL_ENCODERS:
+        raise ConfigError(
+            f'The observations are images (shape {shape}) but encoder={name!r} expects state vectors: pass '
+            f'--agent.encoder=impala_small (or a visual preset, e.g. --agent=configs/presets.py:byol_gamma_a_visual).'
+        )
+    if not images and name in VISUAL_ENCODERS:
+        raise ConfigError(
+            f'encoder={name!r} is an image encoder but the observations are state vectors (shape {shape}): use a '
+            f'visual-* dataset, or leave --agent.encoder at its default.'
+        )
+
+
+def latent_dim_for(config, ex_observations) -> int:
+    """phi's output size: config.latent_dim, or when 0 the paper's default: |s| for states (64 below 8 dimensions,
+    pointmaze's xy, where that latent is degenerate; docs/method.md, section 4), 64 for images."""
+    if config.latent_dim > 0:
+        return config.latent_dim
+    if is_image_batch(ex_observations):
+        return VISUAL_LATENT_DIM
+    obs_dim = ex_observations.shape[-1]
+    return obs_dim if obs_dim >= 8 else 64
+
+
+def state_encoder(config, ex_observations):
+    """(phi, d): the ensemble encoder of states (encoder_hidden_dims, encoder_layer_norm, num_ensemble), behind the
+    image encoder config.encoder when the observations are images. Every agent builds its phi / psi encoders here."""
+    d = latent_dim_for(config, ex_observations)
+    encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm,
+                              visual_encoder=config.encoder)
+    return encoder, d
+
+
+def bc_actor(config, action_dim: int):
+    """The Gaussian actor head of the behavior-cloning agents (actor_hidden_dims, actor_layer_norm)."""
+    return GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm)
+
+
+def two_encoder_modules(config, ex_observations, ex_actions):
+    """(modules, example_args) of an agent with two encoder ensembles of states and an actor on two of their
+    representations (TRA, TD-SR): phi ('encoder'), psi ('psi_encoder', a copy of phi's architecture that also reads
+    a_t when config.action_conditioned) and the actor ('actor') on concat(z_s, z_g), 2 * d inputs."""
+    encoder, d = state_encoder(config, ex_observations)
+    modules = {'encoder': encoder, 'psi_encoder': encoder.clone(), 'actor': bc_actor(config, ex_actions.shape[-1])}
+    example_args = {
+        'encoder': (ex_observations,),
+        'psi_encoder': psi_inputs(ex_observations, ex_actions, config.action_conditioned),
+        'actor': (jnp.zeros((1, 2 * d)),),
+    }
+    return modules, example_args

@@ -6,7 +6,7 @@
 
 f(prediction, target) throughout (docs/method.md, section 4); the paper writes the backward term with its
 arguments swapped, which for f_CE would make the target the log-softmax side (see
-utils.losses.byol_gamma_loss).
+`byol_gamma_loss` below).
 
 phi is an ensemble of 2 encoders, each with its own psi_f / psi_b, trained independently by L_aux;
 the actor sees the ensemble mean. L_aux never reaches the actor head; L_BC flows into phi.
@@ -16,7 +16,7 @@ Every ablation is a config: BYOL (gamma=0, no psi_b, no action, f_l2), -a, f_l2,
 `nstep > 0` replaces the geometric term by recurrent n-step prediction with the actions
 (n-step BYOL): sum_j f(psi_f^j(phi(s_t), a_t..a_{t+j-1}), sg phibar(s_{t+j})).
 
-f_CE's log (`ce_eps`, utils.losses.f_ce): the default 1e-6 is the authors' implementation,
+f_CE's log (`ce_eps`, `f_ce` below): the default 1e-6 is the authors' implementation,
 -softmax(b) . log(softmax(a) + 1e-6), the same as the printed log-softmax (ce_eps = 0) for moderate
 logits but bounded, with vanishing gradients, where softmax(a) underflows as the representation
 scale grows.
@@ -27,18 +27,153 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import BCAgent
-from agents.encoders import bc_actor, encode_together, mean_concat, phi_policy_inputs, state_encoder
-from utils.config_checks import non_negative, one_of
-from utils.losses import byol_gamma_loss, nstep_prediction_loss
+from agents.base import BCAgent, bc_actor, encode_together, mean_concat, present, state_encoder
+from utils.config_checks import non_negative, one_of, switch
 from utils.networks import EnsemblePredictor
 
 
-class BYOLGammaAgent(BCAgent):
-    CONFIG_RULES = {'loss_type': one_of('ce', 'l2'), 'ce_eps': non_negative(1e-6), 'nstep': non_negative(0)}
+# ---------------------------------------------------------------------------------------------
+# The self-predictive losses (docs/method.md, section 4), pure functions. Convention: `a` / `pred` is the
+# prediction, `b` / `target` the target. Leading axes are batch axes, the feature axis is last.
+# ---------------------------------------------------------------------------------------------
 
-    def policy_inputs(self, observations, goals, params):
-        return phi_policy_inputs(self.network, observations, goals, params)
+PREDICTION_KINDS = ('ce', 'l2')
+
+# Added under the square root so a zero vector normalises to zero instead of 0/0 = NaN.
+L2_NORM_EPS = 1e-12
+
+
+def f_ce(pred, target, eps=0.0):
+    """f_CE(a, b) = -softmax(b) . log softmax(a), per sample (paper eq. byolgbi, DINO-style).
+
+    The paper prints the loss without the minus sign; we add it so that it is a
+    cross-entropy to minimise. No stop-gradient here: callers decide what is a target.
+    `eps > 0` gives the authors' implementation, -softmax(b) . log(softmax(a) + eps): the same for
+    moderate logits, but bounded by -log(eps) per sample (and with vanishing gradients) where
+    softmax(a) underflows, i.e. once the representation scale has grown. eps = 0 is the printed form,
+    computed with log_softmax.
+    Returns an array with the leading (batch) axes of the inputs.
+    """
+    if eps == 0.0:
+        log_probs = jax.nn.log_softmax(pred, axis=-1)
+    else:
+        log_probs = jnp.log(jax.nn.softmax(pred, axis=-1) + eps)
+    return -jnp.sum(jax.nn.softmax(target, axis=-1) * log_probs, axis=-1)
+
+
+def _normalize(x):
+    """x / sqrt(|x|^2 + eps): x / |x| away from zero, and 0 (not NaN) at x = 0."""
+    return x / jnp.sqrt(jnp.sum(jnp.square(x), axis=-1, keepdims=True) + L2_NORM_EPS)
+
+
+def f_l2(pred, target):
+    """f_l2(a, b) = || a/|a| - b/|b| ||^2, per sample (paper eq. byolgbi, BYOL's normalised L2).
+
+    Norms carry eps = 1e-12 under the square root (`L2_NORM_EPS`): a zero vector then counts as
+    the zero direction, so f_l2(0, b) = 1 for any non-zero b, with finite gradients. Values lie
+    in [0, 4] (0 for equal directions, 4 for opposite ones) and the loss is symmetric in a, b.
+    """
+    return jnp.sum(jnp.square(_normalize(pred) - _normalize(target)), axis=-1)
+
+
+def _discrepancy(kind, ce_eps=0.0):
+    if kind == 'ce':
+        return lambda pred, target: f_ce(pred, target, eps=ce_eps)
+    if kind == 'l2':
+        return f_l2
+    raise ValueError(f'Unknown prediction loss kind {kind!r}: valid kinds are {PREDICTION_KINDS}.')
+
+
+def prediction_loss(pred, target, kind, ce_eps=0.0):
+    """E[f(a, sg b)] with f = f_CE (kind='ce') or f_l2 (kind='l2') (paper eqs. byol, byolgbi).
+
+    The mean runs over all leading axes (batch, and an ensemble axis if present). The target is
+    stop-gradiented here, so only `pred` (and what produced it) receives gradients. `ce_eps` is
+    f_CE's eps (0 = printed form; see `f_ce`); f_l2 ignores it.
+    """
+    f = _discrepancy(kind, ce_eps)
+    return jnp.mean(f(pred, jax.lax.stop_gradient(target)))
+
+
+def byol_gamma_loss(forward_pred, future_target, backward_pred=None, current_target=None, kind='ce', ce_eps=0.0):
+    """BYOL-gamma (paper eq. byolgbi, backward term with the prediction first, see below):
+        L = E[ f(psi_f(phi(s_t), a_t), sg phibar(s_+)) + f(psi_b(phi(s_+)), sg phibar(s_t)) ],
+    s_+ ~ M~pi(s_t, .), i.e. s_{t+k} with k ~ Geom(1 - gamma).
+
+    Args:
+        forward_pred: psi_f(phi(s_t)[, a_t]).
+        future_target: phibar(s_+); stop-gradiented here.
+        backward_pred: psi_b(phi(s_+)), or None for the `-psi_b` ablation (forward term only).
+        current_target: phibar(s_t); stop-gradiented here; required with `backward_pred`.
+        kind: 'ce' or 'l2'.
+        ce_eps: f_CE's eps, 0 for the printed log-softmax (see `f_ce`).
+
+    Backward-term argument order: the paper writes f(phibar(s_t), psi_b(...)), which with its
+    f_CE(a, b) = softmax(b) . log softmax(a) would put the target on the log-softmax side and
+    the prediction on the softmax side. Minimising -sum_k p_k(psi_b) log q_k(target) over the
+    prediction is linear in p, so its optimum is a one-hot on argmax q rather than p = q: it
+    does not make psi_b predict phibar(s_t). We therefore follow the convention of docs/method.md (`a` =
+    prediction, `b` = target) and the paper's prose ("psi_b predicts a past representation"):
+    backward term = f(psi_b(phi(s_+)), sg phibar(s_t)), a proper DINO-style cross-entropy
+    towards a fixed target distribution. For f_l2 the order is immaterial
+    (symmetric); only the stop-gradient placement matters.
+
+    Returns:
+        (loss, {'forward_loss', 'backward_loss'}); backward_loss is 0 without a backward term.
+    """
+    forward = prediction_loss(forward_pred, future_target, kind, ce_eps)
+    if backward_pred is None:
+        backward = jnp.zeros_like(forward)
+    else:
+        if current_target is None:
+            raise ValueError('byol_gamma_loss: backward_pred needs current_target (phibar(s_t)).')
+        backward = prediction_loss(backward_pred, current_target, kind, ce_eps)
+    return forward + backward, {'forward_loss': forward, 'backward_loss': backward}
+
+
+def nstep_prediction_loss(predictions, targets, mask, kind, ce_eps=0.0):
+    """n-step BYOL (paper appendix "N-step BYOL"):
+        L = sum_{j=1..n} f(psi_f^j(phi(s_t), a_t, .., a_{t+j-1}), sg phibar(s_{t+j})),
+    where each step is averaged only over the samples in which s_{t+j} exists:
+        L = sum_j (sum_b m_bj f_bj) / max(sum_b m_bj, 1).
+
+    Args:
+        predictions, targets: [..., n, d]; index j along axis -2 is step j+1.
+        mask: [..., n], 1 where step j lies inside the sample's episode, 0 otherwise.
+        kind: 'ce' or 'l2'.
+        ce_eps: f_CE's eps, 0 for the printed log-softmax (see `f_ce`).
+
+    Returns:
+        (loss, info) with info['step_losses'] of shape [n] and scalar 'step{j}_loss' for
+        j = 1..n. A step whose mask is all zero contributes exactly 0.
+    """
+    n = predictions.shape[-2]
+    f = _discrepancy(kind, ce_eps)(predictions, jax.lax.stop_gradient(targets))
+    f = f.reshape(-1, n)
+    m = jnp.asarray(mask).reshape(-1, n).astype(f.dtype)
+    # `where`, not just m * f: padded steps past the episode end may hold non-finite values.
+    weighted = jnp.where(m != 0, m * f, 0.0)
+    step_losses = jnp.sum(weighted, axis=0) / jnp.maximum(jnp.sum(m, axis=0), 1.0)
+    info = {'step_losses': step_losses}
+    for j in range(n):
+        info[f'step{j + 1}_loss'] = step_losses[j]
+    return jnp.sum(step_losses), info
+
+
+class BYOLGammaAgent(BCAgent):
+    CONFIG_RULES = {
+        'loss_type': one_of(*PREDICTION_KINDS), 'ce_eps': non_negative(1e-6), 'nstep': non_negative(0),
+        'action_conditioned': switch(True), 'backward_predictor': switch(True),
+    }
+    GOAL_MIXTURES = ('actor', 'value')
+
+    def encode(self, batch, params):
+        """phi(s_t), phi(actor goal) and (geometric BYOL) phi(s_{t+k}), [M, B, d] each, in one encoder call."""
+        keys = ('observations', 'actor_goals') + (() if self.config['nstep'] > 0 else ('value_goals',))
+        return encode_together(self.network, params, 'encoder', present(batch, keys))
+
+    def actor_input(self, batch, z):
+        return mean_concat(z['observations'], z['actor_goals'])
 
     def target_encode(self, x, params, online=None):
         """phibar(x): the online encoder without gradient (tau = 1) or its EMA target (tau < 1).
@@ -51,26 +186,16 @@ class BYOLGammaAgent(BCAgent):
     def forward(self, z, actions, params):
         return self.network(z, actions if self.config['action_conditioned'] else None, name='forward_predictor', params=params)
 
-    def batch_encodings(self, batch, params):
-        """phi(s_t), phi(actor goal) and (geometric BYOL) phi(s_{t+k}), [M, B, d] each, in one encoder call."""
-        keys = ('observations', 'actor_goals') + (() if self.config['nstep'] > 0 else ('value_goals',))
-        return encode_together(self.network, params, 'encoder', {k: batch[k] for k in keys})
-
-    def batch_policy_inputs(self, batch, params, encodings):
-        return mean_concat(encodings['observations'], encodings['actor_goals'])
-
-    def representation_loss(self, batch, params, encodings=None):
-        encodings = self.batch_encodings(batch, params) if encodings is None else encodings
-        z_t = encodings['observations']  # [M, B, d]
+    def representation_loss(self, batch, z, params):
+        z_t = z['observations']  # [M, B, d]
         if self.config['nstep'] > 0:
             return self.nstep_loss(batch, z_t, params)
-        z_future = encodings['value_goals']
-        forward_pred = self.forward(z_t, batch['actions'], params)
+        z_future = z['value_goals']
         backward_pred = None
         if self.config['backward_predictor']:
             backward_pred = self.network(z_future, name='backward_predictor', params=params)
         return byol_gamma_loss(
-            forward_pred,
+            self.forward(z_t, batch['actions'], params),
             self.target_encode(batch['value_goals'], params, online=z_future),
             backward_pred,
             self.target_encode(batch['observations'], params, online=z_t),

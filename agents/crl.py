@@ -19,7 +19,7 @@ import optax
 
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import at_least, one_of
-from utils.flax_utils import frozen
+from utils.training import frozen
 from utils.networks import GaussianActor
 from utils.value_networks import BilinearValue
 from utils.rl_losses import awr_actor_loss, binary_nce_loss, contrastive_logits, ddpg_bc_actor_loss

@@ -52,11 +52,10 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import Agent, LossFn
-from agents.encoders import ENCODER_RULES, latent_dim_for
-from utils.config_checks import Rule, at_least, non_negative, one_of, probability
-from utils.flax_utils import frozen
-from utils.losses import bc_loss, forward_backward_loss, orthonormality_loss
+from agents.base import ENCODER_RULES, Agent, LossFn, bc_loss, latent_dim_for
+from utils.config_checks import Rule, at_least, non_negative, one_of, probability, switch
+from utils.training import frozen
+from utils.losses import forward_backward_loss, orthonormality_loss
 from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize, visual_encoder
 
 # Under the square root of the norm, so that projecting a zero vector gives 0 instead of NaN.
@@ -135,7 +134,9 @@ class FBAgent(Agent):
         'actor_pessimism': non_negative(0.5),
         'actor_noise': non_negative(0.2),
         'actor_noise_clip': non_negative(0.3),
+        'normalize_q': switch(True),
     }
+    GOAL_MIXTURES = ('value',)  # the states z = B(s) is drawn from
 
     def policy_inputs(self, observations, goals, params):
         """Goal reaching: the actor on concat(s, z) with z = B(g)."""

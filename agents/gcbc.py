@@ -15,18 +15,28 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import BCAgent
-from agents.encoders import bc_actor, phi_policy_inputs, state_encoder
+from agents.base import BCAgent, bc_actor, encode_together, mean_concat, present, state_encoder
+from utils.config_checks import switch
 from utils.networks import visual_encoder
 
 
 class GCBCAgent(BCAgent):
-    def policy_inputs(self, observations, goals, params):
+    CONFIG_RULES = {'use_phi': switch(False)}
+
+    def encode(self, batch, params):
         if self.config['use_phi']:
-            return phi_policy_inputs(self.network, observations, goals, params)
-        if self.config['encoder'] != 'none':
-            return self.network(jnp.concatenate([observations, goals], axis=-1), name='encoder', params=params)
-        return jnp.concatenate([observations, goals], axis=-1)
+            return encode_together(self.network, params, 'encoder', present(batch, ('observations', 'actor_goals')))
+        if self.config['encoder'] != 'none':  # one CNN on the channel-wise stack (s, g)
+            stacked = jnp.concatenate([batch['observations'], batch['actor_goals']], axis=-1)
+            return {'state_goal': self.network(stacked, name='encoder', params=params)}
+        return {}
+
+    def actor_input(self, batch, z):
+        if self.config['use_phi']:
+            return mean_concat(z['observations'], z['actor_goals'])
+        if 'state_goal' in z:
+            return z['state_goal']
+        return jnp.concatenate([batch['observations'], batch['actor_goals']], axis=-1)
 
     def representations(self, observations, actions, goals):
         if not self.config['use_phi']:

@@ -21,9 +21,6 @@ auxiliary loss and target networks are exactly those of the flat agent; `high` i
 and in which space it proposes subgoals (states, or the low level's representation). With one
 optimizer per level, freezing a level is exact: it is simply not updated. The agent itself is only the
 schedule that drives the two, and acting that chains them.
-(Checkpoints of hierarchical runs saved before this composition, whose tree was (rng, network,
-targets, low), load neither to resume nor as a `stage1_checkpoint`; flat runs' checkpoints are
-unchanged and load as a `stage1_checkpoint` as before.)
 
 Schedule. `stage1_steps = 0` trains both levels at every step (HGCBC, as OGBench's HGCBC does).
 `stage1_steps > 0` is the paper's two-stage setup: the low level's first `stage1_steps` updates train
@@ -52,14 +49,13 @@ import optax
 
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
-from agents.encoders import phi_policy_inputs, state_encoder
+from agents.base import bc_loss, phi_policy_inputs, state_encoder
 from agents.gcbc import GCBCAgent
 from runtime.checkpoints import load_checkpoint
-from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive
+from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive, text
 from utils.networks import sample_gaussian
 from utils.errors import ConfigError
-from utils.flax_utils import TrainState, frozen, nonpytree_field
-from utils.losses import bc_loss
+from utils.training import TrainState, frozen, nonpytree_field
 from utils.networks import GaussianActor, ModuleDict
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +210,9 @@ class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner):
         'high_lr': positive(1e-4),
         'stage1_steps': non_negative(0),
         'replan_every': at_least(1, 1),
+        'stage1_checkpoint': text(''),
     }
+    GOAL_MIXTURES = ('value', 'high')  # the low level's goals are the sampler's low_goals
 
     @classmethod
     def low_config(cls, config):

@@ -23,16 +23,18 @@ import ml_collections
 import optax
 
 from agents.rl_base import GoalConditionedRLAgent
-from utils.config_checks import SUBGOAL_RULES, at_least, non_negative
+from utils.config_checks import SUBGOAL_RULES, at_least, non_negative, switch
 from utils.networks import sample_gaussian
-from utils.flax_utils import frozen
+from utils.training import frozen
 from utils.networks import GaussianActor, length_normalize
 from utils.value_networks import GoalRepresentation, ValueEnsemble
 from utils.rl_losses import awr_actor_loss, implicit_v_loss
 
 
 class HIQLAgent(GoalConditionedRLAgent):
-    CONFIG_RULES = {**SUBGOAL_RULES, 'rep_dim': at_least(1, 10), 'low_alpha': non_negative(3.0), 'high_alpha': non_negative(3.0)}
+    CONFIG_RULES = {**SUBGOAL_RULES, 'rep_dim': at_least(1, 10), 'low_alpha': non_negative(3.0), 'high_alpha': non_negative(3.0),
+                    'low_actor_rep_grad': switch(False)}
+    GOAL_MIXTURES = ('value', 'high')
 
     def goal_representation(self, observations, goals, params):
         return self.network(jnp.concatenate([observations, goals], axis=-1), name='goal_rep', params=params)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from agents.base import Agent, LossFn
-from utils.config_checks import Rule, is_finite_number, non_negative
+from utils.config_checks import Rule, is_finite_number, non_negative, switch
 from utils.networks import sample_gaussian
 
 
@@ -21,7 +21,11 @@ class GoalConditionedRLAgent(Agent):
         'alpha': non_negative(10.0),  # AWR temperature or DDPG+BC coefficient (gcivl, gciql, qrl, crl)
         'expectile': Rule(lambda v: is_finite_number(v) and 0.0 < v < 1.0,
                           'must lie in (0, 1) (0.5 = mean regression)', 0.9),  # gcivl, gciql, hiql
+        'const_std': switch(True),
+        'layer_norm': switch(True),
+        'gc_negative': switch(True),
     }
+    GOAL_MIXTURES = ('actor', 'value')
 
     def loss_terms(self, batch, params, rng):
         """{name: (loss, metrics)}: each term passes `params` only to the networks it trains."""

@@ -23,13 +23,11 @@ TD-SR command (and the paper's TD-SR appendix) turns them off, though their code
   ||E[phi phi^T] - I||^2 'frobenius' form under 'paper'); their code's default is 1.
 """
 
-import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import BCAgent
-from agents.encoders import encode_together, mean_concat, phi_policy_inputs, psi_inputs, two_encoder_modules
-from utils.config_checks import at_least, non_negative, one_of
+from agents.base import BCAgent, encode_together, mean_concat, present, psi_inputs, two_encoder_modules
+from utils.config_checks import at_least, non_negative, one_of, switch
 from utils.losses import orthonormality_loss, td_sr_loss
 from utils.networks import length_normalize
 
@@ -39,14 +37,16 @@ class TDSRAgent(BCAgent):
         'batch_size': at_least(2, 1024),  # the TD loss pairs each sample with the others
         'loss_scale': one_of('authors', 'paper'),
         'ortho_coef': non_negative(0.0),
+        'action_conditioned': switch(True),
+        'normalize_goal': switch(False),
     }
 
-    def policy_inputs(self, observations, goals, params):
-        if not self.config['normalize_goal']:
-            return phi_policy_inputs(self.network, observations, goals, params)
-        z_s = self.network(observations, name='encoder', params=params).mean(axis=0)
-        z_g = self.goal_encode(goals, params).mean(axis=0)
-        return jnp.concatenate([z_s, z_g], axis=-1)
+    def encode(self, batch, params):
+        """phi of s_t, the actor goals and s_{t+1}, in one encoder call."""
+        return encode_together(self.network, params, 'encoder', present(batch, ('observations', 'actor_goals', 'next_observations')))
+
+    def actor_input(self, batch, z):
+        return mean_concat(z['observations'], self.goal_side(z['actor_goals']))
 
     def goal_side(self, z):
         """A goal-side representation phi(x) (or phibar(x)), rescaled to norm sqrt(d) with `normalize_goal`."""
@@ -58,18 +58,9 @@ class TDSRAgent(BCAgent):
     def psi_inputs(self, observations, actions):
         return psi_inputs(observations, actions, self.config['action_conditioned'])
 
-    def batch_encodings(self, batch, params):
-        """phi of s_t, the actor goals and s_{t+1}, in one encoder call."""
-        keys = ('observations', 'actor_goals', 'next_observations')
-        return encode_together(self.network, params, 'encoder', {k: batch[k] for k in keys})
-
-    def batch_policy_inputs(self, batch, params, encodings):
-        return mean_concat(encodings['observations'], self.goal_side(encodings['actor_goals']))
-
-    def representation_loss(self, batch, params, encodings=None):
-        encodings = self.batch_encodings(batch, params) if encodings is None else encodings
+    def representation_loss(self, batch, z, params):
         psi = self.network(*self.psi_inputs(batch['observations'], batch['actions']), name='psi_encoder', params=params)
-        phi_next = self.goal_side(encodings['next_observations'])
+        phi_next = self.goal_side(z['next_observations'])
         next_psi_inputs = self.psi_inputs(batch['next_observations'], batch['next_actions'])
         target_psi_next = self.target(*next_psi_inputs, name='psi_encoder')
         target_phi_next = self.goal_side(self.target(batch['next_observations'], name='encoder'))

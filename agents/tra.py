@@ -4,7 +4,7 @@
             k ~ Geometric(1 - gamma)                 (paper, eq. infoNCESym)
             + 1e-6 * E[|phi(s+)|^2 / d + |psi(s)|^2 / d]
 
-Loss scale (`loss_scale`, see utils.losses.symmetric_infonce):
+Loss scale (`loss_scale`, see `symmetric_infonce` below):
 * 'authors' (default): the authors' public implementation, on which the paper's alpha grid
   (10, 40, 60, 100) was tuned: f = psi^T phi / sqrt(d), and the InfoNCE is averaged over all B x B
   logits, i.e. the printed loss / B. At initialisation L_aux ~ 2 ln(B) / B (0.014 at B = 1024).
@@ -22,38 +22,88 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import BCAgent
-from agents.encoders import encode_together, mean_concat, phi_policy_inputs, psi_inputs, two_encoder_modules
-from utils.config_checks import non_negative, one_of
-from utils.losses import representation_norm_penalty, symmetric_infonce
+from agents.base import BCAgent, encode_together, mean_concat, present, psi_inputs, two_encoder_modules
+from utils.config_checks import non_negative, one_of, switch
+from utils.losses import LOSS_SCALES, check_choice
+
+
+# ---------------------------------------------------------------------------------------------
+# TRA's auxiliary loss (paper eq. infoNCESym and appendix "TRA"), pure functions.
+# ---------------------------------------------------------------------------------------------
+
+
+def symmetric_infonce(psi, phi, scale='paper'):
+    """Symmetric InfoNCE used by TRA (paper eq. infoNCESym), with logits_ij = f(psi_i, phi_j):
+        scale='paper':   f = psi_i . phi_j and
+                         L = -1/B sum_i log softmax_j(logits)_ii - 1/B sum_i log softmax_j(logits^T)_ii,
+        scale='authors': f = psi_i . phi_j / sqrt(d) and L / B, i.e. the sum of the two diagonal
+                         log-softmax terms averaged over all B x B logits (self-pred-bc's TRA).
+    The row-wise term asks which s_+ goes with s_i, the column-wise one which s goes with s_+,i. At
+    initialisation (logits ~ 0) L = 2 ln B ('paper') or 2 ln(B) / B ('authors'), so one alpha weighs
+    the 'paper' loss B times more.
+
+    Args:
+        psi, phi: [B, d] with (psi_i, phi_i) a positive pair; vmap over any ensemble axis.
+        scale: 'paper' or 'authors'.
+
+    Returns:
+        (loss, {'accuracy': fraction of rows whose argmax is the diagonal,
+                'logits_pos': mean diagonal logit, 'logits_neg': mean off-diagonal logit}),
+        logits as scaled by `scale`.
+    """
+    check_choice(scale)
+    logits = psi @ phi.T
+    batch = logits.shape[0]
+    if scale == 'authors':
+        logits = logits / jnp.sqrt(psi.shape[-1])
+    eye = jnp.eye(batch, dtype=bool)
+    row_loss = -jnp.mean(jnp.diagonal(jax.nn.log_softmax(logits, axis=1)))
+    col_loss = -jnp.mean(jnp.diagonal(jax.nn.log_softmax(logits, axis=0)))
+    loss = row_loss + col_loss
+    if scale == 'authors':
+        loss = loss / batch
+    info = {
+        'accuracy': jnp.mean(jnp.argmax(logits, axis=1) == jnp.arange(batch)),
+        'logits_pos': jnp.mean(jnp.diagonal(logits)),
+        # Guarded for B = 1, where there are no negatives.
+        'logits_neg': jnp.sum(jnp.where(eye, 0.0, logits)) / max(batch * (batch - 1), 1),
+    }
+    return loss, info
+
+
+def representation_norm_penalty(phi, psi, coef=1e-6):
+    """TRA's norm penalty (paper appendix "TRA"): lambda E_s[ |phi(s)|^2 / d + |psi(s)|^2 / d ].
+
+    d is each array's own feature size, so phi and psi may differ in width; lambda = coef.
+    The expectation is the mean over all leading axes, so this equals lambda (mean(phi^2) + mean(psi^2))
+    over all entries, the authors' form: the paper and the authors agree on this term.
+    """
+    phi_term = jnp.sum(jnp.square(phi), axis=-1) / phi.shape[-1]
+    psi_term = jnp.sum(jnp.square(psi), axis=-1) / psi.shape[-1]
+    return coef * jnp.mean(phi_term + psi_term)
 
 
 class TRAAgent(BCAgent):
-    CONFIG_RULES = {'loss_scale': one_of('authors', 'paper'), 'norm_penalty': non_negative(1e-6)}
+    CONFIG_RULES = {'loss_scale': one_of(*LOSS_SCALES), 'norm_penalty': non_negative(1e-6), 'action_conditioned': switch(False)}
+    GOAL_MIXTURES = ('actor', 'value')
 
-    def policy_inputs(self, observations, goals, params):
-        if self.config['action_conditioned']:
-            return phi_policy_inputs(self.network, observations, goals, params)
-        z_s = self.network(observations, name='psi_encoder', params=params).mean(axis=0)
-        z_g = self.network(goals, name='encoder', params=params).mean(axis=0)
-        return jnp.concatenate([z_s, z_g], axis=-1)
-
-    def batch_encodings(self, batch, params):
-        """psi(s_t[, a_t]) and, in one call, phi of the actor goals, the positives s_+ and (TRA^a) s_t."""
+    def encode(self, batch, params):
+        """phi of the actor goals, the positives s_+ and (TRA^a) s_t in one call, and psi(s_t[, a_t]) (at acting
+        time only where the policy reads it: original TRA's pi(psi(s), phi(g)))."""
         action_conditioned = self.config['action_conditioned']
         keys = ('actor_goals', 'value_goals') + (('observations',) if action_conditioned else ())
-        encodings = encode_together(self.network, params, 'encoder', {k: batch[k] for k in keys})
-        inputs = psi_inputs(batch['observations'], batch['actions'], action_conditioned)
-        encodings['psi'] = self.network(*inputs, name='psi_encoder', params=params)
-        return encodings
+        z = encode_together(self.network, params, 'encoder', present(batch, keys))
+        if 'actions' in batch or not action_conditioned:
+            inputs = psi_inputs(batch['observations'], batch.get('actions'), action_conditioned)
+            z['psi'] = self.network(*inputs, name='psi_encoder', params=params)
+        return z
 
-    def batch_policy_inputs(self, batch, params, encodings):
-        state = encodings['observations'] if self.config['action_conditioned'] else encodings['psi']
-        return mean_concat(state, encodings['actor_goals'])
+    def actor_input(self, batch, z):
+        state = z['observations'] if self.config['action_conditioned'] else z['psi']
+        return mean_concat(state, z['actor_goals'])
 
-    def representation_loss(self, batch, params, encodings=None):
-        encodings = self.batch_encodings(batch, params) if encodings is None else encodings
-        psi, phi = encodings['psi'], encodings['value_goals']  # [M, B, d] each
+    def representation_loss(self, batch, z, params):
+        psi, phi = z['psi'], z['value_goals']  # [M, B, d] each
         contrastive, info = jax.vmap(lambda p, f: symmetric_infonce(p, f, self.config['loss_scale']))(psi, phi)
         penalty = representation_norm_penalty(phi, psi, self.config['norm_penalty'])
         info = {k: jnp.mean(v) for k, v in info.items()}

@@ -15,7 +15,7 @@ still leaves every finished figure on the screen):
      time per update relative to GCBC's. The data are a synthetic dataset with `--train_env`'s observation and
      action sizes (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not
      depend on the values, so no dataset is needed. `--layouts auto leaf` also times the per-leaf optimizer
-     (utils/flax_utils.py; auto = flat on accelerators) for `--compare_presets` (GCBC, BYOL-gamma^a) in a last
+     (utils/training.py; auto = flat on accelerators) for `--compare_presets` (GCBC, BYOL-gamma^a) in a last
      table, in the same process (after the projection, so the time budget cuts it first);
   2. evaluation: one evaluation of N = 1, 4, 10 seeds of an untrained BYOL-gamma^a agent (--eval_preset) on
      `--eval_env` (antmaze-medium-stitch; 5 tasks x 50 episodes per seed, all seeds' episodes in one lockstep batch,
@@ -50,7 +50,7 @@ def parse_args(argv=None):
     parser.add_argument('--quick', action='store_true', help='tiny sizes for a CPU smoke run')
     parser.add_argument('--presets', nargs='+', default=None, choices=list(PRESETS), help='default all (quick: gcbc, byol_gamma_a)')
     parser.add_argument('--layouts', nargs='+', default=['auto'], choices=['auto', 'flat', 'leaf'],
-                        help='optimizer-state layouts timed (utils/flax_utils.py); the first is the main table')
+                        help='optimizer-state layouts timed (utils/training.py); the first is the main table')
     parser.add_argument('--compare_presets', nargs='+', default=['gcbc', 'byol_gamma_a'], choices=list(PRESETS),
                         help='the agents timed again with the other --layouts (after the projection)')
     parser.add_argument('--eval_preset', default=None, choices=list(PRESETS), help='the agent evaluated; default byol_gamma_a (quick: gcbc)')
@@ -128,19 +128,19 @@ def timed_chunks(run, state, seconds):
 
 
 def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='auto'):
-    """`num_seeds` agents of `preset` (stacked on a seed axis when > 1) as main.py creates them, and the sampler config."""
+    """`num_seeds` agents of `preset` (stacked on a seed axis when > 1) as main.py creates them, their optimizer over one
+    vector ('flat'), per leaf ('leaf') or as main.py chooses for this backend ('auto')."""
     from agents import get_agent_class
     from configs.presets import get_config as preset_config
-    from utils.flax_utils import layout
-    from utils.sampler import SamplerConfig
-    from utils.training import compiled_create, stack_trees
+    from utils.training import compiled_create, stack_trees, with_optimizer
 
     config = preset_config(preset)
     config.batch_size = batch_size
-    with layout(optimizer_layout):
-        create = compiled_create(get_agent_class(config.agent_name), raw['observations'][:1], raw['actions'][:1], config)
-        agents = [create(s) for s in range(num_seeds)]
-    return (agents[0] if num_seeds == 1 else stack_trees(agents)), SamplerConfig.from_config(config)
+    create = compiled_create(get_agent_class(config.agent_name), raw['observations'][:1], raw['actions'][:1], config)
+    agents = [create(s) for s in range(num_seeds)]
+    if optimizer_layout != 'auto':
+        agents = [with_optimizer(agent, one_vector=optimizer_layout == 'flat') for agent in agents]
+    return agents[0] if num_seeds == 1 else stack_trees(agents)
 
 
 def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='auto'):
@@ -152,11 +152,11 @@ def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='auto'
     from utils.training import train_steps, train_steps_multi
 
     start = time.perf_counter()
-    state, sampler_config = make_agents(preset, num_seeds, raw, args.batch_size, optimizer_layout)
+    state = make_agents(preset, num_seeds, raw, args.batch_size, optimizer_layout)
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
     key = keys[0] if num_seeds == 1 else keys
     step_fn = train_steps if num_seeds == 1 else train_steps_multi  # exactly main.py's calls
-    compiled = step_fn.lower(state, data, key, 0, sampler_config, args.steps_per_call).compile()
+    compiled = step_fn.lower(state, data, key, 0, args.steps_per_call).compile()
     jax.block_until_ready(state)
     startup_s = time.perf_counter() - start
     stats = program_stats(compiled)
@@ -176,7 +176,7 @@ def measure_evaluation(num_seeds, envs, raw, args):
     """(wall seconds, env steps) of one evaluation of `num_seeds` untrained seeds of `--eval_preset` in one batch."""
     from utils.evaluation import evaluate_seeds, seeds_policy
 
-    agents, _ = make_agents(args.eval_preset, num_seeds, raw, args.batch_size)
+    agents = make_agents(args.eval_preset, num_seeds, raw, args.batch_size)
     policy = seeds_policy(agents, num_seeds)
     tasks = tuple(range(1, args.eval_tasks + 1))
     seeds = list(range(num_seeds))
@@ -255,7 +255,6 @@ def main(argv=None):
     import jax
 
     from utils.evaluation import env_spaces, make_eval_envs, usable_cpus
-    from utils.flax_utils import default_flat, layout
     from utils.sampler import DeviceDataset
 
     budget = Budget(args.budget_s)
@@ -274,8 +273,8 @@ def main(argv=None):
           f'{args.steps_per_call} steps per call, >= {args.seconds:g} s timed per figure', flush=True)
 
     def layout_label(name):
-        with layout(name):
-            return f'{name} ({"flat" if default_flat() else "per-leaf"} optimizer)'
+        flat = name == 'flat' or (name == 'auto' and jax.default_backend() != 'cpu')
+        return f'{name} ({"flat" if flat else "per-leaf"} optimizer)'
 
     results = {}
 

@@ -35,7 +35,7 @@ import numpy as np
 from agents import get_agent_class
 from configs.presets import get_config as preset_config
 from runtime.checkout import require_own_checkout
-from utils.sampler import DeviceDataset, SamplerConfig
+from utils.sampler import DeviceDataset
 from utils.training import train_steps
 
 # Config fields that both codebases' configs share and that change the computation.
@@ -114,13 +114,12 @@ def main():
     config.batch_size = args.batch_size
     agent = get_agent_class(config.agent_name).create(0, observations[:1], actions[:1], config)
     data = DeviceDataset.from_numpy(observations, actions, terminals)
-    sampler_config = SamplerConfig.from_config(config)
     key = jax.random.PRNGKey(0)
     state = {'agent': agent, 'step': 0}
 
     def ours_block():
         for _ in range(args.steps // args.steps_per_call):
-            state['agent'], info = train_steps(state['agent'], data, key, state['step'], sampler_config, args.steps_per_call)
+            state['agent'], info = train_steps(state['agent'], data, key, state['step'], args.steps_per_call)
             state['step'] += args.steps_per_call
         jax.block_until_ready(info)
 

@@ -19,7 +19,7 @@ from runtime.checkout import require_own_checkout
 from runtime.dataset_files import ensure_dataset
 from utils.datasets import load_dataset
 from utils.evaluation import make_env
-from utils.sampler import DeviceDataset, SamplerConfig
+from utils.sampler import DeviceDataset
 from utils.training import stack_trees, train_steps, train_steps_multi
 
 FLAGS = flags.FLAGS
@@ -39,13 +39,12 @@ def main(_):
     data = DeviceDataset.from_numpy(**raw)
     config = preset_config(FLAGS.preset)
     config.batch_size = FLAGS.batch_size
-    sampler_config = SamplerConfig.from_config(config)
     agent_class = get_agent_class(config.agent_name)
 
     def run(state, keys, n):
         if n == 1:
-            return train_steps(state, data, keys[0], 0, sampler_config, FLAGS.steps)
-        return train_steps_multi(state, data, keys, 0, sampler_config, FLAGS.steps)
+            return train_steps(state, data, keys[0], 0, FLAGS.steps)
+        return train_steps_multi(state, data, keys, 0, FLAGS.steps)
 
     states, speeds = {}, {}
     for n in map(int, FLAGS.num_seeds):

@@ -72,10 +72,10 @@ def time_mode(mode, agent, data, sampler, sampler_config, steps):
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
     if mode == 'fused':
-        agent, info = train_steps(agent, data, key, 0, sampler_config, steps)
+        agent, info = train_steps(agent, data, key, 0, steps)
     elif mode == 'per-call':
         for step in range(steps):
-            agent, info = train_steps(agent, data, key, step, sampler_config, 1)
+            agent, info = train_steps(agent, data, key, step, 1)
     else:
         for _ in range(steps):
             agent, info = agent.update(sampler.sample())
@@ -97,7 +97,7 @@ def main(_):
         for preset in FLAGS.presets:
             config = preset_config(preset)
             config.batch_size = batch_size
-            sampler_config = SamplerConfig.from_config(config)
+            sampler_config = SamplerConfig.from_config(config, get_agent_class(config.agent_name).GOAL_MIXTURES)
             sampler = HostSampler(raw, sampler_config)
             for mode in FLAGS.modes:  # compile outside the timed rounds (fused compiles per chunk length)
                 agent = get_agent_class(config.agent_name).create(0, raw['observations'][:1], raw['actions'][:1], config)

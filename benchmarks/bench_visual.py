@@ -63,17 +63,17 @@ def training_steps_per_second(preset):
     terminals[200::201] = True
     terminals[-1] = True
     data = DeviceDataset.from_numpy(observations, actions, terminals)
-    sampler_config = SamplerConfig.from_config(config)
+    sampler_config = SamplerConfig.from_config(config, get_agent_class(config.agent_name).GOAL_MIXTURES)
     agent = get_agent_class(config.agent_name).create(0, example_observations(observations, sampler_config.frame_stack), actions[:1], config)
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
-    agent, info = train_steps(agent, data, key, 0, sampler_config, FLAGS.steps)
+    agent, info = train_steps(agent, data, key, 0, FLAGS.steps)
     jax.block_until_ready(info)
     compile_seconds = time.perf_counter() - start
     rates = []
     for r in range(FLAGS.rounds):
         start = time.perf_counter()
-        agent, info = train_steps(agent, data, key, (r + 1) * FLAGS.steps, sampler_config, FLAGS.steps)
+        agent, info = train_steps(agent, data, key, (r + 1) * FLAGS.steps, FLAGS.steps)
         jax.block_until_ready(info)
         rates.append(FLAGS.steps / (time.perf_counter() - start))
     return float(np.median(rates)), compile_seconds

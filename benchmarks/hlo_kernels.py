@@ -25,7 +25,7 @@ separate environment: `python -m venv /tmp/gpuvenv && echo $PWD/.venv/lib/python
 jax-cuda12-plugin==<jax version> jax-cuda12-pjrt==<jax version> nvidia-cuda-nvcc-cu12`, then
 `JAX_PLATFORMS=cpu /tmp/gpuvenv/bin/python benchmarks/hlo_kernels.py --target=h100`.
 
-`--layout` picks the optimizer-state layout of utils/flax_utils.py (flat: Adam over all parameters as one vector;
+`--layout` picks the optimizer of utils/training.py (flat: Adam over all parameters as one vector, `OneVector`;
 leaf: per parameter leaf; auto: flat on accelerators, leaf on the CPU, what main.py runs).
 """
 
@@ -43,9 +43,8 @@ from agents import get_agent_class
 from benchmarks.hlo_stats import format_counter, program_stats
 from configs.presets import get_config as preset_config
 from runtime.checkout import require_own_checkout
-from utils.flax_utils import layout
-from utils.sampler import DeviceDataset, SamplerConfig
-from utils.training import train_steps, train_steps_multi
+from utils.sampler import DeviceDataset
+from utils.training import train_steps, train_steps_multi, with_optimizer
 
 PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}
 # Observation and action sizes of the state-based datasets this project trains on (OGBench's).
@@ -107,12 +106,17 @@ def _sharding(device):
     return None if device is None else jax.sharding.SingleDeviceSharding(device)
 
 
-def abstract_agents(config, num_seeds, obs_dim, action_dim, device=None):
+def abstract_agents(config, num_seeds, obs_dim, action_dim, device=None, one_vector=None):
     """The agent `create` would build (N stacked along a new axis 0 when num_seeds > 1), as shapes only (placed on
-    `device`, e.g. a compile-only GPU, when given)."""
+    `device`, e.g. a compile-only GPU, when given), its optimizer over one vector or per leaf (`one_vector`; None:
+    as `create` chose for this backend)."""
     agent_class = get_agent_class(config.agent_name)
     observations, actions = np.zeros((1, obs_dim), np.float32), np.zeros((1, action_dim), np.float32)
-    agent = jax.eval_shape(lambda: agent_class.create(0, observations, actions, config))
+    def create():
+        agent = agent_class.create(0, observations, actions, config)
+        return agent if one_vector is None else with_optimizer(agent, one_vector)
+
+    agent = jax.eval_shape(create)
     lead = (num_seeds,) if num_seeds > 1 else ()
     return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct((*lead, *x.shape), x.dtype, sharding=_sharding(device)), agent)
 
@@ -123,14 +127,14 @@ def abstract_dataset(obs_dim, action_dim, rows=400_000, device=None):
                          episode_end=shape(rows, dtype=jnp.int32), sample_idxs=shape(rows - rows // 200, dtype=jnp.int32))
 
 
-def lower_train_step(agents, data, num_seeds, sampler_config, steps_per_call, device=None):
+def lower_train_step(agents, data, num_seeds, steps_per_call, device=None):
     """main.py's fused training call, lowered for these (possibly abstract) arguments."""
     step = jax.ShapeDtypeStruct((), jnp.int32, weak_type=True, sharding=_sharding(device))
     if num_seeds == 1:
         key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=_sharding(device))
-        return train_steps.lower(agents, data, key, step, sampler_config, steps_per_call)
+        return train_steps.lower(agents, data, key, step, steps_per_call)
     keys = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32, sharding=_sharding(device))
-    return train_steps_multi.lower(agents, data, keys, step, sampler_config, steps_per_call)
+    return train_steps_multi.lower(agents, data, keys, step, steps_per_call)
 
 
 @contextlib.contextmanager
@@ -164,10 +168,10 @@ def train_step_stats(preset, num_seeds, batch_size=1024, obs_dim=29, action_dim=
     start = time.perf_counter()
     if optimizer_layout == 'auto' and device is not None:
         optimizer_layout = 'leaf' if device.platform == 'cpu' else 'flat'  # what 'auto' picks on that device
-    with threefry_lowering(rng), layout(optimizer_layout):
-        lowered = lower_train_step(abstract_agents(config, num_seeds, obs_dim, action_dim, device),
-                                   abstract_dataset(obs_dim, action_dim, device=device), num_seeds,
-                                   SamplerConfig.from_config(config), steps_per_call, device)
+    one_vector = {'auto': None, 'flat': True, 'leaf': False}[optimizer_layout]
+    with threefry_lowering(rng):
+        lowered = lower_train_step(abstract_agents(config, num_seeds, obs_dim, action_dim, device, one_vector),
+                                   abstract_dataset(obs_dim, action_dim, device=device), num_seeds, steps_per_call, device)
         compiled = lowered.compile(compiler_options) if compiler_options else lowered.compile()
     stats = program_stats(compiled)
     if not stats.flops:  # no cost analysis (a compile-only device): XLA's count for the unoptimised program
@@ -185,7 +189,7 @@ def parse_args(argv=None):
     parser.add_argument('--env', default='antmaze-medium-stitch-v0', choices=sorted(ENV_SIZES), help='observation/action sizes')
     parser.add_argument('--rng', default='unrolled', choices=['compiled', 'unrolled'], help='CPU only: see the docstring')
     parser.add_argument('--layout', nargs='+', default=['auto'], choices=['auto', 'flat', 'leaf'],
-                        help='optimizer-state layout(s) to count, side by side (utils/flax_utils.py)')
+                        help='optimizer-state layout(s) to count, side by side (utils/training.py)')
     parser.add_argument('--target', default='local', choices=['local', 'h100'], help="'h100': compile-only H100, see the docstring")
     parser.add_argument('--set', nargs='*', default=[], metavar='KEY=VALUE', help='config overrides, e.g. tau=0.99 (Python literals)')
     parser.add_argument('--top', type=int, default=10, help='breakdown entries shown')

@@ -25,7 +25,6 @@ from concurrent.futures import ProcessPoolExecutor
 import gymnasium
 import numpy as np
 import ogbench.locomaze  # noqa: F401  (registers the antmaze envs with gymnasium)
-from tqdm import tqdm
 
 from datagen.pointmaze import (
     DATASET_TYPES,
@@ -39,6 +38,7 @@ from datagen.pointmaze import (
     save_train_val,
 )
 from utils.maze import MazeOracle
+from utils.progress import progress_bar
 
 MAZE_TYPES = ('medium', 'large', 'giant')
 GENERATABLE_DATASETS = tuple(f'antmaze-{maze}-{kind}-v0' for maze in MAZE_TYPES for kind in DATASET_TYPES)
@@ -159,13 +159,13 @@ def generate_antmaze_dataset(dataset_name, num_episodes, seed, progress=True, ex
     if num_workers > 1 and expert is not None:
         raise ValueError('With num_workers > 1 each worker loads the committed expert: pass expert=None.')
     length = spec.episode_length
-    progress_bar = tqdm(total=num_episodes * length, desc=dataset_name, unit='step', unit_scale=True, disable=not progress)
+    bar = progress_bar(total=num_episodes * length, desc=dataset_name, unit='step', unit_scale=True, disable=not progress)
     if num_workers == 1:
         expert = load_expert() if expert is None else expert
-        parts = [_simulate_batches(spec, expert, seed, num_episodes, lockstep_envs, range(num_batches), progress_bar.update)]
+        parts = [_simulate_batches(spec, expert, seed, num_episodes, lockstep_envs, range(num_batches), bar.update)]
     else:
-        parts = _simulate_in_workers(dataset_name, seed, num_episodes, lockstep_envs, num_batches, num_workers, progress_bar)
-    progress_bar.close()
+        parts = _simulate_in_workers(dataset_name, seed, num_episodes, lockstep_envs, num_batches, num_workers, bar)
+    bar.close()
     dataset = {key: np.concatenate([part[0][key] for part in parts]) for key in parts[0][0]}
     dataset['terminals'] = np.zeros(num_episodes * length, dtype=bool)
     dataset['terminals'][length - 1 :: length] = True
@@ -277,7 +277,7 @@ def _worker(dataset_name, seed, num_episodes, lockstep_envs, first_batch, stop_b
                              _worker_progress.put)
 
 
-def _simulate_in_workers(dataset_name, seed, num_episodes, lockstep_envs, num_batches, num_workers, progress_bar):
+def _simulate_in_workers(dataset_name, seed, num_episodes, lockstep_envs, num_batches, num_workers, bar):
     """The batches split into `num_workers` contiguous ranges, simulated in parallel; the parts in episode order."""
     context = multiprocessing.get_context('spawn')
     progress_queue = context.Queue()
@@ -288,11 +288,11 @@ def _simulate_in_workers(dataset_name, seed, num_episodes, lockstep_envs, num_ba
                    for start, stop in zip(bounds[:-1], bounds[1:])]
         while not all(future.done() for future in futures):
             try:
-                progress_bar.update(progress_queue.get(timeout=0.5))
+                bar.update(progress_queue.get(timeout=0.5))
             except queue.Empty:
                 pass
         while not progress_queue.empty():
-            progress_bar.update(progress_queue.get())
+            bar.update(progress_queue.get())
         return [future.result() for future in futures]  # Re-raises a worker's error.
 
 

@@ -33,12 +33,12 @@ import gymnasium
 import mujoco
 import numpy as np
 import ogbench.locomaze  # noqa: F401  (registers the pointmaze envs with gymnasium)
-from tqdm import tqdm
 
 from runtime.atomic_io import atomic_open
 from runtime.provenance import read_sidecar, write_sidecar
 from utils.errors import DatasetError
 from utils.maze import MazeOracle, free_and_vertex_cells
+from utils.progress import progress_bar
 
 MAZE_TYPES = ('medium', 'large', 'giant', 'teleport')
 DATASET_TYPES = ('stitch', 'navigate')
@@ -192,7 +192,7 @@ def generate_pointmaze_dataset(dataset_name, num_episodes, seed, progress=True, 
 
     with _seeded_global_np_random(seed):
         cell_rng, noise_rng = _streams(seed)
-        for episode in tqdm(range(num_episodes), desc=dataset_name, unit='ep', disable=not progress):
+        for episode in progress_bar(range(num_episodes), desc=dataset_name, unit='ep', disable=not progress):
             init_ij, goal_ij = _sample_task(
                 cell_rng, spec.dataset_type, oracle.free_cells, oracle.vertex_cells, lambda ij: oracle.distances[ij]
             )
@@ -255,7 +255,7 @@ def generate_pointmaze_dataset_reference(dataset_name, num_episodes, seed, progr
     columns = {key: [] for key in ('observations', 'actions', 'terminals', 'qpos', 'qvel')}
     with _seeded_global_np_random(seed):
         cell_rng, noise_rng = _streams(seed)
-        for episode in tqdm(range(num_episodes), desc=f'{dataset_name} (reference)', unit='ep', disable=not progress):
+        for episode in progress_bar(range(num_episodes), desc=f'{dataset_name} (reference)', unit='ep', disable=not progress):
             init_ij, goal_ij = _sample_task(cell_rng, spec.dataset_type, free_cells, vertex_cells, start_distances)
             ob, _ = _reset(env, seed, episode, init_ij, goal_ij)
             done = False

@@ -24,9 +24,9 @@ import logging
 import gymnasium
 import numpy as np
 import ogbench.manipspace  # noqa: F401  (registers the manipulation envs with gymnasium)
-from tqdm import tqdm
 
 from datagen.pointmaze import _seeded_global_np_random, generator_record, save_train_val
+from utils.progress import progress_bar
 
 GENERATABLE_DATASETS = ('scene-play-v0',)
 # OGBench's scripted oracles, re-collected here with this project's seeding: not OGBench's files, and
@@ -106,7 +106,7 @@ def generate_scene_dataset(num_episodes, seed, episode_length=EPISODE_LENGTH, pr
     with _seeded_global_np_random(seed):
         env.reset(seed=seed)  # seeds the env's own generator once; later resets continue it
         env.action_space.seed(seed)
-        for _ in tqdm(range(num_episodes), desc='scene-play-v0', unit='episode', disable=not progress):
+        for _ in progress_bar(range(num_episodes), desc='scene-play-v0', unit='episode', disable=not progress):
             while True:
                 rows = collect_episode(env, oracles, episode_length)
                 if cube_stays_visible(np.asarray(rows['qpos'])):

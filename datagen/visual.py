@@ -31,12 +31,12 @@ import time
 
 import gymnasium
 import numpy as np
-from tqdm import tqdm
 
 from datagen import antmaze, scene
 from datagen.pointmaze import _save_npz_atomic, generator_record
 from runtime.provenance import file_source, source_label, write_sidecar
 from utils.errors import DatasetError
+from utils.progress import progress_bar
 
 IMAGE_SHAPE = (64, 64, 3)
 # State-dataset generators by name, for the datasets this module renders.
@@ -130,7 +130,7 @@ def render_rows(renderer, data, frames_path, progress_path, desc='render', progr
         frames = np.lib.format.open_memmap(frames_path, mode='w+', dtype=np.uint8, shape=(num_rows, *IMAGE_SHAPE))
     else:
         frames = np.lib.format.open_memmap(frames_path, mode='r+')
-    bar = tqdm(total=num_rows, initial=done, desc=desc, unit='frame', disable=not progress, smoothing=0.05)
+    bar = progress_bar(total=num_rows, initial=done, desc=desc, unit='frame', disable=not progress, smoothing=0.05)
     while done < num_rows:
         stop = min(done + RENDER_BATCH_ROWS, num_rows)
         for i in range(done, stop):

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from runtime.exits import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
 from runtime.run_dir import RunDir
@@ -277,12 +277,10 @@ def check_grid(methods: Sequence[MethodSpec], envs: Sequence[str], main_flags: S
     return problems
 
 
-def check_job_commands(jobs: Sequence[Job]) -> Tuple[List[str], list]:
-    """main.py's own request check (`runtime.request.check_request`, which starts nothing) of every job's command:
+def check_job_commands(jobs: Sequence[Job], request_of: Callable) -> Tuple[List[str], list]:
+    """main.py's own request check (`request_of`, main.request_of, which starts nothing) of every job's command:
     (the problems that would stop a job at start, one line per distinct paragraph; the Requests of the jobs that
     pass). Commands that differ only in their seed and run name are checked once."""
-    from agents import get_agent_class
-    from runtime.request import check_request
     from utils.errors import StorageError
 
     problems, requests, checked = [], [], {}
@@ -291,7 +289,7 @@ def check_job_commands(jobs: Sequence[Job]) -> Tuple[List[str], list]:
         key = tuple(arg for arg in argv[1:] if not arg.startswith(('--seed=', '--run_name=')))
         if key not in checked:
             try:
-                checked[key] = check_request(argv, get_agent_class)
+                checked[key] = request_of(argv)
             except (ConfigError, StorageError) as e:
                 checked[key] = f'{job.name}: {e}'
         outcome = checked[key]
@@ -319,10 +317,11 @@ def prepare_datasets(requests, log=print) -> Dict[str, Tuple[str, str]]:
     jax.config.update('jax_platforms', 'cpu')
     paths = {}
     for request in requests:
-        key = (request.env_name, request.dataset_dir, request.download, request.generate_dataset)
+        flags = request.flags
+        key = (flags.env_name, flags.dataset_dir, flags.download, flags.generate_dataset)
         if key not in paths:
-            paths[key] = ensure_dataset(request.env_name, request.dataset_dir, download=request.download,
-                                        generator=datagen, generate=request.generate_dataset, log=log)
+            paths[key] = ensure_dataset(flags.env_name, flags.dataset_dir, download=flags.download,
+                                        generator=datagen, generate=flags.generate_dataset, log=log)
     return {key[0]: value for key, value in paths.items()}
 
 

@@ -1,4 +1,7 @@
-"""Atomic checkpoints: the whole agent pytree (params, optimizer state, RNG) plus loop state."""
+"""Atomic checkpoints: the whole agent pytree (params, optimizer state, RNG), its step, and the project version that
+wrote it. The optimizer state is stored per parameter leaf whatever layout the agent trains with
+(utils/training.with_optimizer), so a checkpoint restores on any backend, and checkpoints of earlier versions (the
+same layout) still load."""
 
 import os
 from typing import Any, Dict, Tuple
@@ -8,16 +11,19 @@ import jax
 import numpy as np
 
 from runtime.atomic_io import atomic_write_bytes
+from runtime.provenance import project_version
 from runtime.run_dir import CHECKPOINT_NAME
-from utils.errors import ConfigError
+from utils.errors import ConfigError, RunDirError
+from utils.training import uses_one_vector, with_optimizer
 
 
 def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None) -> str:
     path = os.path.join(run_dir, CHECKPOINT_NAME)
     state = {
-        'agent': flax.serialization.to_state_dict(jax.device_get(agent)),
+        'agent': flax.serialization.to_state_dict(jax.device_get(with_optimizer(agent, one_vector=False))),
         'step': step,
         'extra': extra or {},
+        'version': project_version(),
     }
     atomic_write_bytes(path, flax.serialization.msgpack_serialize(state))
     return path
@@ -26,17 +32,23 @@ def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None
 def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
     if os.path.isdir(path):
         path = os.path.join(path, CHECKPOINT_NAME)
-    with open(path, 'rb') as f:
-        data = f.read()
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        with open(path, 'rb') as f:
+            data = f.read()
+    except OSError as e:
+        raise RunDirError(f'Cannot read checkpoint {path}: {e.strerror or e}. Nothing was written. Make it readable '
+                          f'for this user (chmod u+r {path}, as its owner), then rerun.') from None
     try:
         state = flax.serialization.msgpack_restore(data)
         state['step'] = int(state['step'])
         if 'agent' not in state:
             raise KeyError('agent')
     except Exception as e:  # msgpack raises several types on damaged input
-        raise ConfigError(
-            f'Checkpoint {path} is unreadable ({type(e).__name__}: {e}). Delete it to restart the run from '
-            f'scratch, or restore it from a backup.'
+        raise RunDirError(
+            f'Checkpoint {path} is damaged ({type(e).__name__}: {e}), so nothing can continue from it. Restore it from '
+            f'a backup, or move its run directory away (mv {folder} {folder}.damaged) and run the same command '
+            f'without --resume to start the run over.'
         ) from e
     return state, path
 
@@ -50,17 +62,19 @@ def load_checkpoint(path: str, agent_template) -> Tuple[Any, int, Dict[str, Any]
     """Restore into `agent_template` (an agent created with the same config and data shapes)."""
     state, path = _read_state(path)
     agent_state, step = state['agent'], state['step']
-    template_state = flax.serialization.to_state_dict(agent_template)
-    _check_same_structure(template_state, agent_state, path)
-    agent = flax.serialization.from_state_dict(agent_template, agent_state)
-    return agent, step, state.get('extra', {})
+    template = with_optimizer(agent_template, one_vector=False)
+    _check_same_structure(flax.serialization.to_state_dict(template), agent_state, path, state.get('version'))
+    agent = flax.serialization.from_state_dict(template, agent_state)
+    return with_optimizer(agent, uses_one_vector(agent_template)), step, state.get('extra', {})
 
 
-def _check_same_structure(expected, found, path):
+def _check_same_structure(expected, found, path, version):
     expected_shapes = jax.tree_util.tree_map(np.shape, expected)
     found_shapes = jax.tree_util.tree_map(np.shape, found)
     if jax.tree_util.tree_structure(expected_shapes) != jax.tree_util.tree_structure(found_shapes) or expected_shapes != found_shapes:
+        written_by = f'version {version}' if version else 'a version before 0.4.0'
         raise ConfigError(
-            f'Checkpoint {path} does not match this agent (different agent, config or dataset shapes). '
-            f'Resume with the flags and config the run was started with, or start a new --run_name.'
+            f'Checkpoint {path} (written by {written_by} of this project; this is {project_version()}) does not match '
+            f'this agent: a different agent, config, dataset shapes or agent layout. Resume with the flags, config and '
+            f'project version the run was started with, or start a new --run_name.'
         )

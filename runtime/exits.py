@@ -41,7 +41,7 @@ def out_of_memory_error(error: BaseException, request=None):
 
     device = jax.devices()[0]
     first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    sizes = f' with --agent.batch_size={request.config.batch_size} and --num_seeds={request.num_seeds}' if request else ''
+    sizes = f' with --agent.batch_size={request.config.batch_size} and --num_seeds={request.flags.num_seeds}' if request else ''
     return DeviceMemoryError(
         f'Out of memory on the {device.platform.upper()} ({device.device_kind}){sizes} (XLA: {first_line[:300]}). '
         f'Nothing computed was lost: the last checkpoint, if any, is kept. Use a smaller --agent.batch_size or '

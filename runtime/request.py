@@ -1,11 +1,12 @@
-"""What a `main.py` command line asks for, checked: `check_request(argv, get_agent_class) -> Request`, or a
+"""What a `main.py` command line asks for, checked: `check_request(argv, Flags, get_agent_class) -> Request`, or a
 named error.
 
-`check_request` is a function of its arguments: it parses them into a fresh flag set, loads the agent config
-file, looks the environment up, and judges every flag and config value, but it writes nothing, starts nothing
-and opens no run directory. Every rejection main.py makes before long work is made here, so it can be tested,
-and a sweep can check all of its commands before launching one, in milliseconds. The agent classes come in as
-`get_agent_class` (`agents.get_agent_class`), since this library sits below the agents.
+main.py declares its flags as a frozen dataclass (`main.Flags`), each field a `flag(default, help)`; this module
+turns such a class into absl flags, parses argv into a fresh flag set (nothing global), loads the agent config file,
+looks the environment up, and judges every flag and config value. It writes nothing, starts nothing and opens no
+run directory. Every rejection main.py makes before long work is made here, so it can be tested, and a sweep can
+check all of its commands before launching one. The agent classes come in as `get_agent_class`
+(`agents.get_agent_class`), since this machinery sits below the agents.
 """
 
 import dataclasses
@@ -14,7 +15,7 @@ import hashlib
 import json
 import os
 import warnings
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import flags
@@ -23,78 +24,48 @@ from ml_collections import config_flags
 from runtime.loggers import effective_wandb_mode
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
 from utils.errors import ConfigError, StorageError
+from utils.sampler import SamplerConfig
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_AGENT = 'configs/presets.py:byol_gamma_a'
 MAX_SEED = 2**31 - 1  # jax.random.PRNGKey keeps 32 bits: larger seeds would alias smaller ones
-EVAL_MODES = ('auto', 'async', 'sync')
+# An --eval_max_steps beyond this many times the environment's own episode length is refused: an episode that never
+# reaches its goal would run that long.
+MAX_EPISODE_LENGTH_FACTOR = 10
 
 
-def define_flags(flag_values: flags.FlagValues, argv: Sequence[str]):
-    """main.py's flags. Defaults follow the paper's protocol: 1M steps, batch 1024, 50 episodes per task."""
-    fv = dict(flag_values=flag_values)
-    flags.DEFINE_string('env_name', 'pointmaze-medium-stitch-v0', 'OGBench dataset name, e.g. antmaze-medium-stitch-v0.', **fv)
-    flags.DEFINE_integer('seed', 0, 'Random seed (network init, sampling, evaluation).', **fv)
-    flags.DEFINE_integer('num_seeds', 1, 'Train seeds seed..seed+N-1 in one process, vmapped (one run directory each).', **fv)
-    flags.DEFINE_integer('train_steps', 1_000_000, 'Number of gradient steps.', **fv)
-    flags.DEFINE_integer('log_interval', 5000, 'Steps between training-metric logs.', **fv)
-    flags.DEFINE_integer('eval_interval', 100_000, 'Steps between evaluations (and one at the end).', **fv)
-    flags.DEFINE_integer('eval_episodes', 50, 'Evaluation episodes per task.', **fv)
-    flags.DEFINE_string('eval_tasks', '1,2,3,4,5', 'Comma-separated OGBench task ids to evaluate on.', **fv)
-    flags.DEFINE_integer('eval_max_steps', 0, 'Episode step limit at evaluation; 0 = the environment time limit.', **fv)
-    flags.DEFINE_integer('eval_workers', 0, 'Evaluation parallelism: threads stepping the episodes natively (point/ant/'
-                         'humanoid mazes), else processes (this one and N-1 workers); 0 = one per usable CPU core, 1 = all '
-                         'in this thread.', **fv)
-    flags.DEFINE_enum('eval_mode', 'auto', list(EVAL_MODES), 'async: an evaluation runs on the CPU cores from a copy '
-                      'of the parameters while training goes on; sync: training waits for it; auto: async when JAX runs '
-                      'on an accelerator, sync on the CPU (where both would share the cores). Same numbers either way.', **fv)
-    flags.DEFINE_integer('video_episodes', 0, 'Episodes per task rendered to wandb video (needs MUJOCO_GL=egl).', **fv)
-    flags.DEFINE_integer('save_interval', 100_000, 'Steps between checkpoints (and one at the end).', **fv)
-    flags.DEFINE_integer('steps_per_call', 500, 'Gradient steps fused into one jitted call (lax.scan).', **fv)
-    flags.DEFINE_integer('time_limit', 0, 'Seconds after which the run checkpoints and exits with status 75, for '
-                         '--resume to continue (a job scheduler\'s time limit); 0 = none.', **fv)
-    flags.DEFINE_string('save_dir', 'runs', 'Root directory of run directories.', **fv)
-    flags.DEFINE_string('run_group', 'default', 'Group (sub-directory and wandb group) of this run.', **fv)
-    flags.DEFINE_string('run_name', '', 'Run directory name; default <preset>_<env>_sd<seed>, where <preset> gains '
-                        '-<hash of the config> when --agent.<key> overrides change it (see docs/logging.md).', **fv)
-    flags.DEFINE_string('dataset_dir', '~/.ogbench/data', 'Directory of OGBench dataset files.', **fv)
-    flags.DEFINE_bool('download', True, "Try OGBench's download when a dataset file is missing.", **fv)
-    flags.DEFINE_bool('generate_dataset', False, "When the dataset files are missing, generate them with this project's "
-                      "generator (datagen/) instead of downloading. Only pointmaze is generated unasked; generated "
-                      "antmaze, scene and visual data are NOT OGBench's.", **fv)
-    flags.DEFINE_enum('wandb_mode', 'online', ['online', 'offline', 'disabled'],
-                      'wandb mode (online falls back to offline without an API key).', **fv)
-    flags.DEFINE_string('wandb_project', 'byol-gamma', 'wandb project.', **fv)
-    flags.DEFINE_bool('resume', False, 'Continue from the checkpoint in the run directory if there is one (with the '
-                      'settings it was started with; --train_steps may change).', **fv)
+def flag(default, help: str, choices: Sequence[str] = (), resume_may_differ: bool = False):
+    """A field of a flags dataclass: its default, its --help text, its allowed values (an enum), and whether
+    --resume may change it. Flags that may differ change neither what is computed nor what an evaluation number
+    means (paths, how missing data are obtained -- the data themselves are compared through dataset.json --,
+    logging, checkpoint interval, wandb, parallelism, scheduling); every other flag must match on --resume."""
+    return dataclasses.field(default=default, metadata=dict(help=help, choices=tuple(choices),
+                                                            resume_may_differ=resume_may_differ))
+
+
+def flag_defaults(flags_class) -> Dict[str, object]:
+    """{name: default} of every flag: flags.json's keys."""
+    return {field.name: field.default for field in dataclasses.fields(flags_class)}
+
+
+def resume_may_differ(flags_class) -> frozenset:
+    return frozenset(field.name for field in dataclasses.fields(flags_class) if field.metadata['resume_may_differ'])
+
+
+def define_flags(flags_class, flag_values: flags.FlagValues, argv: Sequence[str]):
+    """The absl flags of `flags_class`'s fields, and `--agent` (the agent config file), in `flag_values`."""
+    definers = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, str: flags.DEFINE_string}
+    for field in dataclasses.fields(flags_class):
+        help, choices = field.metadata['help'], field.metadata['choices']
+        if choices:
+            flags.DEFINE_enum(field.name, field.default, list(choices), help, flag_values=flag_values)
+        else:
+            definers[type(field.default)](field.name, field.default, help, flag_values=flag_values)
     config_flags.DEFINE_config_file(
         'agent', os.path.join(REPO_ROOT, DEFAULT_AGENT),
         'Agent config: a preset, configs/presets.py:<name> (every method of the paper; README lists them), or an agent '
         'file, agents/<name>.py. Any field is overridden with --agent.<key>=<value>.',
         flag_values=flag_values, lock_config=True, sys_argv=list(argv))
-
-
-
-
-def _flag_defaults():
-    flag_values = flags.FlagValues()
-    define_flags(flag_values, ['main.py'])
-    return {name: flag_values[name].default for name in sorted(flag_values) if name != 'agent'}
-
-
-FLAG_DEFAULTS = _flag_defaults()  # flags.json's keys, with their default values
-RUN_FLAGS = tuple(FLAG_DEFAULTS)
-
-# --resume continues a run only with the settings it was started with. These flags may differ: they change
-# neither what is computed nor what an evaluation number means (paths, how missing data are obtained -- the data
-# themselves are compared through dataset.json --, logging, checkpoint interval, wandb, parallelism, scheduling).
-# --train_steps may change but not fall below the checkpoint's step. Every other flag (env, seed, the evaluation
-# protocol, and any flag added later) and every agent config value must match.
-RESUME_MAY_DIFFER = frozenset({
-    'save_dir', 'run_group', 'run_name', 'dataset_dir', 'download', 'generate_dataset',
-    'log_interval', 'video_episodes', 'save_interval', 'wandb_mode', 'wandb_project',
-    'num_seeds', 'eval_workers', 'eval_mode', 'steps_per_call', 'time_limit', 'resume',
-})
 
 
 class HelpRequested(Exception):
@@ -103,33 +74,28 @@ class HelpRequested(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """What the command line asks for, checked. Flag values read as attributes: `request.train_steps`."""
+    """What the command line asks for, checked."""
 
-    flags: Mapping[str, object]  # every flag of RUN_FLAGS and its value
-    config: object  # the agent's ml_collections ConfigDict, overrides applied
+    flags: Any  # the flags dataclass (main.Flags) with every value checked; wandb_mode is the one that will be used
+    config: Any  # the agent's ml_collections ConfigDict, overrides applied
     config_defaults: Mapping[str, object]  # the config file's own values, before --agent.<key> overrides
     agent_class: type
-    sampler_config: object  # utils.sampler.SamplerConfig
+    sampler: SamplerConfig  # what the sampler draws for this agent and config (utils/training.batch_config)
     seeds: Tuple[int, ...]
     eval_tasks: Tuple[int, ...]
     run_names: Tuple[str, ...]  # one run directory name per seed
 
-    def __getattr__(self, name):
-        try:
-            return self.__dict__['flags'][name]
-        except KeyError:
-            raise AttributeError(name) from None
-
     def seed_flags(self, seed: int) -> Dict[str, object]:
-        """flags.json of seed `seed`'s run: its seed and resolved run name."""
-        return dict(self.flags, seed=seed, run_name=self.run_names[self.seeds.index(seed)])
+        """flags.json of seed `seed`'s run: every flag, its seed and resolved run name."""
+        return dict(dataclasses.asdict(self.flags), seed=seed, run_name=self.run_names[self.seeds.index(seed)])
 
     def config_record(self) -> Dict[str, object]:
         """config.json's content: the agent config, plus the sampler it implies under 'sampler'."""
-        return plain(dict(self.config.to_dict(), sampler=dataclasses.asdict(self.sampler_config)))
+        return plain(dict(self.config.to_dict(), sampler=dataclasses.asdict(self.sampler)))
 
     def eval_asynchronously(self, backend: str) -> bool:
-        return self.eval_mode == 'async' or (self.eval_mode == 'auto' and backend != 'cpu')
+        mode = self.flags.eval_mode
+        return mode == 'async' or (mode == 'auto' and backend != 'cpu')
 
 
 def plain(value):
@@ -137,37 +103,35 @@ def plain(value):
     return json.loads(json.dumps(value, default=str))
 
 
-def check_request(argv: Sequence[str], get_agent_class: Callable[[str], type]) -> Request:
-    """The Request of `argv` (main.py's argv, program name first), or ConfigError / StorageError naming the
-    problem and its fix; HelpRequested for --help. `get_agent_class(agent_name)` finds an agent's class (or
-    raises ConfigError)."""
+def check_request(argv: Sequence[str], flags_class, get_agent_class: Callable[[str], type]) -> Request:
+    """The Request of `argv` (main.py's argv, program name first) for the flags dataclass `flags_class`, or
+    ConfigError / StorageError naming the problem and its fix; HelpRequested for --help. `get_agent_class(agent_name)`
+    finds an agent's class (or raises ConfigError)."""
     argv = resolve_agent_path(list(argv))
+    flag_values = flags.FlagValues()
     if any(arg in ('-h', '--help', '--helpshort', '--helpfull', '-?') for arg in argv[1:]):
-        flag_values = flags.FlagValues()
-        define_flags(flag_values, argv[:1])
+        define_flags(flags_class, flag_values, argv[:1])
         raise HelpRequested(f'python main.py [--flag=value ...]: train and evaluate one agent on one OGBench dataset.\n'
                             f'{flag_values.get_help()}')
     check_override_keys(argv[1:], os.path.join(REPO_ROOT, DEFAULT_AGENT))
-    flag_values = flags.FlagValues()
-    define_flags(flag_values, argv)
+    define_flags(flags_class, flag_values, argv)
     try:
         rest = flag_values(argv)
     except flags.Error as e:
         raise ConfigError(f'{e}. `python main.py --help` lists every flag.') from None
     if len(rest) > 1:
         raise ConfigError(f'Unexpected argument(s) {" ".join(rest[1:])!r}: every setting is a flag, --name=value.')
-    values = {name: flag_values[name].value for name in RUN_FLAGS}
+    values = {name: flag_values[name].value for name in flag_defaults(flags_class)}
     eval_tasks = check_flags(values)
     values['wandb_mode'] = effective_wandb_mode(values['wandb_mode'])
     config = flag_values.agent
     defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
     check_types(config, defaults)
-    from utils.sampler import SamplerConfig
-
     agent_class = get_agent_class(config.agent_name)
-    validate_config(config, getattr(agent_class, 'CONFIG_RULES', None))
-    task_count, observation_bytes = environment_facts(values['env_name'])
+    validate_config(config, agent_class)
+    task_count, observation_bytes, episode_length = environment_facts(values['env_name'])
     check_eval_tasks(values, eval_tasks, task_count)
+    check_episode_length(values, episode_length)
     check_evaluation_memory(values, len(eval_tasks), observation_bytes)
     save_dir = os.path.expanduser(values['save_dir'])
     if os.path.exists(save_dir) and not os.path.isdir(save_dir):
@@ -175,7 +139,8 @@ def check_request(argv: Sequence[str], get_agent_class: Callable[[str], type]) -
                            f'there (nothing was written). Pass a directory (it is created if missing).')
     seeds = tuple(values['seed'] + k for k in range(values['num_seeds']))
     config_defaults = plain(defaults.to_dict())
-    return Request(values, config, config_defaults, agent_class, SamplerConfig.from_config(config), seeds, eval_tasks,
+    return Request(flags_class(**values), config, config_defaults, agent_class,
+                   SamplerConfig.from_config(config, agent_class.GOAL_MIXTURES), seeds, eval_tasks,
                    run_names(values, config, config_defaults, seeds))
 
 
@@ -226,9 +191,9 @@ def check_eval_tasks(values, tasks: Tuple[int, ...], count: int):
 
 
 @functools.lru_cache(maxsize=None)
-def environment_facts(env_name: str) -> Tuple[int, int]:
-    """(how many evaluation tasks, bytes of one observation) of a dataset's environment, made once per process;
-    ConfigError (with "Did you mean ...") for an unknown one."""
+def environment_facts(env_name: str) -> Tuple[int, int, int]:
+    """(how many evaluation tasks, bytes of one observation, episode length) of a dataset's environment, made once
+    per process; ConfigError (with "Did you mean ...") for an unknown one."""
     import gymnasium
 
     from utils.datasets import env_id_for, num_tasks
@@ -237,12 +202,25 @@ def environment_facts(env_name: str) -> Tuple[int, int]:
     with warnings.catch_warnings():  # gymnasium's notes on the env's own spaces concern nobody here
         warnings.simplefilter('ignore')
         tasks = num_tasks(env_name)
+        episode_length = gymnasium.spec(env_id).max_episode_steps
         if env_id.startswith('visual-'):
-            return tasks, 64 * 64 * 3  # OGBench's rendered frames, uint8
+            return tasks, 64 * 64 * 3, episode_length  # OGBench's rendered frames, uint8
         env = gymnasium.make(env_id, disable_env_checker=True)
         observation_bytes = 8 * int(np.prod(env.observation_space.shape))
         env.close()
-    return tasks, observation_bytes
+    return tasks, observation_bytes, episode_length
+
+
+def check_episode_length(values, episode_length: int):
+    """ConfigError for an --eval_max_steps far beyond the environment's own episode length."""
+    limit = MAX_EPISODE_LENGTH_FACTOR * episode_length
+    if values['eval_max_steps'] > limit:
+        raise ConfigError(
+            f'--eval_max_steps={values["eval_max_steps"]} is {values["eval_max_steps"] / episode_length:,.0f}x the episode '
+            f'length of {values["env_name"]} ({episode_length} steps, the horizon OGBench evaluates at): an episode that '
+            f'never reaches its goal would run that long. Pass 0 for the environment\'s own length, or at most {limit} '
+            f'({MAX_EPISODE_LENGTH_FACTOR}x).'
+        )
 
 
 def check_evaluation_memory(values, num_tasks_evaluated: int, observation_bytes: int):

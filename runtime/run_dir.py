@@ -82,12 +82,24 @@ class RunDir:
         """Which of `names` this directory lacks (all of them if it does not exist)."""
         return [name for name in names if not os.path.exists(self.file(name))]
 
+    def read(self, name: str, reader=read_json):
+        """`reader(path)` of file `name`; a RunDirError naming the file when it exists but cannot be read (an
+        OSError would be reported as a failed write)."""
+        path = self.file(name)
+        try:
+            return reader(path)
+        except OSError as e:
+            raise RunDirError(
+                f'Cannot read {path}: {e.strerror or e}. Nothing was written. Make it readable for this user '
+                f'(chmod u+r {path}, as its owner), or move the run directory away to start the run over.'
+            ) from None
+
     def read_flags(self) -> Dict:
-        return read_json(self.file(FLAGS_FILE))
+        return self.read(FLAGS_FILE)
 
     def read_config(self) -> Dict:
         """The saved config.json: the agent config, with the sampler under 'sampler'."""
-        return read_json(self.file(CONFIG_FILE))
+        return self.read(CONFIG_FILE)
 
     def eval_rows(self) -> List[Dict[str, str]]:
         """The complete rows of eval.csv (a last line cut off mid-write is left out)."""
@@ -111,8 +123,7 @@ class RunDir:
             pass
 
     def read_dataset_record(self) -> Optional[Dict]:
-        path = self.file(DATASET_FILE)
-        return read_json(path) if os.path.exists(path) else None
+        return self.read(DATASET_FILE) if os.path.exists(self.file(DATASET_FILE)) else None
 
     def write_dataset_record(self, record: Dict):
         write_json(self.file(DATASET_FILE), record)
@@ -137,15 +148,20 @@ class RunLock:
     deleted or replaced, since a second process could then lock a new one.
     """
 
-    def __init__(self, run_dir: 'RunDir', fd: int, locked_path: str, previous_record: Optional[bytes]):
+    def __init__(self, run_dir: 'RunDir', fd: int, locked_path: str, previous_record: Optional[bytes], created: List[str]):
         self.run_dir, self._fd, self.locked_path = run_dir, fd, locked_path
         self._identity = _identity(os.fstat(fd))
         self._previous_record = previous_record
+        self._created = created  # the folders acquire made, deepest first
         self.owner = False  # set by mark_owner once this process starts writing the run
 
     @classmethod
     def acquire(cls, run_dir: 'RunDir') -> 'RunLock':
         record = run_dir.file(LOCK_FILE)
+        created, folder = [], os.path.abspath(run_dir.path)
+        while not os.path.exists(folder):
+            created.append(folder)
+            folder = os.path.dirname(folder)
         try:
             os.makedirs(run_dir.path, exist_ok=True)
             fd = os.open(run_dir.path, os.O_RDONLY | os.O_DIRECTORY)
@@ -162,7 +178,7 @@ class RunLock:
         except BaseException:
             os.close(fd)
             raise
-        lock = cls(run_dir, fd, locked_path, _read_bytes(record))
+        lock = cls(run_dir, fd, locked_path, _read_bytes(record), created)
         try:
             write_json(record, owner_record())
         except BaseException:
@@ -191,15 +207,24 @@ class RunLock:
             )
 
     def release(self):
-        """Drop the lock. A process that never started writing the run (it was refused, or failed its checks)
-        puts back the record of the last owner it found."""
+        """Drop the lock. A process that never started writing the run (it was refused, or failed its checks) leaves
+        the directory as it found it: the record of the last owner put back, or removed with the folders this lock
+        created if there was none."""
         if self._fd is None:
             return
-        if not self.owner and self._previous_record is not None:
+        if not self.owner:
             try:
-                atomic_write_bytes(self.run_dir.file(LOCK_FILE), self._previous_record)
+                if self._previous_record is not None:
+                    atomic_write_bytes(self.run_dir.file(LOCK_FILE), self._previous_record)
+                else:
+                    os.unlink(self.run_dir.file(LOCK_FILE))
             except OSError:
                 pass
+            for folder in self._created:
+                try:
+                    os.rmdir(folder)  # only if empty: another process may have put something there meanwhile
+                except OSError:
+                    break
         os.close(self._fd)  # closing the last descriptor drops the flock
         self._fd = None
 

@@ -1,30 +1,35 @@
-"""What main.py writes for one seed, and the checks a run directory passes before anything is written.
+"""What main.py writes for its seeds, behind one context manager, and the checks a run directory passes first.
 
-    writers = open_runs(request)        # one RunWriter per seed; each owns (locks) its directory
-    start_step = check_runs(request, writers)   # --resume against what the directory records (reads only)
-    begin_runs(request, writers, dataset_record) # the first writes: flags.json, config.json, dataset.json
-    writer.open_logs(start_step); writer.log_train(...); writer.log_eval(...); writer.finish(done=True)
+    with RunSet.open(request) as runs:       # owns (locks) every seed's directory; checks --resume (reads only)
+        if runs.already_finished: return    # --resume of a run that reached --train_steps: nothing to do
+        runs.check_dataset(record)           # a resumed run must find the very files it was trained on
+        runs.begin(record)                   # the first writes: flags.json, config.json, dataset.json; logs opened
+        runs.writers[k].log_train(...), .log_eval(...), .save_checkpoint(...)
+        runs.finish()                        # DONE in every directory
+    # leaving: wandb runs closed, locks released; a run refused before `begin` leaves the directories as it found them
 
 With --num_seeds N every seed gets its own directory, laid out exactly like a single-seed run (runtime/run_dir.py),
 so sweeps, results tables and analyses treat both alike. docs/guarantees.md says what these checks promise.
 """
 
+import contextlib
 import datetime
 import logging
 from typing import Dict, List, Optional
 
+import jax
 import numpy as np
+import tqdm
 
 from runtime import provenance
 from runtime.checkpoints import checkpoint_step, save_checkpoint
 from runtime.loggers import CsvLogger, WandbLogger
-from runtime.request import FLAG_DEFAULTS, RESUME_MAY_DIFFER, Request, plain
+from runtime.request import Request, flag_defaults, plain, resume_may_differ
 from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, RunDir, flatten, lock_all
+from utils.config_checks import LABELS
 from utils.errors import ResumeMismatchError, RunDirError
 
 _ABSENT = '(absent)'
-# Config keys that name a config rather than set it: never compared on --resume.
-_LABELS = ('preset',)
 
 
 class RunWriter:
@@ -32,18 +37,19 @@ class RunWriter:
 
     def __init__(self, request: Request, seed: int, name: str):
         self.request, self.seed = request, seed
-        self.run_dir = RunDir.at(request.save_dir, request.run_group, name)
+        self.run_dir = RunDir.at(request.flags.save_dir, request.flags.run_group, name)
         self.dir = self.run_dir.path
         self.checkpoint_path = self.run_dir.checkpoint_path
         self.recorded_flags: Optional[Dict] = None  # flags.json of the run being resumed
         self.start_step = 0
         self.lock = None  # the RunLock held while this process lives
+        self.wandb = None  # this seed's wandb run, once the logs are open
 
     # --- check_runs: reads only ---
 
     def check(self) -> int:
         """The step this seed starts from (its checkpoint's when resuming), or a RunDirError."""
-        run_dir, resume = self.run_dir, self.request.resume
+        run_dir, resume = self.run_dir, self.request.flags.resume
         if not resume:
             if run_dir.has_checkpoint() or run_dir.is_done():
                 raise RunDirError(
@@ -53,8 +59,9 @@ class RunWriter:
             return 0
         if not run_dir.has_checkpoint():
             if run_dir.is_done():
-                raise RunDirError(f'{self.dir} is marked DONE but has no checkpoint to continue from. Choose another '
-                                  f'--run_name, or move the directory away to start over.')
+                raise RunDirError(f'{self.dir} is marked DONE but has no checkpoint to continue from. Move the directory '
+                                  f'away (mv {self.dir} {self.dir}.old) and run the same command without --resume to '
+                                  f'start over, or choose another --run_name.')
             logging.warning(f'--resume: {self.dir} has no checkpoint, so this starts a new run there.')
             return 0
         self.start_step = checkpoint_step(self.checkpoint_path)
@@ -76,9 +83,9 @@ class RunWriter:
                 f'--run_group). Paths, logging, checkpoint, wandb and parallelism flags may differ; --train_steps may '
                 f'change but not fall below the checkpoint\'s step.'
             )
-        if self.request.train_steps < self.start_step:
+        if self.request.flags.train_steps < self.start_step:
             raise ResumeMismatchError(
-                f'--train_steps={self.request.train_steps} is below the step of the checkpoint in {self.dir} '
+                f'--train_steps={self.request.flags.train_steps} is below the step of the checkpoint in {self.dir} '
                 f'({self.start_step}; the run was started with --train_steps={self.recorded_flags.get("train_steps")}). '
                 f'Pass --train_steps={self.start_step} or more to continue or extend it, or start a new --run_name for '
                 f'a shorter run.'
@@ -87,12 +94,14 @@ class RunWriter:
     def flag_differences(self) -> List[str]:
         """Flags that must match and do not. A flag the run predates matches at its default value."""
         recorded, requested = plain(self.recorded_flags), plain(self.request.seed_flags(self.seed))
+        flags_class = type(self.request.flags)
+        may_differ, defaults = resume_may_differ(flags_class) | {'run_name'}, flag_defaults(flags_class)
         differences = []
         for name in sorted(set(recorded) | set(requested)):
-            if name in RESUME_MAY_DIFFER or name == 'train_steps':
+            if name in may_differ or name == 'train_steps':
                 continue
             old, new = recorded.get(name, _ABSENT), requested.get(name, _ABSENT)
-            if old is _ABSENT and new == plain(FLAG_DEFAULTS.get(name, _ABSENT)):
+            if old is _ABSENT and new == plain(defaults.get(name, _ABSENT)):
                 continue
             if name == 'eval_tasks' and _ABSENT not in (old, new):
                 same = [t.strip() for t in str(old).split(',')] == [t.strip() for t in str(new).split(',')]
@@ -110,7 +119,7 @@ class RunWriter:
         defaults = flatten(dict(self.request.config_defaults))
         differences = []
         for key in sorted(set(recorded) | set(requested)):
-            if key in _LABELS:
+            if key in LABELS:
                 continue
             old, new = recorded.get(key, _ABSENT), requested.get(key, _ABSENT)
             if old is _ABSENT and (key.startswith('sampler.') or (key in defaults and new == defaults[key])):
@@ -137,7 +146,7 @@ class RunWriter:
         """Record what this run is before it loads anything: a new run's flags.json, config.json and
         dataset.json; for a resumed one, only a changed --train_steps (and DONE goes, if it grows past
         the checkpoint) plus a resumes.json entry listing the flags that differ."""
-        request, train_steps = self.request, self.request.train_steps
+        request, train_steps = self.request, self.request.flags.train_steps
         self.lock.mark_owner()
         self.dataset_record = (self.run_dir.read_dataset_record() if self.recorded_flags is not None else None) or dataset
         if self.recorded_flags is None:
@@ -153,7 +162,8 @@ class RunWriter:
         if self.run_dir.read_dataset_record() is None:
             self.run_dir.write_dataset_record(dict(dataset, recorded_at_step=self.start_step))
         requested = plain(request.seed_flags(self.seed))
-        changed = {name: [self.recorded_flags.get(name), requested[name]] for name in sorted(RESUME_MAY_DIFFER | {'train_steps'})
+        changed = {name: [self.recorded_flags.get(name), requested[name]]
+                   for name in sorted(resume_may_differ(type(request.flags)) | {'train_steps'})
                    if name in requested and plain(self.recorded_flags.get(name)) != requested[name]}
         self.run_dir.add_resume_record(dict(
             at=datetime.datetime.now().astimezone().isoformat(timespec='seconds'), from_step=self.start_step,
@@ -178,12 +188,13 @@ class RunWriter:
         request, name = self.request, self.run_dir.name
         setting = name[: -len(f'_sd{self.seed}')] if name.endswith(f'_sd{self.seed}') else name
         preset = request.config.get('preset') or request.config.agent_name
-        config = dict(self.flags, wandb_mode=request.wandb_mode, agent=request.config.to_dict(), data=self.dataset_record.get('label', ''),
+        flags = request.flags
+        config = dict(self.flags, wandb_mode=flags.wandb_mode, agent=request.config.to_dict(),
+                      data=self.dataset_record.get('label', ''),
                       data_files={split: f.get('path') for split, f in self.dataset_record.get('files', {}).items()})
-        return dict(mode=request.wandb_mode, project=request.wandb_project, run_dir=self.dir, name=name,
-                    id_group=request.run_group, group=f'{request.run_group}/{setting}',
-                    tags=[preset, request.env_name, f'sd{self.seed}', request.run_group], config=config,
-                    resume=request.resume)
+        return dict(mode=flags.wandb_mode, project=flags.wandb_project, run_dir=self.dir, name=name,
+                    id_group=flags.run_group, group=f'{flags.run_group}/{setting}',
+                    tags=[preset, flags.env_name, f'sd{self.seed}', flags.run_group], config=config, resume=flags.resume)
 
     def log_train(self, metrics, step):
         self.lock.verify()
@@ -202,37 +213,80 @@ class RunWriter:
         self.lock.verify()
         save_checkpoint(self.dir, agent, step)
 
-    def finish(self, done: bool):
-        self.wandb.finish()
-        if done:
-            self.lock.verify()
-            self.run_dir.mark_done()
+    def close(self):
+        """End this seed's wandb run (its CSV logs are written row by row)."""
+        if self.wandb is not None:
+            self.wandb.finish()
+
+    def mark_done(self):
+        self.lock.verify()
+        self.run_dir.mark_done()
 
 
-def open_runs(request: Request) -> List[RunWriter]:
-    """A writer per seed, each owning (locking) its run directory until this process exits; a RunLockedError
-    naming the holder if another process owns one of them."""
-    writers = [RunWriter(request, seed, name) for seed, name in zip(request.seeds, request.run_names)]
-    for writer, lock in zip(writers, lock_all([w.run_dir for w in writers])):
-        writer.lock = lock
-    return writers
+class RunSet:
+    """The run directories of one request, one per seed, owned by this process for the life of the context (see the
+    module docstring). `start_step` is where every seed starts (its checkpoint's step when resuming)."""
 
+    def __init__(self, request: Request, writers: List[RunWriter], start_step: int):
+        self.request, self.writers, self.start_step = request, writers, start_step
 
-def check_runs(request: Request, writers: List[RunWriter]) -> int:
-    """The common start step of the seeds (0 for a new run)."""
-    steps = [writer.check() for writer in writers]
-    if len(set(steps)) > 1:
-        raise RunDirError(
-            f'Seeds {list(request.seeds)} have checkpoints at different steps {steps}; resume them as separate runs '
-            f'(--num_seeds=1 --seed=...), or move the lagging run directories away.'
-        )
-    return steps[0]
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, request: Request):
+        """Lock every seed's directory (RunLockedError naming the holder if another process owns one), check what
+        --resume asks against what they record, yield the RunSet; close and release them however the block ends."""
+        writers = [RunWriter(request, seed, name) for seed, name in zip(request.seeds, request.run_names)]
+        locks = lock_all([w.run_dir for w in writers])
+        for writer, lock in zip(writers, locks):
+            writer.lock = lock
+        try:
+            steps = [writer.check() for writer in writers]
+            if len(set(steps)) > 1:
+                raise RunDirError(
+                    f'Seeds {list(request.seeds)} have checkpoints at different steps {steps}; resume them as separate '
+                    f'runs (--num_seeds=1 --seed=...), or move the lagging run directories away.'
+                )
+            yield cls(request, writers, steps[0])
+        finally:
+            for writer in writers:
+                writer.close()
+            for lock in locks:
+                lock.release()
 
+    @property
+    def already_finished(self) -> bool:
+        flags = self.request.flags
+        return flags.resume and self.start_step == flags.train_steps and all(w.run_dir.is_done() for w in self.writers)
 
-def already_finished(request: Request, writers: List[RunWriter], start_step: int) -> bool:
-    return request.resume and start_step == request.train_steps and all(w.run_dir.is_done() for w in writers)
+    def check_dataset(self, record: Dict):
+        for writer in self.writers:
+            writer.check_dataset(record)
 
+    def begin(self, dataset: Dict):
+        """The first writes (each seed's metadata, see RunWriter.begin), then the logs, truncated to the start step."""
+        for writer in self.writers:
+            writer.begin(dataset)
+            writer.open_logs(self.start_step)
 
-def begin_runs(writers: List[RunWriter], dataset: Dict):
-    for writer in writers:
-        writer.begin(dataset)
+    def seed_agent(self, state, k: int):
+        """Seed k's agent of `state` (stacked along a leading seed axis when there are several seeds)."""
+        return jax.tree_util.tree_map(lambda x: x[k], state) if len(self.writers) > 1 else state
+
+    def save_checkpoints(self, state, step: int):
+        for k, writer in enumerate(self.writers):
+            writer.save_checkpoint(self.seed_agent(state, k), step)
+
+    def log_evaluation(self, step: int, per_seed, seconds: float):
+        """Each seed's evaluation metrics of `step` (a seed that logged that step already, when a resumed run owed
+        the evaluation to only some of its seeds, keeps its row), and one line per seed on the console."""
+        for writer, metrics in zip(self.writers, per_seed):
+            if step in writer.evaluated_steps:
+                continue
+            writer.log_eval(dict(metrics, **{'time/evaluation_seconds': seconds}), step)
+            tasks = ' '.join(f'{key.split("/")[-1]}={v:.2f}' for key, v in metrics.items() if '/task' in key)
+            tqdm.tqdm.write(f'seed {writer.seed} step {step}: success {metrics["evaluation/overall_success"]:.3f} {tasks}')
+
+    def finish(self):
+        """Every seed reached --train_steps: DONE in each directory."""
+        for writer in self.writers:
+            writer.mark_done()

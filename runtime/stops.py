@@ -1,6 +1,7 @@
 """How a training process is asked to stop: signals (SIGTERM from a scheduler's preemption, SIGINT from Ctrl-C) and
-its own time limit (`--time_limit`). main.py checks `StopRequests.reason()` at every chunk boundary, saves a
-checkpoint and exits with the request's status (runtime/exits.py); a second Ctrl-C aborts at once."""
+its own time limit (`--time_limit`). runtime/schedule.py asks `StopRequests.reason()` around every chunk and while it
+waits for an evaluation, saves a checkpoint and raises `Stopped` with the request's exit status (runtime/exits.py);
+a second Ctrl-C aborts at once."""
 
 import signal
 import time
@@ -19,6 +20,14 @@ class StopNow(BaseException):
         self.code = code
 
 
+class Stopped(BaseException):
+    """The run stopped on a request, its checkpoint saved: print `message`, exit with `code` (--resume continues)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(code, message)
+        self.code, self.message = code, message
+
+
 def exit_at_once_on_sigterm():
     """Before training: SIGTERM raises StopNow (nothing to save yet)."""
     def stop_now(signum, _frame):
@@ -29,7 +38,7 @@ def exit_at_once_on_sigterm():
 
 class StopRequests:
     """Installs the training-time handlers: a signal is remembered until the loop asks, and the time limit (seconds
-    since `started`, 0 = none) counts as a request once the next chunk would end past it."""
+    since `started`, 0 = none) counts as a request once it has passed, or once the next chunk would end past it."""
 
     def __init__(self, time_limit: float, started: float):
         self.time_limit, self.started = time_limit, started
@@ -42,14 +51,21 @@ class StopRequests:
             raise KeyboardInterrupt
         self.signal = self.signal or signum
 
-    def reason(self, next_chunk_s: float) -> Optional[str]:
-        """Why to stop now, or None. The time limit is checked only once a chunk was timed (`next_chunk_s` > 0), so
-        that every call of a time-limited run makes progress."""
+    def reason(self, next_chunk_s: float = 0.0) -> Optional[str]:
+        """Why to stop now, or None. `next_chunk_s`: how long what comes next would take, so that it does not run
+        past the time limit (0 when unknown: the limit itself)."""
         if self.signal is not None:
             return f'{signal.Signals(self.signal).name} received'
-        if self.time_limit and next_chunk_s and time.time() + next_chunk_s >= self.started + self.time_limit:
+        if self.timed_out(next_chunk_s):
             return f'--time_limit={self.time_limit}s reached'
         return None
+
+    def timed_out(self, ahead_s: float = 0.0) -> bool:
+        return bool(self.time_limit) and time.time() + ahead_s >= self.started + self.time_limit
+
+    def requested(self) -> bool:
+        """A stop is due now (what an evaluation checks at every environment step)."""
+        return self.reason() is not None
 
     def exit_code(self) -> int:
         return SIGNAL_EXIT_CODES[self.signal] if self.signal is not None else EXIT_TIME_LIMIT

@@ -21,6 +21,7 @@ import shlex
 import sys
 
 from experiments import sweep
+from main import request_of
 from runtime import exits
 from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError, DatasetError
@@ -98,7 +99,7 @@ def main(argv=None):
         jobs = sweep.build_jobs(runs, main_flags, args.seeds_per_job, main_path=os.path.abspath(args.main))
         problems, requests = sweep.check_grid(methods, envs, main_flags), []
         if not problems:
-            problems, requests = sweep.check_job_commands(jobs)
+            problems, requests = sweep.check_job_commands(jobs, request_of)
     except ConfigError as e:
         sys.exit(f'Error: {e}')
     if problems and not args.dry_run:

@@ -30,13 +30,13 @@ import numpy as np
 import ogbench.online_locomotion  # noqa: F401  (registers online-ant-v0)
 from absl import app, flags
 from ogbench.online_locomotion.wrappers import GymXYWrapper
-from tqdm import tqdm
 
 from datagen.antmaze import evaluate_subgoal_following
 from datagen.sac import SACAgent, export_actor, get_config
 from runtime.atomic_io import atomic_open
 from runtime.checkout import require_own_checkout
 from runtime.checkpoints import load_checkpoint, save_checkpoint
+from utils.progress import progress_bar
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('run_dir', 'runs/ant_expert', 'Checkpoints, logs and evaluation records.')
@@ -158,7 +158,7 @@ def train(agent, replay, start_step, run_dir, previous_wall_s, commands):
     observation, _ = env.reset(seed=FLAGS.seed + start_step)
     last_checkpoint = started = time.time()
     info = {}
-    progress = tqdm(range(start_step + 1, FLAGS.train_steps + 1), initial=start_step, total=FLAGS.train_steps,
+    progress = progress_bar(range(start_step + 1, FLAGS.train_steps + 1), initial=start_step, total=FLAGS.train_steps,
                     smoothing=0.05, dynamic_ncols=True, mininterval=5.0)
     for step in progress:
         if step <= FLAGS.seed_steps:

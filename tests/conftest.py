@@ -1,6 +1,11 @@
-"""Test-session settings and the fixtures several test files share."""
+"""Test-session settings and the fixtures several test files share. The suite comes in three tiers:
 
-import contextlib
+    tests/unit     pure functions and single components on small arrays: `python -m pytest -q -n 2 tests/unit`
+    tests/agents   agents built, trained and evaluated in-process on toy data
+    tests/e2e      main.py, the scripts and sweeps run as users run them, in subprocesses on real files
+
+Shared helpers live in tests/helpers.py; no test module imports another."""
+
 import fcntl
 import os
 import sys
@@ -27,9 +32,8 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 # of the suite's CPU time): XLA skips most of its optimisations, which compiles in about 60% of the time and
 # computes the same functions. Comparisons within a test (fused vs per-call, resumed vs uninterrupted) see
 # the same setting on both sides. The few tests that run long enough to need fast code use
-# `with optimized_xla():` (in-process) or `OPTIMIZED_XLA_ENV` (main.py subprocesses).
+# `with optimized_xla():` (in-process) or `OPTIMIZED_XLA_ENV` (main.py subprocesses), from tests/helpers.py.
 os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
-OPTIMIZED_XLA_ENV = {'JAX_DISABLE_MOST_OPTIMIZATIONS': '0'}
 # Two XLA CPU compiler settings that cut compilation by more than half (22 s -> 8.5 s for four presets'
 # training steps): the classic emitters (XLA's fusion emitters generate code ~20% faster, but take twice as
 # long to compile), and code generation in one piece (the test workers already keep both cores busy). Set
@@ -64,20 +68,6 @@ def pytest_unconfigure(config):
         os._exit(0)
 
 
-@contextlib.contextmanager
-def optimized_xla():
-    """XLA's full optimisations for what is compiled inside (restored afterwards). Only around code that runs
-    long: compiling a network's random initialisation with them costs seconds."""
-    import jax
-
-    before = jax.config.read('jax_disable_most_optimizations')
-    jax.config.update('jax_disable_most_optimizations', False)
-    try:
-        yield
-    finally:
-        jax.config.update('jax_disable_most_optimizations', before)
-
-
 @pytest.fixture(scope='session')
 def pointmaze_data_dir(tmp_path_factory, worker_id):
     """A small pointmaze-medium-stitch dataset (250 + 25 episodes of 201 rows), generated once per test run
@@ -92,15 +82,3 @@ def pointmaze_data_dir(tmp_path_factory, worker_id):
         if not (path / f'{POINTMAZE}-val.npz').exists():
             write_dataset(POINTMAZE, str(path), seed=0, num_train_episodes=250, num_val_episodes=25, progress=False)
     return str(path)
-
-
-def skip_without_rendering(reason):
-    """Skip a rendering test on a machine that cannot render headless; where a bare MuJoCo renderer works,
-    the failure is the code's, so the test fails instead of skipping."""
-    import mujoco
-
-    try:
-        mujoco.Renderer(mujoco.MjModel.from_xml_string('<mujoco><worldbody/></mujoco>'), 8, 8).close()
-    except Exception:  # GL back-ends fail with many different exception types
-        pytest.skip(reason)
-    pytest.fail(f'Rendering works on this machine, yet: {reason}')

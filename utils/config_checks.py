@@ -6,6 +6,7 @@ import os
 import re
 
 from utils.errors import ConfigError
+from utils.sampler import MIXTURE_FIELDS
 
 
 def load_config_file(spec: str):
@@ -67,11 +68,11 @@ def check_types(config, defaults):
 # value and a valid example, instead of a traceback (or, worse, a NaN loss thousands of steps later).
 # The rules are data, each kept by its owner: COMMON_RULES below for the fields every agent's config
 # has, and an agent class's `CONFIG_RULES` for the fields it reads (a family's shared fields on the
-# family's base class, or in a shared dict its owners include, e.g. agents.encoders.ENCODER_RULES).
+# family's base class, or in a shared dict its owners include, e.g. agents.base.ENCODER_RULES).
 # A key that is a tuple of field names is a rule on those fields together (its check receives their
-# values in that order). Two naming conventions need no rule of their own: `*_hidden_dims` are layer
-# sizes and `<prefix>_p_curgoal/_p_trajgoal/_p_randomgoal` a goal mixture of the sampler. Agents, the
-# sampler and the networks check nothing themselves.
+# values in that order). Every field of an agent's config has a rule, so a field no rule owns is one nothing
+# reads: an error. The fields of a goal mixture the agent declares (GOAL_MIXTURES) have theirs, and
+# `*_hidden_dims` fields are layer sizes. Agents, the sampler and the networks check nothing themselves.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -112,8 +113,17 @@ def layer_sizes(example):
                 'must be a non-empty tuple of positive layer sizes', example)
 
 
-# The fields every agent's config has (tests/test_config.py checks that every agent's does).
+def switch(example: bool = False):
+    return Rule(lambda v: isinstance(v, bool), 'must be True or False', example)
+
+
+def text(example: str):
+    return Rule(lambda v: isinstance(v, str), 'must be a string', repr(example))
+
+
+# The fields every agent's config has (tests/unit/test_config.py checks that every agent's does).
 COMMON_RULES = {
+    'agent_name': text('gcbc'),
     'lr': positive(3e-4),
     'batch_size': at_least(1, 1024),
 }
@@ -124,16 +134,20 @@ SUBGOAL_RULES = {
     'subgoal_steps': at_least(1, 25),
 }
 
-MIXTURE_FIELDS = ('p_curgoal', 'p_trajgoal', 'p_randomgoal')
+# A goal mixture's fields (utils/sampler.py): three probabilities that sum to 1, and the trajectory offsets' law.
+MIXTURE_PROBABILITIES = MIXTURE_FIELDS[:3]
+# Config keys that name a config rather than set it.
+LABELS = ('preset',)
 
 
 class RuleOwner:
     """A class with `CONFIG_RULES = {field: Rule}` for the fields it reads. A subclass lists only its own
     rules: they are merged with its bases' when the class is defined (a rule on a field a base also
     checks replaces the base's), so `SomeAgent.CONFIG_RULES` is every rule its config must meet besides
-    COMMON_RULES."""
+    COMMON_RULES and those of the goal mixtures it declares (`GOAL_MIXTURES`)."""
 
     CONFIG_RULES = {}
+    GOAL_MIXTURES = ()  # the goal mixtures its sampler draws: names of `<name>_p_curgoal`, ... fields
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -144,16 +158,24 @@ class RuleOwner:
         cls.CONFIG_RULES = rules
 
 
-def rule_for(key: str, agent_rules=None):
-    """The rule field `key` is checked by: the agent's (`agent_rules`), else COMMON_RULES', else a naming
-    convention's (layer sizes, goal-mixture probabilities); None for a field no rule constrains."""
-    rules = {**COMMON_RULES, **(agent_rules or {})}
+def field_rules(agent_class) -> dict:
+    """{field: Rule} of every field an agent's config may (and must, for the mixtures) hold: COMMON_RULES, the
+    agent's CONFIG_RULES and the fields of the goal mixtures it declares."""
+    rules = {**COMMON_RULES, **{k: r for k, r in agent_class.CONFIG_RULES.items() if isinstance(k, str)}}
+    for mixture in agent_class.GOAL_MIXTURES:
+        rules.update({f'{mixture}_{field}': probability(0.0) for field in MIXTURE_PROBABILITIES})
+        rules[f'{mixture}_geom_sample'] = switch(False)
+    return rules
+
+
+def rule_for(key: str, agent_class):
+    """The rule field `key` is checked by (`field_rules`, or the layer-size rule of a `*_hidden_dims` field), None for
+    a field no part of the agent reads."""
+    rules = field_rules(agent_class)
     if key in rules:
         return rules[key]
     if key.endswith('_hidden_dims'):
         return layer_sizes((64, 64, 64))
-    if any(key.endswith(f'_{field}') for field in MIXTURE_FIELDS):
-        return probability(0.0)
     return None
 
 
@@ -168,37 +190,48 @@ def _invalid(key, value, requirement, example) -> ConfigError:
     )
 
 
-def _mixture_rules(config):
-    """A joint rule per goal mixture `<prefix>_p_curgoal/_p_trajgoal/_p_randomgoal` in `config`: the
-    three probabilities sum to 1."""
+def _mixture_rules(agent_class):
+    """A joint rule per declared goal mixture: its three probabilities sum to 1."""
     rules = {}
-    for key in config.keys():
-        if key.endswith('_p_curgoal'):
-            prefix = key[: -len('_p_curgoal')]
-            fields = tuple(f'{prefix}_{field}' for field in MIXTURE_FIELDS)
-            if all(field in config for field in fields):
-                example = ' '.join(f'--agent.{f}={v}' for f, v in zip(fields, (0, 1, 0)))
-                rules[fields] = Rule(lambda *p: abs(sum(float(v) for v in p) - 1.0) <= 1e-6,
-                                     f'form the {prefix} goal mixture, so they must sum to 1 (adjust the three together)', example)
+    for mixture in agent_class.GOAL_MIXTURES:
+        fields = tuple(f'{mixture}_{field}' for field in MIXTURE_PROBABILITIES)
+        example = ' '.join(f'--agent.{f}={v}' for f, v in zip(fields, (0, 1, 0)))
+        rules[fields] = Rule(lambda *p: abs(sum(float(v) for v in p) - 1.0) <= 1e-6,
+                             f'form the {mixture} goal mixture, so they must sum to 1 (adjust the three together)', example)
     return rules
 
 
-def validate_config(config, agent_rules=None):
-    """Raise ConfigError for the first config value that breaks its rule (`rule_for`: the agent's
-    `agent_rules`, COMMON_RULES, the naming conventions), then for the first joint rule that fails (goal
-    mixtures that do not sum to 1, and the agent's tuple-keyed rules). Non-finite floats are rejected
-    whatever the field, with the field's own valid example (its rule's; every float field of an agent
-    config has a rule, tests/test_config.py checks)."""
-    agent_rules = agent_rules or {}
+def validate_config(config, agent_class):
+    """The agent config's contract, checked before anything is built or compiled. ConfigError for the first field
+    no part of `agent_class` reads (a misspelled field in a config file or preset would otherwise be silently
+    ignored, and the value it meant to set left at its default), the first field a declared goal mixture needs and
+    the config lacks, the first value that breaks its rule (`rule_for`), then the first joint rule that fails (goal
+    mixtures that do not sum to 1, the agent's tuple-keyed rules). Non-finite floats are rejected whatever the
+    field, with the field's own valid example."""
+    rules, name = field_rules(agent_class), config['agent_name'] if 'agent_name' in config else agent_class.__name__
+    unread = [key for key in config.keys() if rule_for(key, agent_class) is None and key not in LABELS]
+    if unread:
+        raise ConfigError(
+            f'Config field(s) {", ".join(repr(k) for k in unread)} of agent {name!r} are read by no part of it, so their '
+            f'value would be silently ignored (a misspelling?). Its fields: {", ".join(sorted(rules))} and *_hidden_dims. '
+            f'Fix the config file or preset.'
+        )
+    for mixture in agent_class.GOAL_MIXTURES:
+        missing = [f'{mixture}_{field}' for field in MIXTURE_FIELDS if f'{mixture}_{field}' not in config]
+        if missing:
+            raise ConfigError(f'Agent {name!r} draws {mixture} goals, but its config lacks {", ".join(missing)}: every '
+                              f'goal mixture it declares needs all of {", ".join(MIXTURE_FIELDS)}. Fix the config file.')
+        if config[f'{mixture}_geom_sample'] and 'discount' not in config:
+            raise ConfigError(f'Agent {name!r} draws {mixture} goals at geometric offsets, which need a discount, but '
+                              f'its config has no `discount` field. Add one to its get_config().')
     for key in config.keys():
         value = config[key]
-        rule = rule_for(key, agent_rules)
+        rule = rule_for(key, agent_class)
         if isinstance(value, float) and not math.isfinite(value):
-            example = rule.example if rule is not None else "its config file's default"
-            raise _invalid(key, value, 'must be finite', example)
+            raise _invalid(key, value, 'must be finite', rule.example if rule else "its config file's default")
         if rule is not None and not rule.check(value):
             raise _invalid(key, value, rule.requirement, rule.example)
-    joint = {**_mixture_rules(config), **{k: r for k, r in agent_rules.items() if isinstance(k, tuple)}}
+    joint = {**_mixture_rules(agent_class), **{k: r for k, r in agent_class.CONFIG_RULES.items() if isinstance(k, tuple)}}
     for fields, rule in joint.items():
         if all(field in config for field in fields) and not rule.check(*(config[f] for f in fields)):
             values = ', '.join(f'agent.{field}={config[field]!r}' for field in fields)

@@ -10,7 +10,7 @@ any row up to and including `T`.
 """
 
 import dataclasses
-from typing import Dict
+from typing import Dict, Optional
 
 import flax
 import jax
@@ -48,9 +48,9 @@ class DeviceDataset(flax.struct.PyTreeNode):
 class GoalMixture:
     """Where a goal comes from: current state, the same trajectory's future, or a random state.
 
-    The trajectory part is geometric (`k ~ Geometric(1 - gamma)`) when `geom_sample`, else uniform
-    over the rest of the trajectory. The probabilities (and gamma) are checked where every config value
-    is, in `utils.config_checks.validate_config`.
+    The trajectory part is geometric (`k ~ Geometric(1 - gamma)`) when `geom_sample`, else uniform over the rest of
+    the trajectory. The probabilities (and gamma) are checked where every config value is, in
+    `utils.config_checks.validate_config`.
     """
 
     p_curgoal: float = 0.0
@@ -59,41 +59,50 @@ class GoalMixture:
     geom_sample: bool = False
 
 
+# A goal mixture `<name>` of an agent's config is its fields `<name>_p_curgoal`, ... (agents declare theirs in
+# GOAL_MIXTURES): 'actor' goals for the behavior-cloning loss, 'value' goals for the representation (or value)
+# loss, 'high' goals for a hierarchy's high level.
+MIXTURE_FIELDS = ('p_curgoal', 'p_trajgoal', 'p_randomgoal', 'geom_sample')
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplerConfig:
-    """Everything the sampler needs; hashable, so it is a static argument of the jitted step."""
+    """Everything the sampler needs; hashable, so it is a static argument of the jitted step. A goal mixture the
+    agent does not declare is None, and its batch entries are not drawn."""
 
     batch_size: int
-    gamma: float = 0.99  # geometric offsets k ~ Geometric(1 - gamma); gamma = 0 gives k = 1
-    actor_goals: GoalMixture = GoalMixture()
-    value_goals: GoalMixture = GoalMixture(geom_sample=True)
+    gamma: float  # geometric offsets k ~ Geometric(1 - gamma); gamma = 0 gives k = 1
+    actor_goals: Optional[GoalMixture]
+    value_goals: Optional[GoalMixture]
+    high_goals: Optional[GoalMixture]  # hierarchical agents
     nstep: int = 0  # if > 0, batches carry the next `nstep` observations and actions
     subgoal_steps: int = 0  # if > 0, batches carry hierarchical low/high-level goals
-    high_goals: GoalMixture = GoalMixture()  # the high-level goal mixture (hierarchical only)
     frame_stack: int = 1  # every observation is the channel-wise stack of its last `frame_stack` frames
     p_aug: float = 0.0  # probability that a batch gets random-crop augmentation (images only)
     gc_negative: bool = True  # value rewards r = -1 until the goal is reached (True) or 1 on reaching it (False)
 
     @classmethod
-    def from_config(cls, config) -> 'SamplerConfig':
-        """Read the sampler fields from an agent config (see any agent's `get_config`); fields it lacks keep the
-        defaults above."""
+    def from_config(cls, config, goal_mixtures) -> 'SamplerConfig':
+        """The sampler of an agent config and the goal mixtures its agent declares. Each declared mixture's four
+        fields must be in the config (validate_config has checked that, and that the config holds no field nobody
+        reads); the other settings are features an agent turns on by having the field (`nstep`, `subgoal_steps`,
+        `frame_stack`, `p_aug`, `gc_negative`), else off. `discount` is needed once a mixture samples geometrically."""
 
-        def mixture(prefix, default: GoalMixture):
-            """The `<prefix>_*` fields; an agent that does not use a goal source leaves them out of its config."""
-            field = lambda name: config[f'{prefix}_{name}'] if f'{prefix}_{name}' in config else getattr(default, name)
-            return GoalMixture(p_curgoal=float(field('p_curgoal')), p_trajgoal=float(field('p_trajgoal')),
-                               p_randomgoal=float(field('p_randomgoal')), geom_sample=bool(field('geom_sample')))
+        def mixture(name):
+            if name not in goal_mixtures:
+                return None
+            fields = [config[f'{name}_{field}'] for field in MIXTURE_FIELDS]
+            return GoalMixture(*(float(p) for p in fields[:3]), bool(fields[3]))
 
-        get = lambda key, default: config[key] if key in config else default
+        get = lambda key, off: config[key] if key in config else off  # noqa: E731
         return cls(
             batch_size=int(config['batch_size']),
-            gamma=float(get('discount', cls.gamma)),
-            actor_goals=mixture('actor', cls.actor_goals),
-            value_goals=mixture('value', cls.value_goals),
+            gamma=float(get('discount', 0.0)),
+            actor_goals=mixture('actor'),
+            value_goals=mixture('value'),
+            high_goals=mixture('high'),
             nstep=int(get('nstep', 0)),
             subgoal_steps=int(get('subgoal_steps', 0)),
-            high_goals=mixture('high', cls.high_goals),
             frame_stack=int(get('frame_stack', 1)),
             p_aug=float(get('p_aug', 0.0)),
             gc_negative=bool(get('gc_negative', True)),
@@ -146,19 +155,21 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
     B = config.batch_size
     idxs = data.sample_idxs[jax.random.randint(keys[0], (B,), 0, data.sample_idxs.shape[0])]
     episode_end = data.episode_end[idxs]
-    actor_goal_idxs = sample_goal_indices(keys[1], data, idxs, config.actor_goals, config.gamma)
-    value_goal_idxs = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma)
-    same_episode = data.episode_end[value_goal_idxs] == episode_end
     batch = dict(
         observations=stacked_observations(data, idxs, config.frame_stack),
         actions=data.actions[idxs],
         next_observations=stacked_observations(data, idxs + 1, config.frame_stack),
         next_actions=data.actions[idxs + 1],
-        actor_goals=stacked_observations(data, actor_goal_idxs, config.frame_stack),
-        value_goals=stacked_observations(data, value_goal_idxs, config.frame_stack),
-        value_offsets=jnp.where(same_episode, value_goal_idxs - idxs, 0),
-        **goal_rewards(idxs, value_goal_idxs, config.gc_negative),
     )
+    if config.actor_goals is not None:
+        actor_goal_idxs = sample_goal_indices(keys[1], data, idxs, config.actor_goals, config.gamma)
+        batch['actor_goals'] = stacked_observations(data, actor_goal_idxs, config.frame_stack)
+    if config.value_goals is not None:
+        value_goal_idxs = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma)
+        same_episode = data.episode_end[value_goal_idxs] == episode_end
+        batch['value_goals'] = stacked_observations(data, value_goal_idxs, config.frame_stack)
+        batch['value_offsets'] = jnp.where(same_episode, value_goal_idxs - idxs, 0)
+        batch.update(goal_rewards(idxs, value_goal_idxs, config.gc_negative))
     if config.nstep > 0:
         target_idxs = idxs[:, None] + jnp.arange(1, config.nstep + 1)[None, :]
         batch['nstep_mask'] = (target_idxs <= episode_end[:, None]).astype(jnp.float32)

@@ -30,10 +30,10 @@ agree statistically, not bitwise. The caller's global `np.random` state is resto
 """
 
 import numpy as np
-from tqdm import tqdm
 
 from utils.evaluation.envs import one_env
 from utils.evaluation.videos import Renderer
+from utils.progress import progress_bar
 
 # Episodes stepped together at most; an evaluation with more rows runs in successive batches of this size.
 MAX_ROWS_PER_BATCH = 4096
@@ -139,7 +139,7 @@ def evaluate_seeds(
     caller_rng_state = np.random.get_state()
     try:
         outcome = _Outcome(plan.num_rows)
-        with tqdm(total=plan.num_rows, desc='evaluation', unit='episode', disable=not progress) as bar:
+        with progress_bar(total=plan.num_rows, desc='evaluation', unit='episode', disable=not progress) as bar:
             for rows in waves:
                 outcome.record(rows, _run_batch(policy_fn, stepper, plan, rows, max_steps, video_frame_skip, bar, cancel))
     except BaseException:

@@ -1,10 +1,13 @@
 """When main.py's evaluations run: in the training loop (sync), or beside it (async).
 
-    evaluations = Evaluations(run_evaluation, asynchronous=True)
+    evaluations = Evaluations(run_evaluation, asynchronous=True, should_stop=stops.requested)
     evaluations.start(step, agent)          # async: returns at once; training goes on with `agent`'s successors
     ...
-    done = evaluations.collect(block=False) # (step, results) once finished, else None
-    step, snapshot = evaluations.cancel()   # a stop signal: end it now, keep the parameters it evaluated
+    done = evaluations.collect(block=False) # (step, results, seconds) once finished, else None
+    step, snapshot = evaluations.cancel()   # a stop request: end it now, keep the parameters it evaluated
+
+An evaluation checks `should_stop()` at every environment step (as well as `cancel`), so a stop request ends it in
+either mode, a sync one included; it then stays in flight, without results, until `cancel` takes its parameters.
 
 Async: `start` copies the agent on its device (the training loop donates its buffers to the next update) and a
 background thread runs the evaluation from that copy: the env stepping on the CPU cores, the policy where JAX
@@ -42,10 +45,24 @@ class EvaluationFailed(Exception):
         )
 
 
+class _Cancel:
+    """What an evaluation checks at every environment step: an explicit cancel, or a stop request."""
+
+    def __init__(self, should_stop: Callable[[], bool]):
+        self.event, self.should_stop = threading.Event(), should_stop
+
+    def set(self):
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set() or self.should_stop()
+
+
 class _Pending:
-    def __init__(self, step, snapshot):
+    def __init__(self, step, snapshot, should_stop):
         self.step, self.snapshot = step, snapshot
-        self.cancel = threading.Event()
+        self.cancel = _Cancel(should_stop)
+        self.stopped = False  # ended by a stop request, without results
         self.results, self.error = None, None
         self.started = time.perf_counter()
         self.seconds = None
@@ -56,8 +73,8 @@ class Evaluations:
     """`run_evaluation(agent, step, cancel) -> results` evaluated at most one at a time, in the caller or beside
     it. `cancel` is a threading.Event the evaluation checks at every environment step."""
 
-    def __init__(self, run_evaluation: Callable, asynchronous: bool):
-        self.run_evaluation, self.asynchronous = run_evaluation, asynchronous
+    def __init__(self, run_evaluation: Callable, asynchronous: bool, should_stop: Callable[[], bool] = lambda: False):
+        self.run_evaluation, self.asynchronous, self.should_stop = run_evaluation, asynchronous, should_stop
         self.pending: Optional[_Pending] = None
 
     @property
@@ -69,30 +86,39 @@ class Evaluations:
         if self.pending is not None:
             raise RuntimeError(f'The evaluation of step {self.pending.step} is still pending: collect it first.')
         if not self.asynchronous:
-            self.pending = _Pending(step, agent)
+            self.pending = _Pending(step, agent, self.should_stop)
             self._run(self.pending)
             return
         import jax
         import jax.numpy as jnp
 
-        self.pending = _Pending(step, jax.tree_util.tree_map(jnp.copy, agent))
+        self.pending = _Pending(step, jax.tree_util.tree_map(jnp.copy, agent), self.should_stop)
         self.pending.thread = threading.Thread(target=self._run, args=(self.pending,), name=f'evaluation-{step}', daemon=True)
         self.pending.thread.start()
 
     def _run(self, pending: _Pending):
+        from utils.evaluation.episodes import EvaluationCancelled
+
         try:
             pending.results = self.run_evaluation(pending.snapshot, pending.step, pending.cancel)
+        except EvaluationCancelled:
+            pending.stopped = True
         except BaseException as e:  # handed to the training loop, which reports it
             pending.error = e
         pending.seconds = time.perf_counter() - pending.started
 
     def finished(self) -> bool:
-        return self.pending is not None and (self.pending.thread is None or not self.pending.thread.is_alive())
+        """The evaluation in flight has results (or an error) to collect."""
+        pending = self.pending
+        return pending is not None and not pending.stopped and (pending.thread is None or not pending.thread.is_alive())
 
     def collect(self, block: bool) -> Optional[Tuple[int, List, float]]:
         """(step, results, seconds) of the pending evaluation once it is done (waiting for it if `block`), None if
-        none is pending or it is still running; EvaluationFailed (from the evaluation's error) if it failed."""
-        if self.pending is None or not (block or self.finished()):
+        none is pending, it is still running, or a stop request ended it; EvaluationFailed (from the evaluation's
+        error) if it failed."""
+        if self.pending is not None and block and self.pending.thread is not None:
+            self.pending.thread.join()
+        if not self.finished():
             return None
         pending, self.pending = self.pending, None
         if pending.thread is not None:

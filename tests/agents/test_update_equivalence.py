@@ -1,9 +1,9 @@
-"""The fused optimizer step (utils/flax_utils.py, the default on accelerators: Adam over all parameters as one flat
-vector, one gradient-norm reduction) computes what the per-leaf formulation (optax's default, kept on the CPU)
-computes: every metric of 10 updates within the regression test's tolerance (rtol 1e-6, atol 1e-7), parameters,
+"""The optimizer over one vector (utils/training.OneVector, the default on accelerators: Adam over all parameters as
+one flat vector, one gradient-norm reduction) computes what the per-leaf formulation (optax's default, kept on the
+CPU) computes: every metric of 10 updates within the regression test's tolerance (rtol 1e-6, atol 1e-7), parameters,
 optimizer moments and EMA targets to 1e-6, on presets with EMA targets and ensembles (not bit for bit: XLA rounds the
-same elementwise Adam differently for one long vector, see utils/flax_utils.py); and a checkpoint keeps the
-per-leaf layout, so checkpoints restore into either layout."""
+same elementwise Adam differently for one long vector); and a checkpoint holds the per-leaf layout, so checkpoints
+restore into either layout."""
 
 import flax.serialization
 import jax
@@ -11,18 +11,17 @@ import numpy as np
 import pytest
 
 from configs.presets import get_config as preset_config
-from tests.test_agents import make_agent, small, toy_dataset
-from utils.flax_utils import TrainState, layout, ravel_leaves, unravel_like
-from utils.sampler import SamplerConfig
+from tests.helpers import make_agent, small, toy_dataset
+from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from utils.training import OneVector, ravel_leaves, unravel_like, with_optimizer
 from utils.training import stack_trees, train_steps, train_steps_multi
 
 STEPS = 10
 
 
 def per_leaf(agent):
-    """`agent` with its optimizer state in the per-leaf layout (every network of it: the hierarchical agents nest one)."""
-    return jax.tree_util.tree_map(lambda x: x.with_layout(False) if isinstance(x, TrainState) else x, agent,
-                                  is_leaf=lambda x: isinstance(x, TrainState))
+    """`agent` with its optimizer per leaf (every network of it: the hierarchical agents nest one)."""
+    return with_optimizer(agent, one_vector=False)
 
 
 def config_of(preset, **overrides):
@@ -33,15 +32,16 @@ def config_of(preset, **overrides):
 
 
 def flat_agent(config, seed):
-    with layout('flat'):
-        return make_agent(config, seed)
+    return with_optimizer(make_agent(config, seed), one_vector=True)
 
 
 def assert_same_agents(fused, reference, exact=False):
     """Same parameters, targets, RNG and optimizer state (compared in the per-leaf layout): each array to 1e-6 of its
     largest entry (ulp-level differences carried through 10 Adam steps), or bit for bit."""
     # Leaves by path (the static fields, e.g. two equal optimizers built by two `create` calls, do not compare equal).
-    fused_paths, fused_leaves = zip(*jax.tree_util.tree_leaves_with_path(per_leaf(fused)))
+    stacked = np.ndim(fused.network.step) > 0  # a stack of seeds: convert each seed's state
+    fused = jax.vmap(per_leaf)(fused) if stacked else per_leaf(fused)
+    fused_paths, fused_leaves = zip(*jax.tree_util.tree_leaves_with_path(fused))
     reference_paths, reference_leaves = zip(*jax.tree_util.tree_leaves_with_path(reference))
     assert fused_paths == reference_paths
     for a, b in zip(fused_leaves, reference_leaves):
@@ -56,10 +56,10 @@ def test_fused_update_equals_the_per_leaf_update(preset, overrides):
     config = config_of(preset, **overrides)
     assert config.tau < 1.0 and config.num_ensemble > 1  # EMA targets and an ensemble: what the fused step must get right
     agent = flat_agent(config, seed=0)
-    assert agent.network.flat and agent.targets
-    data, key, sampler_config = toy_dataset(), jax.random.PRNGKey(0), SamplerConfig.from_config(config)
-    fused, fused_info = train_steps(agent, data, key, 0, sampler_config, STEPS)
-    reference, reference_info = train_steps(per_leaf(make_agent(config, seed=0)), data, key, 0, sampler_config, STEPS)
+    assert isinstance(agent.network.tx, OneVector) and agent.targets
+    data, key = toy_dataset(), jax.random.PRNGKey(0)
+    fused, fused_info = train_steps(agent, data, key, 0, STEPS)
+    reference, reference_info = train_steps(per_leaf(make_agent(config, seed=0)), data, key, 0, STEPS)
     assert sorted(fused_info) == sorted(reference_info)
     for name in fused_info:
         np.testing.assert_allclose(fused_info[name], reference_info[name], rtol=1e-6, atol=1e-7, err_msg=name)
@@ -68,48 +68,47 @@ def test_fused_update_equals_the_per_leaf_update(preset, overrides):
 
 def test_fused_update_of_stacked_seeds_equals_the_per_leaf_update():
     config = config_of('tdsr_a')
-    seeds, data, sampler_config = [1, 2], toy_dataset(), SamplerConfig.from_config(config)
+    seeds, data = [1, 2], toy_dataset()
     keys = np.stack([jax.random.PRNGKey(s) for s in seeds])
-    fused, fused_info = train_steps_multi(stack_trees([flat_agent(config, s) for s in seeds]), data, keys, 0, sampler_config, 3)
+    fused, fused_info = train_steps_multi(stack_trees([flat_agent(config, s) for s in seeds]), data, keys, 0, 3)
     reference, reference_info = train_steps_multi(stack_trees([per_leaf(make_agent(config, s)) for s in seeds]), data, keys, 0,
-                                                  sampler_config, 3)
+                                                  3)
     np.testing.assert_allclose(fused_info['total_loss'], reference_info['total_loss'], rtol=1e-6, atol=1e-7)
     assert_same_agents(fused, reference)
 
 
-def test_checkpoints_keep_the_per_leaf_layout():
+def test_checkpoints_keep_the_per_leaf_layout(tmp_path):
     config = config_of('byol_gamma_a', tau=0.99)
-    agent, _ = train_steps(flat_agent(config, seed=0), toy_dataset(), jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 2)
+    agent, _ = train_steps(flat_agent(config, seed=0), toy_dataset(), jax.random.PRNGKey(0), 0, 2)
     reference = per_leaf(agent)
-    saved = flax.serialization.to_state_dict(jax.device_get(agent))
+    save_checkpoint(str(tmp_path), agent, 2)
+    with open(tmp_path / CHECKPOINT_NAME, 'rb') as f:
+        saved = flax.serialization.msgpack_restore(f.read())['agent']
     # What a checkpoint holds is exactly what the per-leaf formulation writes of the same numbers (so checkpoints
     # from before still load) ...
-    assert jax.tree_util.tree_structure(saved) == jax.tree_util.tree_structure(flax.serialization.to_state_dict(reference))
+    written = flax.serialization.to_state_dict(jax.device_get(reference))
+    assert jax.tree_util.tree_structure(saved) == jax.tree_util.tree_structure(written)
     assert 'mu' in saved['network']['opt_state']['0'] and isinstance(saved['network']['opt_state']['0']['mu'], dict)
-    for a, b in zip(jax.tree_util.tree_leaves(saved), jax.tree_util.tree_leaves(flax.serialization.to_state_dict(reference))):
+    for a, b in zip(jax.tree_util.tree_leaves(saved), jax.tree_util.tree_leaves(written)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # ... and restores into either layout.
-    template = flat_agent(config, seed=5)
-    restored = flax.serialization.from_state_dict(template, flax.serialization.msgpack_restore(flax.serialization.msgpack_serialize(saved)))
-    assert restored.network.flat
+    restored, step, _ = load_checkpoint(str(tmp_path), flat_agent(config, seed=5))
+    assert step == 2 and isinstance(restored.network.tx, OneVector)
     assert_same_agents(restored, reference, exact=True)
-    restored_per_leaf = flax.serialization.from_state_dict(per_leaf(template), saved)
-    assert not restored_per_leaf.network.flat
+    restored_per_leaf, _, _ = load_checkpoint(str(tmp_path), make_agent(config, seed=5))
+    assert not isinstance(restored_per_leaf.network.tx, OneVector)
     assert_same_agents(restored, restored_per_leaf, exact=True)
 
 
 def test_the_cpu_keeps_the_per_leaf_update():
-    """The default on the CPU: bit-identical to the numbers tests/test_regression.py recorded."""
-    assert jax.default_backend() == 'cpu' and not make_agent(config_of('gcbc')).network.flat
+    """The default on the CPU: bit-identical to the numbers tests/data/agent_metrics.json records."""
+    assert jax.default_backend() == 'cpu' and not isinstance(make_agent(config_of('gcbc')).network.tx, OneVector)
 
 
-def test_ravel_and_unravel_are_inverse_with_seed_axes():
+def test_ravel_and_unravel_are_inverse():
     tree = {'a': np.arange(6.0).reshape(2, 3), 'b': {'c': np.arange(2.0)}}
     flat = ravel_leaves(tree)
     np.testing.assert_array_equal(flat, [0, 1, 2, 3, 4, 5, 0, 1])
-    stacked = jax.tree_util.tree_map(lambda x: np.stack([x, -x]), tree)
-    flat_stacked = ravel_leaves(stacked, batch_dims=1)
-    assert flat_stacked.shape == (2, 8)
-    back = unravel_like(flat_stacked, stacked)
-    for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(stacked)):
+    back = unravel_like(flat, tree)
+    for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(tree)):
         np.testing.assert_array_equal(a, b)

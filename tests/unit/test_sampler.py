@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from utils.sampler import DeviceDataset, GoalMixture, SamplerConfig, geometric_offset, sample_batch
+from utils.sampler import DeviceDataset, GoalMixture, geometric_offset, sample_batch
+from tests.helpers import sampler_config
 
 
 def make_data(num_episodes, length, action_dim=2):
@@ -21,7 +22,7 @@ def make_data(num_episodes, length, action_dim=2):
 
 
 def draw(data, n, seed=0, **kwargs):
-    config = SamplerConfig(batch_size=n, **kwargs)
+    config = sampler_config(n, **kwargs)
     return jax.tree_util.tree_map(np.asarray, jax.jit(sample_batch, static_argnums=2)(jax.random.PRNGKey(seed), data, config))
 
 

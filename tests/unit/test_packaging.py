@@ -6,7 +6,7 @@ import re
 import subprocess
 import tomllib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def requirement_pins(lines):
@@ -41,8 +41,8 @@ def test_no_file_points_outside_the_repository_or_patches_sys_path():
 
 # The layers, bottom up: utils/ (the research library) may import only itself; runtime/ (the run machinery) the
 # library; the layers above anything below them, never above.
-LAYERS = {'utils': 0, 'runtime': 1, 'agents': 2, 'configs': 3, 'datagen': 3, 'experiments': 4, 'main': 5, 'scripts': 5,
-          'benchmarks': 5}
+LAYERS = {'utils': 0, 'runtime': 1, 'agents': 2, 'configs': 3, 'datagen': 3, 'experiments': 4, 'main': 5, 'scripts': 6,
+          'benchmarks': 6}
 
 
 def top_level_imports(path):
@@ -70,3 +70,28 @@ def test_each_layer_imports_only_layers_below_it():
             if imported != layer and LAYERS[imported] >= LAYERS[layer]:
                 offenders.append(f'{name} imports {imported}')
     assert not offenders, offenders
+
+
+def test_test_modules_import_helpers_not_each_other():
+    """Shared test code lives in tests/helpers.py: a test module that imports another would run that module's tests'
+    import-time work, and hide a dependency between tiers."""
+    offenders = []
+    for name in tracked_text_files():
+        if name.startswith('tests/') and name.endswith('.py'):
+            with open(os.path.join(ROOT, name)) as f:
+                tree = ast.parse(f.read(), filename=name)
+            for node in ast.walk(tree):
+                module = node.module if isinstance(node, ast.ImportFrom) and node.module else ''
+                names = [alias.name for alias in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
+                imported = [module] + [f'{module}.{n}' if module else n for n in names]
+                if any(re.search(r'(^|\.)(test_\w+|conftest)$', m) for m in imported if m.startswith('tests')):
+                    offenders.append(name)
+    assert not offenders, offenders
+
+
+def test_no_folder_outside_tests_holds_more_than_20_python_files():
+    counts = {}
+    for name in tracked_text_files():
+        if name.endswith('.py') and not name.startswith('tests/'):
+            counts[os.path.dirname(name)] = counts.get(os.path.dirname(name), 0) + 1
+    assert max(counts.values()) <= 20, {folder: n for folder, n in counts.items() if n > 20}

@@ -15,7 +15,7 @@ from agents import get_agent_class
 from configs.presets import PRESETS, get_config
 from datagen import visual
 from datagen.pointmaze import _save_npz_atomic
-from tests.conftest import optimized_xla, skip_without_rendering
+from tests.helpers import ROOT, optimized_xla, sampler_config, skip_without_rendering
 from utils.config_checks import validate_config
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import ConfigError, DatasetError
@@ -24,7 +24,6 @@ from utils.networks import MLP, visual_encoder
 from utils.sampler import (
     CROP_PADDING,
     DeviceDataset,
-    SamplerConfig,
     augment_batch,
     crop_images,
     example_observations,
@@ -135,9 +134,9 @@ def test_frame_stacking_repeats_the_first_frame_at_episode_starts():
 
 def test_sampler_stacks_every_observation_of_the_batch():
     data, _ = coded_dataset([6, 7, 5])
-    config = SamplerConfig(batch_size=64, frame_stack=3, nstep=2)
+    config = sampler_config(64, frame_stack=3, nstep=2)
     batch = sample_batch(jax.random.PRNGKey(0), data, config)
-    plain = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig(batch_size=64, frame_stack=1, nstep=2))
+    plain = sample_batch(jax.random.PRNGKey(0), data, sampler_config(64, frame_stack=1, nstep=2))
     for key in ('observations', 'next_observations', 'actor_goals', 'value_goals', 'nstep_observations'):
         assert batch[key].shape[-1] == 9
         # The newest frame is the unstacked observation of the same row.
@@ -186,7 +185,7 @@ def read_offsets(cropped, size=8):
 
 def test_every_crop_offset_is_equally_likely_and_shared_by_a_samples_images():
     data, _ = coded_dataset([50, 50])
-    config = SamplerConfig(batch_size=500, p_aug=1.0)
+    config = sampler_config(500, p_aug=1.0)
     sample = jax.jit(lambda key: sample_batch(key, data, config))
     counts = np.zeros((2 * CROP_PADDING + 1,) * 2)
     for seed in range(10):
@@ -201,7 +200,7 @@ def test_every_crop_offset_is_equally_likely_and_shared_by_a_samples_images():
 
 def test_no_augmentation_at_p_aug_0_and_one_coin_per_batch():
     data, _ = coded_dataset([50, 50])
-    plain = sample_batch(jax.random.PRNGKey(3), data, SamplerConfig(batch_size=64, p_aug=0.0))
+    plain = sample_batch(jax.random.PRNGKey(3), data, sampler_config(64, p_aug=0.0))
     for key in ('observations', 'next_observations', 'actor_goals', 'value_goals'):
         rows = np.asarray(plain[key])[:, 0, 0, 0]  # channel 0 codes the row (all rows < 256)
         np.testing.assert_array_equal(plain[key], np.asarray(data.observations)[rows])
@@ -234,7 +233,7 @@ def test_every_visual_preset_builds_and_traces_an_update(preset):
     agent = jax.eval_shape(lambda: agent_class.create(0, ex_observations, ex_actions, config))
     # A conv kernel reads 2 stacked RGB frames (GCBC's: of the state and of the goal).
     assert any(len(x.shape) == 4 and x.shape[-2] in (6, 12) for x in jax.tree_util.tree_leaves(agent))
-    step = functools.partial(train_steps, sampler_config=SamplerConfig.from_config(config), num_steps=1)
+    step = functools.partial(train_steps, num_steps=1)
     new_agent, info = jax.eval_shape(step, agent, data, jax.random.PRNGKey(0), 0)
     assert info['total_loss'].shape == (1,)
     assert jax.tree_util.tree_structure(new_agent) == jax.tree_util.tree_structure(agent)
@@ -249,7 +248,7 @@ def test_image_encoder_and_observations_must_match():
     config = get_config('hgcbc')
     config.encoder = 'impala_small'
     with pytest.raises(ConfigError, match='hgcbc_phi'):
-        validate_config(config, get_agent_class('hgcbc').CONFIG_RULES)
+        validate_config(config, get_agent_class('hgcbc'))
     # An agent without an image encoder (the offline RL baselines) says so, instead of failing in its networks.
     with pytest.raises(ConfigError, match='reads state vectors only'):
         get_agent_class('gcivl').create(0, images, actions, get_config('gcivl'))
@@ -261,7 +260,7 @@ def test_image_encoder_and_observations_must_match():
 def test_the_encoder_meets_the_observations_in_one_place():
     """Which encoder names exist is a config rule; whether the encoder fits the observations is one function,
     called from one place (agents.base.Agent.create, which every agent's creation goes through)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = ROOT
     calls = []
     for folder in ('agents', 'utils', 'configs'):
         for path in sorted(glob.glob(os.path.join(root, folder, '**', '*.py'), recursive=True)):
@@ -367,10 +366,9 @@ def test_gcbc_trains_on_rendered_pixels_and_evaluates_on_the_visual_env(visual_d
     config = get_config('gcbc_visual')
     config.encoder, config.batch_size, config.frame_stack, config.p_aug = 'impala_debug', 16, 2, 0.5
     config.actor_hidden_dims = (64, 64)
-    sampler_config = SamplerConfig.from_config(config)
     agent = get_agent_class('gcbc').create(0, example_observations(raw['observations'], 2), raw['actions'][:1], config)
     with optimized_xla():
-        agent, info = train_steps(agent, data, jax.random.PRNGKey(0), 0, sampler_config, 60)
+        agent, info = train_steps(agent, data, jax.random.PRNGKey(0), 0, 60)
     errors = np.asarray(info['actor/mse'])  # the BC loss minus its constant (fixed-std Gaussian) part, / 4
     assert np.all(np.isfinite(errors)) and errors[-10:].mean() < 0.8 * errors[:10].mean()
 
@@ -386,8 +384,7 @@ def test_visual_sweep_launches_the_visual_presets(tmp_path):
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run(['bash', 'scripts/sweep_visual.sh', '--dry_run', f'--save_dir={tmp_path}'], cwd=root,
+    result = subprocess.run(['bash', 'scripts/sweep_visual.sh', '--dry_run', f'--save_dir={tmp_path}'], cwd=ROOT,
                             capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHON=sys.executable))
     assert result.returncode == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if 'main.py' in line]

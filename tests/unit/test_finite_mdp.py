@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments import finite_mdp as F
-from tests.conftest import optimized_xla
+from tests.helpers import optimized_xla
 
 
 @pytest.fixture(scope='module')

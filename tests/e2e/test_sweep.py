@@ -19,7 +19,7 @@ from experiments import sweep
 from scripts import sweep as sweep_cli
 from utils.errors import ConfigError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = 'pointmaze-medium-stitch-v0'
 
 # Stands in for main.py: creates the run directory, then fails for seed 13, waits for SIGTERM when

@@ -18,7 +18,7 @@ from runtime.loggers import read_csv_rows
 from runtime.subprocesses import set_up_then_exec
 from scripts import results as results_cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAIN = os.path.join(ROOT, 'main.py')
 ENV = 'pointmaze-medium-stitch-v0'
 TINY = ['--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--eval_episodes=2', '--eval_tasks=1',

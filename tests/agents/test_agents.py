@@ -8,77 +8,17 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from agents.encoders import encode_together, phi_policy_inputs, two_encoder_modules
+from agents.base import encode_together, phi_policy_inputs, two_encoder_modules
 from configs.presets import METHODS, PRESETS
 from configs.presets import get_config as preset_config
-from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
+from tests.helpers import (ACTION_DIM, OBS_DIM, aux_loss_of, bc_loss_of, covering_presets,
+                           distinct_presets, make_agent, sampler_of, small, toy_dataset)
+from utils.sampler import sample_batch
 from utils.training import compiled_create, train_steps
-
-OBS_DIM, ACTION_DIM = 4, 2
-
-
-def toy_dataset(num_episodes=40, length=30, seed=0):
-    """Smooth random walks whose action is the (clipped) direction of motion: learnable BC, and
-    temporal structure for the representation losses."""
-    rng = np.random.default_rng(seed)
-    actions = np.clip(rng.normal(0, 0.5, (num_episodes, length, ACTION_DIM)), -1, 1)
-    positions = np.cumsum(0.1 * actions, axis=1)
-    velocity = np.concatenate([np.zeros((num_episodes, 1, ACTION_DIM)), actions[:, :-1]], axis=1)
-    observations = np.concatenate([positions, velocity], axis=-1).reshape(-1, OBS_DIM).astype(np.float32)
-    actions = actions.reshape(-1, ACTION_DIM).astype(np.float32)
-    terminals = np.tile(np.arange(length) == length - 1, num_episodes)
-    return DeviceDataset.from_numpy(observations, actions, terminals)
-
-
-def small(config, batch_size=64):
-    config.batch_size = batch_size
-    config.actor_hidden_dims = (64, 64)
-    config.encoder_hidden_dims = (32, 32)
-    if 'predictor_hidden_dims' in config:
-        config.predictor_hidden_dims = (32, 32)
-    if 'high_hidden_dims' in config:
-        config.high_hidden_dims = (64, 64)
-    config.latent_dim = 8
-    return config
-
-
-def make_agent(config, seed=0):
-    ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
-    return get_agent_class(config.agent_name).create(seed, ex_obs, ex_act, config)
-
 
 @pytest.fixture(scope='module')
 def data():
     return toy_dataset()
-
-
-def branches(config):
-    """The code paths a config selects: its enum and switch fields (strings, booleans), whether each count
-    field is on (nstep > 0, ...), and whether gamma is 0 (one-step offsets). Float hyperparameters (a
-    learning rate, alpha) change numbers, not paths."""
-    def path(key, value):
-        if isinstance(value, (bool, str, tuple)):
-            return value
-        if isinstance(value, int):
-            return value > 0
-        return value == 0.0 if key == 'discount' else None
-    return {(config.agent_name, key, path(key, value)) for key, value in config.items() if key != 'preset'}
-
-
-def covering_presets(names):
-    """Few presets, greedily chosen, that between them take every code path any of `names` takes: each
-    preset that adds a path nobody chosen takes is kept, in the registry's order."""
-    covered, kept = set(), []
-    for name in names:
-        paths = branches(preset_config(name))
-        if not paths <= covered:
-            covered |= paths
-            kept.append(name)
-    return kept
-
-
-def distinct_presets():
-    return covering_presets(list(PRESETS))
 
 
 # Hierarchical presets are trained, stage by stage, in test_hierarchical.py; the offline RL baselines
@@ -90,13 +30,13 @@ TRAINED_PRESETS = [p for p in distinct_presets() if PRESETS[p].family != 'visual
 
 @pytest.mark.parametrize('preset', TRAINED_PRESETS)
 def test_preset_trains_with_finite_decreasing_loss(preset, data):
-    from tests.test_regression import assert_recorded_metrics
+    from tests.helpers import assert_recorded_metrics
 
     config = small(preset_config(preset))
     agent = make_agent(config)
-    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 200)
+    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, 200)
     infos = jax.tree_util.tree_map(np.asarray, infos)
-    assert_recorded_metrics(preset, infos)  # its first updates compute what they always did (tests/test_regression.py)
+    assert_recorded_metrics(preset, infos)  # its first updates compute what they always did (tests/helpers.py)
     for key, values in infos.items():
         assert np.all(np.isfinite(values)), key
     # FB's actor is trained by RL, its BC term only regularises it (and is traded against Q): its critic decreases instead.
@@ -123,15 +63,15 @@ REPRESENTATION_PRESETS = covering_presets([p for p in PRESETS if PRESETS[p].fami
 def test_auxiliary_loss_never_reaches_the_actor_head(preset, data):
     config = small(preset_config(preset))
     agent = make_agent(config)
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    batch = sample_batch(jax.random.PRNGKey(0), data, sampler_of(config))
     # Jitted: one compilation instead of one per primitive of the eager computation.
-    aux_grads = jax.jit(jax.grad(lambda p: agent.representation_loss(batch, p)[0]))(agent.network.params)
+    aux_grads = jax.jit(jax.grad(lambda p: aux_loss_of(agent, batch, p)))(agent.network.params)
     actor_norm = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(aux_grads['modules_actor']))
     assert actor_norm == 0.0
     encoder_norm = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(aux_grads['modules_encoder']))
     assert encoder_norm > 0.0
     # ... while the BC loss does train the encoder that feeds the actor.
-    bc_grads = jax.jit(jax.grad(lambda p: agent.actor_loss(batch, p)[0]))(agent.network.params)
+    bc_grads = jax.jit(jax.grad(lambda p: bc_loss_of(agent, batch, p)))(agent.network.params)
     bc_encoder = 'modules_psi_encoder' if preset == 'tra' else 'modules_encoder'
     assert sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(bc_grads[bc_encoder])) > 0.0
 
@@ -140,7 +80,7 @@ def test_tau_one_target_is_the_stop_gradient_online_encoder(data):
     config = small(preset_config('byol_gamma_a'))
     agent = make_agent(config)
     assert agent.targets == {}
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    batch = sample_batch(jax.random.PRNGKey(0), data, sampler_of(config))
     frozen = jax.tree_util.tree_map(jnp.copy, agent.network.params)
 
     class FrozenTarget(type(agent)):
@@ -148,8 +88,8 @@ def test_tau_one_target_is_the_stop_gradient_online_encoder(data):
             return self.network(x, name='encoder', params=frozen)
 
     reference = FrozenTarget(rng=agent.rng, network=agent.network, targets=agent.targets, config=agent.config)
-    grads = jax.grad(lambda p: agent.representation_loss(batch, p)[0])(agent.network.params)
-    expected = jax.grad(lambda p: reference.representation_loss(batch, p)[0])(agent.network.params)
+    grads = jax.grad(lambda p: aux_loss_of(agent, batch, p))(agent.network.params)
+    expected = jax.grad(lambda p: aux_loss_of(reference, batch, p))(agent.network.params)
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), grads, expected)
 
 
@@ -170,7 +110,7 @@ def test_ema_targets_follow_tau(preset, tau, online_modules, data):
         assert all(a is not b for a, b in zip(jax.tree_util.tree_leaves(agent.network.params[f'modules_{online}']),
                                               jax.tree_util.tree_leaves(agent.targets[online])))
     old_targets = {name: jax.tree_util.tree_map(np.asarray, agent.targets[name]) for name in online_modules}
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    batch = sample_batch(jax.random.PRNGKey(0), data, sampler_of(config))
     new_agent, _ = agent.update(batch)
     for online in online_modules:
         new_online = new_agent.network.params[f'modules_{online}']
@@ -183,7 +123,7 @@ def test_byol_preset_is_one_step_forward_only(data):
     assert (config.discount, config.backward_predictor, config.action_conditioned, config.loss_type) == (0.0, False, False, 'l2')
     agent = make_agent(small(config))
     assert 'modules_backward_predictor' not in agent.network.params
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    batch = sample_batch(jax.random.PRNGKey(0), data, sampler_of(config))
     np.testing.assert_array_equal(batch['value_goals'], batch['next_observations'])
 
 
@@ -209,30 +149,30 @@ def test_compiled_create_is_the_eager_create_bit_for_bit(preset):
 
 @pytest.mark.parametrize('preset', ['byol_gamma_a', 'tra', 'tdsr_a'])
 def test_entries_encoded_together_equal_entries_encoded_one_by_one(preset, data):
-    """The shared encodings of an update (one encoder call on concatenated batch entries) are, entry by
-    entry, what encoding each entry on its own gives."""
+    """An update's encoding cache (one encoder call on the concatenated batch entries) is, entry by entry, what
+    encoding each entry on its own gives; and the actor's input from it is what acting computes for (s, g)."""
     config = small(preset_config(preset))
     agent = make_agent(config)
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    batch = sample_batch(jax.random.PRNGKey(0), data, sampler_of(config))
     params = agent.network.params
-    encodings = agent.batch_encodings(batch, params)
+    encodings = agent.encode(batch, params)
     for key, encoded in encodings.items():
         if key == 'psi':
             continue
         alone = agent.network(batch[key], name='encoder', params=params)
         assert encoded.shape == alone.shape == (config.num_ensemble, config.batch_size, config.latent_dim)
         np.testing.assert_allclose(encoded, alone, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(agent.batch_policy_inputs(batch, params, encodings),
-                               agent.policy_inputs(batch['observations'], batch['actor_goals'], params)
-                               if preset != 'tra' else
-                               jnp.concatenate([agent.network(batch['observations'], name='psi_encoder', params=params).mean(0),
-                                                agent.network(batch['actor_goals'], name='encoder', params=params).mean(0)], -1),
+    expected = (jnp.concatenate([agent.network(batch['observations'], name='psi_encoder', params=params).mean(0),
+                                 agent.network(batch['actor_goals'], name='encoder', params=params).mean(0)], -1)
+                if preset == 'tra' else phi_policy_inputs(agent.network, batch['observations'], batch['actor_goals'], params))
+    np.testing.assert_allclose(agent.actor_input(batch, encodings), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(agent.policy_inputs(batch['observations'], batch['actor_goals'], params), expected,
                                rtol=1e-5, atol=1e-6)
 
 
 def test_encoding_arrays_together_equals_encoding_each_alone():
     """Agents encode s, g and the sampled future states in one encoder call on their concatenation
-    (utils/representation.encode_together); every layer acts row by row, so each array's encoding must
+    (agents.base.encode_together); every layer acts row by row, so each array's encoding must
     be what its own call gives, and the actor's input concat(mean phi(s), mean phi(g)) likewise."""
     agent = make_agent(small(preset_config('byol_gamma_a')))
     params = agent.network.params
@@ -252,7 +192,7 @@ def test_encoding_arrays_together_equals_encoding_each_alone():
 
 @pytest.mark.parametrize('action_conditioned', [False, True])
 def test_two_encoder_modules_are_phi_psi_and_an_actor_on_two_representations(action_conditioned):
-    """TRA and TD-SR build their networks with agents.encoders.two_encoder_modules: phi and psi are
+    """TRA and TD-SR build their networks with agents.base.two_encoder_modules: phi and psi are
     ensembles of the same architecture, psi also reads a_t in the ^a variants, and the actor reads 2 * d."""
     config = small(preset_config('tra'))
     config.action_conditioned = action_conditioned

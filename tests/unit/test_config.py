@@ -11,11 +11,11 @@ import pytest
 from agents import get_agent_class
 from configs.presets import PRESETS
 from configs.presets import get_config as preset_config
-from runtime.request import check_request
+from main import request_of
 from utils.config_checks import COMMON_RULES, RuleOwner, at_least, one_of, rule_for, validate_config
 from utils.errors import ConfigError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # (preset, field, bad value, words the error must contain). Each breaks a different kind of rule.
 BAD_VALUES = [
@@ -54,7 +54,7 @@ BAD_VALUES = [
 
 
 def checked(config):
-    validate_config(config, getattr(get_agent_class(config.agent_name), 'CONFIG_RULES', None))
+    validate_config(config, get_agent_class(config.agent_name))
 
 
 @pytest.mark.parametrize('preset', sorted(PRESETS))
@@ -94,12 +94,36 @@ def test_a_non_finite_value_gets_the_fields_own_example():
 
 
 @pytest.mark.parametrize('preset', sorted(PRESETS))
-def test_every_float_field_has_a_rule(preset):
-    """So that a bad or non-finite value of any float field gets a requirement and a valid example."""
+def test_every_field_has_a_rule_and_every_declared_mixture_its_fields(preset):
+    """The config contract: a bad value of any field gets a requirement and a valid example, a field nothing reads
+    cannot be in a config, and the goal mixtures the sampler draws are those the agent declares."""
     config = preset_config(preset)
-    rules = get_agent_class(config.agent_name).CONFIG_RULES
-    missing = [key for key, value in config.items() if isinstance(value, float) and rule_for(key, rules) is None]
-    assert not missing, f'{preset}: float fields without a rule: {missing}'
+    agent_class = get_agent_class(config.agent_name)
+    assert [key for key in config if key != 'preset' and rule_for(key, agent_class) is None] == []
+    mixtures = {key[:-len('_p_curgoal')] for key in config if key.endswith('_p_curgoal')}
+    assert mixtures == set(agent_class.GOAL_MIXTURES), preset
+
+
+@pytest.mark.parametrize('field', ['nstpe', 'value_p_trajgol', 'high_p_curgoal'])
+def test_a_field_nothing_reads_is_an_error_naming_it(field):
+    """A misspelled field (in a config file or a preset's overrides) would otherwise be silently ignored and the
+    value it meant to set left at its default; a goal mixture the agent does not declare would never be drawn."""
+    config = preset_config('byol_gamma_a')
+    config[field] = 1.0
+    with pytest.raises(ConfigError, match=f"'{field}' of agent 'byol_gamma' are read by no part of it"):
+        checked(config)
+
+
+def test_a_declared_mixture_needs_all_its_fields_and_a_discount_when_geometric():
+    config = preset_config('byol_gamma_a')
+    del config['value_geom_sample']
+    with pytest.raises(ConfigError, match="draws value goals, but its config lacks value_geom_sample"):
+        checked(config)
+    config = preset_config('gcbc')
+    config.actor_geom_sample = True
+    del config['discount']
+    with pytest.raises(ConfigError, match='geometric offsets, which need a discount'):
+        checked(config)
 
 
 def test_common_rules_are_for_fields_every_agent_has():
@@ -129,7 +153,7 @@ def test_subclass_rules_extend_and_override_their_bases():
 def test_main_rejects_bad_values_before_loading_data(override, tmp_path):
     # main.py's request check: the run stops at the config, before it looks for data or writes anything.
     with pytest.raises(ConfigError) as error:
-        check_request(['main.py', override, f'--dataset_dir={tmp_path}', '--nodownload', f'--save_dir={tmp_path}'], get_agent_class)
+        request_of(['main.py', override, f'--dataset_dir={tmp_path}', '--nodownload', f'--save_dir={tmp_path}'])
     paragraph = str(error.value)
     assert override.split('=')[0][2:] in paragraph and '\n' not in paragraph
     assert not any(tmp_path.iterdir()), 'nothing may be written for a rejected config'

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = 'pointmaze-medium-stitch-v0'
 BLOCK_BYTES = 32 * 1024  # the log's block size: a record header never straddles two blocks
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4

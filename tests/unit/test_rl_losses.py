@@ -11,7 +11,8 @@ import pytest
 
 from utils import value_networks
 from utils import rl_losses as L
-from utils.sampler import DeviceDataset, GoalMixture, SamplerConfig, sample_batch
+from utils.sampler import DeviceDataset, GoalMixture, sample_batch
+from tests.helpers import sampler_config
 
 RNG = None  # each test's generator, set by fresh_rng
 
@@ -269,7 +270,7 @@ def test_sampler_rewards_and_masks_follow_the_current_goal_probability(gc_negati
     observations = rng.normal(size=(50 * 20, 3)).astype(np.float32)  # distinct rows: equal goal <=> same row
     data = DeviceDataset.from_numpy(observations, np.zeros((1000, 2), np.float32), np.tile(np.arange(20) == 19, 50))
     p_cur = 0.2
-    config = SamplerConfig(batch_size=20000, value_goals=GoalMixture(p_cur, 0.5, 0.3, True), gc_negative=gc_negative)
+    config = sampler_config(20000, value_goals=GoalMixture(p_cur, 0.5, 0.3, True), gc_negative=gc_negative)
     batch = jax.tree_util.tree_map(np.asarray, sample_batch(jax.random.PRNGKey(0), data, config))
     reached = np.all(batch['value_goals'] == batch['observations'], axis=-1)
     np.testing.assert_array_equal(batch['masks'], 1.0 - reached)

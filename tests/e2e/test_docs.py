@@ -23,11 +23,11 @@ import sys
 
 import pytest
 
-from tests.test_adding_a_method import example_blocks, module_from_source, presets_source_with_entry
+from tests.helpers import example_blocks, module_from_source, presets_source_with_entry
 
 pytestmark = pytest.mark.xdist_group('test_docs')  # its module fixtures are built once, in one worker
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC_FILES = ['README.md'] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 FENCES = ('bash', 'sh', 'shell')
 

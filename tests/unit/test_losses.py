@@ -1,4 +1,5 @@
-"""Every representation loss in utils/losses.py against an independent NumPy computation.
+"""Every representation loss (BYOL-gamma's and TRA's in their agent files, TD-SR's in utils/losses.py) against an
+independent NumPy computation.
 
 References are written with plain NumPy in float64 (explicit loops where the batch structure
 matters), never by calling the JAX code. JAX runs in float32, hence tolerances of ~1e-5.
@@ -9,17 +10,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agents import byol_gamma, tra
 from utils import losses
 
 # Every call goes through jit: one compile per signature instead of one per primitive keeps
 # the file fast on a busy CPU, and it checks that the losses trace with a static `kind`.
-f_ce = jax.jit(losses.f_ce)
-f_l2 = jax.jit(losses.f_l2)
-prediction_loss = jax.jit(losses.prediction_loss, static_argnums=2)
-byol_gamma_loss = jax.jit(losses.byol_gamma_loss, static_argnames='kind')
-nstep_prediction_loss = jax.jit(losses.nstep_prediction_loss, static_argnums=3)
-symmetric_infonce = jax.jit(losses.symmetric_infonce)
-representation_norm_penalty = jax.jit(losses.representation_norm_penalty)
+f_ce = jax.jit(byol_gamma.f_ce)
+f_l2 = jax.jit(byol_gamma.f_l2)
+prediction_loss = jax.jit(byol_gamma.prediction_loss, static_argnums=2)
+byol_gamma_loss = jax.jit(byol_gamma.byol_gamma_loss, static_argnames='kind')
+nstep_prediction_loss = jax.jit(byol_gamma.nstep_prediction_loss, static_argnums=3)
+symmetric_infonce = jax.jit(tra.symmetric_infonce)
+representation_norm_penalty = jax.jit(tra.representation_norm_penalty)
 td_sr_loss = jax.jit(losses.td_sr_loss)
 
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -103,7 +105,7 @@ def test_f_l2_zero_vector_is_finite():
     zero, b = np.zeros((3, 4), np.float32), rand(5, 3, 4)
     value = np.asarray(f_l2(zero, b))
     np.testing.assert_allclose(value, 1.0, **TOL)
-    grad = np.asarray(jax.jit(jax.grad(lambda x: jnp.sum(losses.f_l2(x, b))))(zero))
+    grad = np.asarray(jax.jit(jax.grad(lambda x: jnp.sum(byol_gamma.f_l2(x, b))))(zero))
     assert np.all(np.isfinite(grad))
 
 
@@ -120,20 +122,20 @@ def test_prediction_loss_is_mean_over_leading_axes(kind):
 @pytest.mark.parametrize('kind', KINDS)
 def test_prediction_loss_target_gradient_is_exactly_zero(kind):
     pred, target = rand(8, 6, 5), rand(9, 6, 5)
-    grad = np.asarray(jax.jit(jax.grad(losses.prediction_loss, argnums=1), static_argnums=2)(pred, target, kind))
+    grad = np.asarray(jax.jit(jax.grad(byol_gamma.prediction_loss, argnums=1), static_argnums=2)(pred, target, kind))
     assert np.all(grad == 0.0)
 
 
 def test_prediction_loss_ce_pred_gradient_is_analytic():
     pred, target = rand(10, 6, 5), rand(11, 6, 5)
-    grad = np.asarray(jax.jit(jax.grad(losses.prediction_loss), static_argnums=2)(pred, target, 'ce'))
+    grad = np.asarray(jax.jit(jax.grad(byol_gamma.prediction_loss), static_argnums=2)(pred, target, 'ce'))
     expected = np_ce_grad(pred, target)
     np.testing.assert_allclose(grad, expected, **TOL)
 
 
 def test_prediction_loss_l2_pred_gradient_matches_finite_differences():
     pred, target = rand(12, 4, 5), rand(13, 4, 5)
-    grad = np.asarray(jax.jit(jax.grad(losses.prediction_loss), static_argnums=2)(pred, target, 'l2'))
+    grad = np.asarray(jax.jit(jax.grad(byol_gamma.prediction_loss), static_argnums=2)(pred, target, 'l2'))
 
     def np_loss(p):
         return np.mean([np_l2(p[i], target[i]) for i in range(p.shape[0])])
@@ -190,7 +192,7 @@ def test_byol_gamma_backward_order_and_gradients():
     swapped = np_per_sample('ce', cur, bwd).mean()
     assert abs(float(info['backward_loss']) - swapped) > 1e-3
 
-    grad_fn = jax.jit(jax.grad(lambda *x: losses.byol_gamma_loss(*x, kind='ce')[0], argnums=(0, 1, 2, 3)))
+    grad_fn = jax.jit(jax.grad(lambda *x: byol_gamma.byol_gamma_loss(*x, kind='ce')[0], argnums=(0, 1, 2, 3)))
     grads = grad_fn(fwd, fut, bwd, cur)
     g_fwd, g_fut, g_bwd, g_cur = (np.asarray(g) for g in grads)
     assert np.all(g_fut == 0.0) and np.all(g_cur == 0.0)
@@ -258,7 +260,7 @@ def test_nstep_leading_axes_and_target_gradient():
     flat = lambda x: x.reshape(ens * batch, *x.shape[2:])  # noqa: E731
     expected, _ = np_nstep('l2', flat(predictions), flat(targets), flat(mask))
     np.testing.assert_allclose(float(loss), expected, **TOL)
-    grad = np.asarray(jax.jit(jax.grad(lambda t: losses.nstep_prediction_loss(predictions, t, mask, 'l2')[0]))(targets))
+    grad = np.asarray(jax.jit(jax.grad(lambda t: byol_gamma.nstep_prediction_loss(predictions, t, mask, 'l2')[0]))(targets))
     assert np.all(grad == 0.0)
 
 
@@ -412,9 +414,9 @@ def np_ce_eps(a, b, eps):
 
 def test_f_ce_eps_matches_numpy_values_and_gradients():
     pred, target, eps = rand(70, 4, 5, scale=3.0), rand(71, 4, 5), 1e-6
-    got = np.asarray(jax.jit(lambda p, t: losses.f_ce(p, t, eps=eps))(pred, target))
+    got = np.asarray(jax.jit(lambda p, t: byol_gamma.f_ce(p, t, eps=eps))(pred, target))
     np.testing.assert_allclose(got, [np_ce_eps(pred[i], target[i], eps) for i in range(4)], **TOL)
-    grad = jax.jit(jax.grad(lambda p: losses.prediction_loss(p, target, 'ce', eps)))(pred)
+    grad = jax.jit(jax.grad(lambda p: byol_gamma.prediction_loss(p, target, 'ce', eps)))(pred)
     expected = np_num_grad(lambda p: np.mean([np_ce_eps(p[i], target[i], eps) for i in range(4)]), pred)
     np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-4, atol=1e-6)
 
@@ -423,7 +425,7 @@ def test_f_ce_eps_agrees_with_printed_form_only_for_small_logits():
     target = rand(72, 3, 6)
     small, large = rand(73, 3, 6), rand(73, 3, 6, scale=60.0)
     printed = lambda p: np.asarray(f_ce(p, target))  # noqa: E731
-    authors = lambda p: np.asarray(jax.jit(lambda a: losses.f_ce(a, target, eps=1e-6))(p))  # noqa: E731
+    authors = lambda p: np.asarray(jax.jit(lambda a: byol_gamma.f_ce(a, target, eps=1e-6))(p))  # noqa: E731
     np.testing.assert_allclose(authors(small), printed(small), rtol=1e-4)
     # Underflowing softmax entries cost at most -log(1e-6) ~ 13.8 with eps, unboundedly more without.
     assert np.all(authors(large) <= -np.log(1e-6) + 1e-3)
@@ -432,7 +434,7 @@ def test_f_ce_eps_agrees_with_printed_form_only_for_small_logits():
 
 def test_byol_gamma_loss_passes_ce_eps_to_both_terms():
     fp, ft, bp, ct = rand(74, 3, 5, scale=40.0), rand(75, 3, 5), rand(76, 3, 5, scale=40.0), rand(77, 3, 5)
-    loss, info = jax.jit(lambda *x: losses.byol_gamma_loss(*x, kind='ce', ce_eps=1e-6))(fp, ft, bp, ct)
+    loss, info = jax.jit(lambda *x: byol_gamma.byol_gamma_loss(*x, kind='ce', ce_eps=1e-6))(fp, ft, bp, ct)
     forward = np.mean([np_ce_eps(fp[i], ft[i], 1e-6) for i in range(3)])
     backward = np.mean([np_ce_eps(bp[i], ct[i], 1e-6) for i in range(3)])
     np.testing.assert_allclose([float(info['forward_loss']), float(info['backward_loss'])], [forward, backward], rtol=1e-4)
@@ -453,7 +455,7 @@ def np_infonce_authors(psi, phi):
 
 def test_infonce_authors_scale_matches_loop_reference_values_and_gradients():
     psi, phi = rand(80, 2, 5, 3, scale=2.0), rand(81, 2, 5, 3, scale=2.0)
-    fn = jax.jit(lambda p, f: jnp.mean(jax.vmap(lambda a, b: losses.symmetric_infonce(a, b, 'authors')[0])(p, f)))
+    fn = jax.jit(lambda p, f: jnp.mean(jax.vmap(lambda a, b: tra.symmetric_infonce(a, b, 'authors')[0])(p, f)))
     np.testing.assert_allclose(float(fn(psi, phi)), np_infonce_authors(psi, phi), **TOL)
     grad_psi, grad_phi = jax.grad(fn, argnums=(0, 1))(psi, phi)
     np.testing.assert_allclose(np.asarray(grad_psi), np_num_grad(lambda p: np_infonce_authors(p, phi), psi), rtol=1e-4, atol=1e-7)
@@ -464,8 +466,8 @@ def test_infonce_authors_scale_matches_loop_reference_values_and_gradients():
 def test_infonce_scales_differ_by_batch_size_at_initialisation(batch):
     """Near-zero logits: 'paper' gives 2 ln B, 'authors' 2 ln(B) / B, so the ratio is B."""
     psi, phi = rand(82, batch, 8, scale=1e-3), rand(83, batch, 8, scale=1e-3)
-    paper = float(jax.jit(lambda a, b: losses.symmetric_infonce(a, b, 'paper')[0])(psi, phi))
-    authors = float(jax.jit(lambda a, b: losses.symmetric_infonce(a, b, 'authors')[0])(psi, phi))
+    paper = float(jax.jit(lambda a, b: tra.symmetric_infonce(a, b, 'paper')[0])(psi, phi))
+    authors = float(jax.jit(lambda a, b: tra.symmetric_infonce(a, b, 'authors')[0])(psi, phi))
     np.testing.assert_allclose(paper, 2 * np.log(batch), rtol=1e-3)
     np.testing.assert_allclose(authors, 2 * np.log(batch) / batch, rtol=1e-3)
 
@@ -548,7 +550,7 @@ def test_orthonormality_forms_match_loop_reference_values_and_gradients(form):
 
 def test_unknown_scale_raises_value_error_naming_valid_values():
     with pytest.raises(ValueError, match='authors'):
-        losses.symmetric_infonce(rand(97, 4, 3), rand(98, 4, 3), scale='typo')
+        tra.symmetric_infonce(rand(97, 4, 3), rand(98, 4, 3), scale='typo')
     with pytest.raises(ValueError, match='metamotivo'):
         losses.orthonormality_loss(rand(99, 4, 3), form='typo')
 
@@ -559,7 +561,7 @@ def test_unknown_scale_raises_value_error_naming_valid_values():
 def scale_agent(name):
     """A small agent with the module's default scale fields (the batch size only matters to the sampler)."""
     from agents import get_agent_class
-    from tests.test_agents import ACTION_DIM, OBS_DIM, small
+    from tests.helpers import ACTION_DIM, OBS_DIM, small
 
     module = __import__(f'agents.{name}', fromlist=['get_config'])
     config = small(module.get_config(), batch_size=16)
@@ -569,7 +571,7 @@ def scale_agent(name):
 
 def random_batch(seed, batch_size):
     """At initialisation the scale of a loss does not depend on temporal structure: random states do."""
-    from tests.test_agents import ACTION_DIM, OBS_DIM
+    from tests.helpers import ACTION_DIM, OBS_DIM
 
     states = lambda k: rand(seed + k, batch_size, OBS_DIM)  # noqa: E731
     actions = lambda k: np.tanh(rand(seed + k, batch_size, ACTION_DIM))  # noqa: E731
@@ -582,9 +584,9 @@ def test_tra_default_initial_loss_is_on_the_authors_scale_at_batch_1024():
     agent = scale_agent('tra')
     assert agent.config['loss_scale'] == 'authors'
     batch = random_batch(100, 1024)
-    authors, info = agent.representation_loss(batch, agent.network.params)
+    authors, info = agent.representation_loss(batch, agent.encode(batch, agent.network.params), agent.network.params)
     paper_agent = agent.replace(config={**agent.config, 'loss_scale': 'paper'})
-    paper, _ = paper_agent.representation_loss(batch, agent.network.params)
+    paper, _ = paper_agent.representation_loss(batch, paper_agent.encode(batch, agent.network.params), agent.network.params)
     assert abs(float(authors) - 2 * np.log(1024) / 1024) < 0.003, float(authors)
     assert float(paper) > 2 * np.log(1024) and float(paper) > 500 * float(authors), float(paper)
     assert float(info['norm_penalty']) < 1e-4
@@ -594,11 +596,11 @@ def test_tdsr_default_scale_and_options_in_the_agent():
     agent = scale_agent('tdsr')
     assert (agent.config['loss_scale'], agent.config['normalize_goal'], agent.config['ortho_coef']) == ('authors', False, 0.0)
     batch, params = random_batch(110, 16), agent.network.params
-    loss, info = agent.representation_loss(batch, params)
+    loss, info = agent.representation_loss(batch, agent.encode(batch, params), params)
     # Two members: 1/2 sum_e td_e - mean_e diag_e = mean_e td_e - mean_e diag_e.
     np.testing.assert_allclose(float(loss), float(info['td_loss'] - info['m_diag_mean']), rtol=1e-5, atol=1e-6)
     paper = agent.replace(config={**agent.config, 'loss_scale': 'paper'})
-    loss, info = paper.representation_loss(batch, params)
+    loss, info = paper.representation_loss(batch, paper.encode(batch, params), params)
     np.testing.assert_allclose(float(loss), float(info['td_loss'] - 2 * info['m_diag_mean']), rtol=1e-5, atol=1e-6)
 
     options = agent.replace(config={**agent.config, 'normalize_goal': True, 'ortho_coef': 1.0})
@@ -607,7 +609,7 @@ def test_tdsr_default_scale_and_options_in_the_agent():
     inputs = np.asarray(options.policy_inputs(batch['observations'], batch['actor_goals'], params))
     d = goals.shape[-1]
     np.testing.assert_allclose(inputs[:, d:], np.asarray(goals.mean(0)), rtol=1e-5, atol=1e-6)
-    loss, info = options.representation_loss(batch, params)
+    loss, info = options.representation_loss(batch, options.encode(batch, params), params)
     phi_next = np.asarray(options.goal_encode(batch['next_observations'], params))
     np.testing.assert_allclose(float(info['ortho_loss']), np_orthonormality(phi_next, 'all_entries'), rtol=1e-4)
     np.testing.assert_allclose(float(loss), float(info['td_loss'] - info['m_diag_mean'] + info['ortho_loss']), rtol=1e-5, atol=1e-5)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import skip_without_rendering
+from tests.helpers import skip_without_rendering
 from utils.evaluation import (
     FrameStackPolicy,
     evaluate,
@@ -541,7 +541,7 @@ def test_videos_to_wandb():
 
 def test_seeds_policy_acts_with_each_seeds_agent():
     from configs.presets import get_config
-    from tests.test_agents import make_agent, small
+    from tests.helpers import make_agent, small
     from utils.training import stack_trees
 
     config = small(get_config('gcbc'))
@@ -561,7 +561,7 @@ def test_seeds_policy_acts_with_each_seeds_agent():
 
 def test_seeds_policy_runs_each_seeds_own_stateful_policy():
     from configs.presets import get_config
-    from tests.test_agents import make_agent, small
+    from tests.helpers import make_agent, small
     from utils.training import stack_trees
 
     config = small(get_config('hgcbc'))

@@ -9,25 +9,23 @@ import numpy as np
 import pytest
 
 from configs.presets import get_config as preset_config
-from tests.test_agents import make_agent, small, toy_dataset
-from utils.sampler import SamplerConfig
+from tests.helpers import make_agent, small, toy_dataset
 from utils.training import stack_trees, train_steps, train_steps_multi
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize('preset', ['gcbc', 'byol_gamma_a', 'tdsr_a'])
 def test_vmapped_seeds_match_single_runs(preset):
     data = toy_dataset()
     config = small(preset_config(preset))
-    sampler_config = SamplerConfig.from_config(config)
     seeds = [3, 4]
     keys = [jax.random.PRNGKey(100 + s) for s in seeds]
     singles = []
     for seed, key in zip(seeds, keys):
-        agent, info = train_steps(make_agent(config, seed), data, key, 0, sampler_config, 50)
+        agent, info = train_steps(make_agent(config, seed), data, key, 0, 50)
         singles.append((agent, info))
-    agents, infos = train_steps_multi(stack_trees([make_agent(config, s) for s in seeds]), data, np.stack(keys), 0, sampler_config, 50)
+    agents, infos = train_steps_multi(stack_trees([make_agent(config, s) for s in seeds]), data, np.stack(keys), 0, 50)
     for k, (agent, info) in enumerate(singles):
         np.testing.assert_allclose(infos['total_loss'][k], info['total_loss'], rtol=2e-4, atol=1e-5)
         for vmapped, single in zip(jax.tree_util.tree_leaves(agents), jax.tree_util.tree_leaves(agent)):

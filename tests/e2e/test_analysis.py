@@ -32,14 +32,14 @@ def tiny_run(dataset_dir, tmp_path_factory):
     them for its request, the checkpoint of step 100), its agent as initialised: the scripts' outputs are checked
     here, not what a trained agent gives (tests/test_docs.py runs the scripts on runs main.py trained)."""
     from runtime.checkpoints import save_checkpoint
-    from runtime.request import check_request
+    from main import request_of
     from runtime.run_dir import RunDir
     from utils.training import compiled_create
 
     save_dir = str(tmp_path_factory.mktemp('runs'))
-    request = check_request(['main.py', f'--env_name={ENV}', f'--dataset_dir={dataset_dir}', f'--save_dir={save_dir}',
-                             '--agent=configs/presets.py:byol_gamma_a', '--agent.actor_hidden_dims=(32,32)',
-                             '--train_steps=100', '--run_group=analysis', '--run_name=byol'], get_agent_class)
+    request = request_of(['main.py', f'--env_name={ENV}', f'--dataset_dir={dataset_dir}', f'--save_dir={save_dir}',
+                          '--agent=configs/presets.py:byol_gamma_a', '--agent.actor_hidden_dims=(32,32)',
+                          '--train_steps=100', '--run_group=analysis', '--run_name=byol'])
     run_dir = RunDir.at(save_dir, 'analysis', 'byol')
     os.makedirs(run_dir.path)
     run_dir.write_metadata(request.seed_flags(0), request.config_record())

@@ -12,11 +12,11 @@ from configs.presets import OFFLINE_RL_AGENTS, PRESETS, method_of, rl_preset
 from configs.presets import get_config as preset_config
 from experiments.results import RL_METHODS, row_marks
 from runtime.checkpoints import load_checkpoint, save_checkpoint
-from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, toy_dataset
+from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, toy_dataset
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import env_spaces, evaluate, make_eval_envs
-from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
+from utils.sampler import DeviceDataset, sample_batch
 from utils.training import stack_trees, train_steps, train_steps_multi
 
 # The loss that must go down for each agent (its value function's).
@@ -46,10 +46,10 @@ def leaves_equal(a, b):
 @pytest.mark.parametrize('agent_name', OFFLINE_RL_AGENTS)
 def test_trains_vmapped_resumes_exactly_and_acts(agent_name, data, tmp_path):
     config = tiny(preset_config(f'{agent_name}_pointmaze'))
-    sampler_config = SamplerConfig.from_config(config)
+    sampler_config = sampler_of(config)
     seeds, steps = (0, 1), 100
     keys = jnp.stack([jax.random.PRNGKey(10 + s) for s in seeds])
-    agents, first = train_steps_multi(stack_trees([make_agent(config, s) for s in seeds]), data, keys, 0, sampler_config, steps)
+    agents, first = train_steps_multi(stack_trees([make_agent(config, s) for s in seeds]), data, keys, 0, steps)
     # Checkpoint each seed as main.py does, then continue both the live agents and the restored ones. The
     # restore template is all zeros, so a leaf the checkpoint missed would show up as a difference.
     restored = []
@@ -60,8 +60,8 @@ def test_trains_vmapped_resumes_exactly_and_acts(agent_name, data, tmp_path):
         assert (step, extra['seed']) == (steps, seed)
         restored.append(agent_k)
     restored = stack_trees(restored)
-    continued, second = train_steps_multi(agents, data, keys, steps, sampler_config, steps)
-    resumed, second_resumed = train_steps_multi(restored, data, keys, steps, sampler_config, steps)
+    continued, second = train_steps_multi(agents, data, keys, steps, steps)
+    resumed, second_resumed = train_steps_multi(restored, data, keys, steps, steps)
     assert leaves_equal(continued, resumed) and leaves_equal(second, second_resumed)
 
     infos = {key: np.concatenate([np.asarray(first[key]), np.asarray(second[key])], axis=1) for key in first}
@@ -119,7 +119,7 @@ def test_learned_values_rank_chain_states_by_distance_to_the_goal(agent_name, st
         config.tau = 0.05  # faster targets: a 10-state chain needs only ~10 backups
     ex = np.zeros((1, num_states), np.float32)
     agent = get_agent_class(agent_name).create(0, ex, np.zeros((1, 1), np.float32), config)
-    agent, _ = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), steps)
+    agent, _ = train_steps(agent, data, jax.random.PRNGKey(0), 0, steps)
     states = np.eye(num_states, dtype=np.float32)
     for goal in (0, 4, 9):
         goals = np.repeat(states[goal:goal + 1], num_states, axis=0)
@@ -149,7 +149,7 @@ def test_value_loss_trains_the_value_only_never_its_target(data):
     (tested in test_agents.py)."""
     config = tiny(preset_config('gcivl'))
     agent = make_agent(config)
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    batch = sample_batch(jax.random.PRNGKey(0), data, sampler_of(config))
     grads = jax.grad(lambda p: agent.value_loss(batch, p)[0])(agent.network.params)
     norms = {name[len('modules_'):]: float(sum(jnp.sum(jnp.abs(g)) for g in jax.tree_util.tree_leaves(tree))) for name, tree in grads.items()}
     assert norms['value'] > 0.0 and norms['actor'] == 0.0
@@ -158,7 +158,7 @@ def test_value_loss_trains_the_value_only_never_its_target(data):
 def test_hiql_low_actor_trains_the_representation_only_when_asked(data):
     config = tiny(preset_config('hiql'))
     agent = make_agent(config)
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    batch = sample_batch(jax.random.PRNGKey(0), data, sampler_of(config))
     rep_grad = lambda agent: float(sum(jnp.sum(jnp.abs(g)) for g in jax.tree_util.tree_leaves(
         jax.grad(lambda p: agent.low_actor_loss(batch, p)[0])(agent.network.params)['modules_goal_rep'])))
     assert rep_grad(agent) == 0.0
@@ -168,7 +168,7 @@ def test_hiql_low_actor_trains_the_representation_only_when_asked(data):
 def test_ddpg_bc_actor_loss_does_not_train_the_critic(data):
     config = tiny(preset_config('gciql'))
     agent = make_agent(config)
-    batch = sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(config))
+    batch = sample_batch(jax.random.PRNGKey(0), data, sampler_of(config))
     grads = jax.grad(lambda p: agent.actor_loss(batch, p)[0])(agent.network.params)
     assert all(float(jnp.max(jnp.abs(g))) == 0.0 for name in ('critic', 'value')
                for g in jax.tree_util.tree_leaves(grads[f'modules_{name}']))
@@ -199,7 +199,7 @@ def test_family_presets_carry_ogbench_hyperparameters():
     assert preset_config('hiql_humanoidmaze').subgoal_steps == 100 and preset_config('gcivl_humanoidmaze').discount == 0.995
     stitch = preset_config('gcivl_antmaze')
     assert (stitch.actor_p_trajgoal, stitch.actor_p_randomgoal) == (0.5, 0.5)
-    hiql = SamplerConfig.from_config(preset_config('hiql_antmaze'))
+    hiql = sampler_of(preset_config('hiql_antmaze'))
     assert (hiql.high_goals.p_trajgoal, hiql.high_goals.p_randomgoal, hiql.subgoal_steps) == (0.5, 0.5, 25)
 
 
@@ -228,4 +228,4 @@ def test_qrl_latent_must_split_into_components():
     config = tiny(preset_config('qrl'))
     config.latent_dim, config.component_dim = 12, 8
     with pytest.raises(ConfigError, match='multiple of component_dim'):
-        validate_config(config, get_agent_class('qrl').CONFIG_RULES)
+        validate_config(config, get_agent_class('qrl'))

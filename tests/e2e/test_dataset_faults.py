@@ -22,7 +22,7 @@ from utils.errors import DatasetError
 
 pytestmark = pytest.mark.xdist_group('test_dataset_faults')  # its module fixtures are built once, in one worker
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = 'pointmaze-medium-stitch-v0'
 TRAIN, VAL = f'{ENV}.npz', f'{ENV}-val.npz'
 # The cheapest real runs: GCBC, tiny networks, one 20-step chunk, one evaluation of one 5-step episode.

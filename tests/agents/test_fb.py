@@ -9,12 +9,12 @@ import pytest
 
 from agents import get_agent_class
 from agents.fb import FBAgent, get_config, pessimistic_mean
-from tests.test_agents import ACTION_DIM, OBS_DIM, make_agent, small, toy_dataset
+from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, small, toy_dataset
 from utils import losses
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import env_spaces, evaluate, make_eval_envs
-from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
+from utils.sampler import DeviceDataset, sample_batch
 from utils.training import train_steps
 
 pytestmark = pytest.mark.xdist_group('test_fb')  # its module fixtures are built once, in one worker
@@ -36,7 +36,7 @@ def agent():
 
 @pytest.fixture(scope='module')
 def batch(agent, data):
-    return sample_batch(jax.random.PRNGKey(0), data, SamplerConfig.from_config(agent.config))
+    return sample_batch(jax.random.PRNGKey(0), data, sampler_of(agent.config))
 
 
 # ---- pure losses ------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ def test_validation_metrics_use_the_agents_own_key(agent, batch):
 def test_training_reduces_critic_loss_and_ranks_next_states_first(data):
     config = small(get_config())
     agent = make_agent(config)
-    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 300)
+    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, 300)
     infos = jax.tree_util.tree_map(np.asarray, infos)
     for key, values in infos.items():
         assert np.all(np.isfinite(values)), key
@@ -274,7 +274,7 @@ def test_goal_reaching_on_a_chain_improves_with_training():
 
     agent = get_agent_class('fb').create(0, np.asarray(states[:1]), np.zeros((1, 1), np.float32), config)
     before = fraction_heading_to_goal(agent)
-    agent, _ = train_steps(agent, data, jax.random.PRNGKey(0), 0, SamplerConfig.from_config(config), 2000)
+    agent, _ = train_steps(agent, data, jax.random.PRNGKey(0), 0, 2000)
     after = fraction_heading_to_goal(agent)
     assert after > 0.75 and after > before + 0.2, (before, after)
 
@@ -318,5 +318,5 @@ def test_bad_config_gives_clear_error(key, value, match):
     config = small(get_config())
     config[key] = value
     with pytest.raises(ConfigError, match=match):
-        validate_config(config, FBAgent.CONFIG_RULES)
+        validate_config(config, FBAgent)
 

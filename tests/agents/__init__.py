@@ -1,0 +1,1 @@
+"""Agent tests: agents built, trained and evaluated in-process on toy data."""

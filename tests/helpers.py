@@ -1,0 +1,219 @@
+"""What several test modules share: a toy dataset and small agents, the presets that cover every code path, the
+recorded per-step metrics, XLA and rendering switches, and the worked example of docs/adding_a_method.md. Test
+modules import from here, never from one another."""
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+
+import jax
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+POINTMAZE = 'pointmaze-medium-stitch-v0'
+
+# What a main.py subprocess needs to run with XLA's full optimisations (tests/conftest.py turns most off).
+OPTIMIZED_XLA_ENV = {'JAX_DISABLE_MOST_OPTIMIZATIONS': '0'}
+
+
+@contextlib.contextmanager
+def optimized_xla():
+    """XLA's full optimisations for what is compiled inside (restored afterwards). Only around code that runs
+    long: compiling a network's random initialisation with them costs seconds."""
+    before = jax.config.read('jax_disable_most_optimizations')
+    jax.config.update('jax_disable_most_optimizations', False)
+    try:
+        yield
+    finally:
+        jax.config.update('jax_disable_most_optimizations', before)
+
+
+def skip_without_rendering(reason):
+    """Skip a rendering test on a machine that cannot render headless; where a bare MuJoCo renderer works,
+    the failure is the code's, so the test fails instead of skipping."""
+    import mujoco
+
+    try:
+        mujoco.Renderer(mujoco.MjModel.from_xml_string('<mujoco><worldbody/></mujoco>'), 8, 8).close()
+    except Exception:  # GL back-ends fail with many different exception types
+        pytest.skip(reason)
+    pytest.fail(f'Rendering works on this machine, yet: {reason}')
+
+
+# ---------------------------------------------------------------------------------------------
+# Small agents on a toy dataset.
+# ---------------------------------------------------------------------------------------------
+
+OBS_DIM, ACTION_DIM = 4, 2
+
+
+def toy_dataset(num_episodes=40, length=30, seed=0):
+    """Smooth random walks whose action is the (clipped) direction of motion: learnable BC, and
+    temporal structure for the representation losses."""
+    from utils.sampler import DeviceDataset
+
+    rng = np.random.default_rng(seed)
+    actions = np.clip(rng.normal(0, 0.5, (num_episodes, length, ACTION_DIM)), -1, 1)
+    positions = np.cumsum(0.1 * actions, axis=1)
+    velocity = np.concatenate([np.zeros((num_episodes, 1, ACTION_DIM)), actions[:, :-1]], axis=1)
+    observations = np.concatenate([positions, velocity], axis=-1).reshape(-1, OBS_DIM).astype(np.float32)
+    actions = actions.reshape(-1, ACTION_DIM).astype(np.float32)
+    terminals = np.tile(np.arange(length) == length - 1, num_episodes)
+    return DeviceDataset.from_numpy(observations, actions, terminals)
+
+
+def small(config, batch_size=64):
+    config.batch_size = batch_size
+    config.actor_hidden_dims = (64, 64)
+    config.encoder_hidden_dims = (32, 32)
+    if 'predictor_hidden_dims' in config:
+        config.predictor_hidden_dims = (32, 32)
+    if 'high_hidden_dims' in config:
+        config.high_hidden_dims = (64, 64)
+    config.latent_dim = 8
+    return config
+
+
+def make_agent(config, seed=0):
+    from agents import get_agent_class
+
+    ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
+    return get_agent_class(config.agent_name).create(seed, ex_obs, ex_act, config)
+
+
+def sampler_of(config):
+    """What the sampler draws for `config`'s agent (as utils.training.batch_config does for the built agent)."""
+    from agents import get_agent_class
+    from utils.sampler import SamplerConfig
+
+    return SamplerConfig.from_config(config, get_agent_class(config['agent_name']).GOAL_MIXTURES)
+
+
+def sampler_config(batch_size, **fields):
+    """A SamplerConfig for the sampler's own tests: every goal mixture drawn (actor goals uniform over the trajectory's
+    future, value goals geometric, high goals uniform), gamma 0.99, unless `fields` say otherwise."""
+    from utils.sampler import GoalMixture, SamplerConfig
+
+    defaults = dict(gamma=0.99, actor_goals=GoalMixture(0.0, 1.0, 0.0, False), value_goals=GoalMixture(0.0, 1.0, 0.0, True),
+                    high_goals=GoalMixture(0.0, 1.0, 0.0, False))
+    return SamplerConfig(batch_size=batch_size, **{**defaults, **fields})
+
+
+def bc_loss_of(agent, batch, params):
+    """A BC agent's L_BC alone (its total loss without alpha * L_aux)."""
+    from agents.base import bc_loss
+
+    means, log_stds = agent.network(agent.actor_input(batch, agent.encode(batch, params)), name='actor', params=params)
+    return bc_loss(means, log_stds, batch['actions'])
+
+
+def aux_loss_of(agent, batch, params):
+    """A BC agent's auxiliary loss L_aux alone."""
+    return agent.representation_loss(batch, agent.encode(batch, params), params)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets: those that between them take every code path, and each one's recorded per-step metrics.
+# ---------------------------------------------------------------------------------------------
+
+
+def branches(config):
+    """The code paths a config selects: its enum and switch fields (strings, booleans), whether each count
+    field is on (nstep > 0, ...), and whether gamma is 0 (one-step offsets). Float hyperparameters (a
+    learning rate, alpha) change numbers, not paths."""
+    def path(key, value):
+        if isinstance(value, (bool, str, tuple)):
+            return value
+        if isinstance(value, int):
+            return value > 0
+        return value == 0.0 if key == 'discount' else None
+    return {(config.agent_name, key, path(key, value)) for key, value in config.items() if key != 'preset'}
+
+
+def covering_presets(names):
+    """Few presets, greedily chosen, that between them take every code path any of `names` takes: each
+    preset that adds a path nobody chosen takes is kept, in the registry's order."""
+    from configs.presets import get_config
+
+    covered, kept = set(), []
+    for name in names:
+        paths = branches(get_config(name))
+        if not paths <= covered:
+            covered |= paths
+            kept.append(name)
+    return kept
+
+
+def distinct_presets():
+    from configs.presets import PRESETS
+
+    return covering_presets(list(PRESETS))
+
+
+# Every agent's numbers stay what they were: the per-step metrics (losses, gradient norms, ...) of the first
+# RECORDED_STEPS fused updates at seed 0 of a preset of each code path, recorded in tests/data/agent_metrics.json.
+# Record again only for a change that is meant to change the numbers, and say so in its commit:
+#     JAX_PLATFORMS=cpu JAX_DISABLE_MOST_OPTIMIZATIONS=1 python -m tests.agents.test_regression --record
+RECORD = os.path.join(ROOT, 'tests', 'data', 'agent_metrics.json')
+RECORDED_STEPS = 10
+
+
+def regression_config(preset):
+    from configs.presets import get_config
+
+    config = small(get_config(preset))
+    if config.get('stage1_steps', 0) > 0:
+        config.stage1_steps = RECORDED_STEPS // 2  # both stages of a two-stage hierarchy within the run
+    return config
+
+
+def recorded_metrics():
+    with open(RECORD) as f:
+        return json.load(f)
+
+
+def assert_recorded_metrics(preset, infos):
+    """The first RECORDED_STEPS values of each per-step metric in `infos` equal the recorded ones (a preset added since
+    the last recording has none yet: `python -m tests.agents.test_regression --record` adds it)."""
+    recorded = recorded_metrics().get(preset)
+    if recorded is None:
+        return
+    assert sorted(infos) == sorted(recorded), f'{preset}: metric names changed'
+    for key, values in recorded.items():
+        np.testing.assert_allclose(np.asarray(infos[key])[:RECORDED_STEPS], values, rtol=1e-6, atol=1e-7,
+                                   err_msg=f'{preset}: {key}')
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/adding_a_method.md's worked example.
+# ---------------------------------------------------------------------------------------------
+
+ADDING_A_METHOD = os.path.join(ROOT, 'docs', 'adding_a_method.md')
+
+
+def example_blocks():
+    """{file the block belongs in: its code}, for the worked example's numbered blocks '**N. `path`**'."""
+    with open(ADDING_A_METHOD) as f:
+        text = f.read()
+    example = text[text.index('## Worked example'):]
+    blocks = re.findall(r'\*\*\d+\. `([^`]+)`\*\*.*?```python\n(.*?)```', example, flags=re.S)
+    return dict(blocks)
+
+
+def module_from_source(name, source, path):
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None, origin=path))
+    module.__file__ = path
+    exec(compile(source, path, 'exec'), module.__dict__)
+    return module
+
+
+def presets_source_with_entry(entry, presets_path=os.path.join(ROOT, 'configs', 'presets.py')):
+    """configs/presets.py's source with `entry` added at the end of METHODS (the document: one entry in METHODS)."""
+    with open(presets_path) as f:
+        source = f.read()
+    start = source.index('METHODS: Dict[str, Method] = {')
+    end = source.index('\n}\n', start)
+    return source[:end] + '\n' + entry.rstrip() + source[end:]

@@ -1,0 +1,102 @@
+"""main.py's request check, in-process: every rejection it makes before long work (one paragraph naming the problem
+and the fix, nothing written), --help, run names, and what a Request is."""
+
+import dataclasses
+import os
+
+import pytest
+
+from main import Flags, request_of
+from runtime.request import HelpRequested, Request, flag_defaults, resume_may_differ
+from utils.errors import ConfigError
+
+
+BAD_INPUTS = [
+    (['--env_name=pointmaze-huge-stitch-v0'], 'Unknown environment'),
+    (['--agent.agent_name=nope'], 'Valid agents: byol_gamma'),
+    (['--agent.not_a_key=1'], "Unknown config key 'not_a_key'"),
+    (['--agent.actor_hidden_dims=abc'], "'actor_hidden_dims' must be a tuple of int"),
+    (['--agent.lr=abc'], 'could not convert'),
+    (['--agent.lr=nan'], '--agent.lr=0.0003'),
+    (['--agent=configs/presets.py:nope'], 'Valid presets'),
+    (['--agent=agents/missing.py'], 'not found'),
+    (['--eval_tasks=1,x'], '--eval_tasks must be'),
+    (['--train_steps=0'], '--train_steps must be positive'),
+    (['--train_steps=abc'], "--train_steps=abc: invalid literal for int() with base 10: 'abc'"),
+    (['--not_a_flag=1'], "Unknown command line flag 'not_a_flag'"),
+    (['--eval_tasks=9'], 'has tasks 1..5, so 9 is out of range'),
+    (['--eval_max_steps=-1'], '--eval_max_steps must be 0'),
+    (['--time_limit=-5'], '--time_limit must be 0'),
+    (['--eval_mode=later'], 'eval_mode'),
+    (['--seed=2147483647', '--num_seeds=2'], '--seed must lie in 0..2147483646'),
+    (['--run_name=a/b'], '--run_name must be one directory name'),
+    (['--env_name=pointmaze-medum-stitch-v0'], 'Did you mean pointmaze-medium-stitch-v0'),
+    (['--eval_episodes=1000000000'], 'does not fit in host memory'),
+    (['stray'], "Unexpected argument(s) 'stray'"),
+    (['--eval_max_steps=100000000'], 'is 100,000x the episode length of pointmaze-medium-stitch-v0 (1000 steps'),
+]
+
+
+@pytest.mark.parametrize('extra,message', BAD_INPUTS)
+def test_bad_input_is_rejected_by_the_request_check(extra, message, tmp_path):
+    with pytest.raises(ConfigError) as error:
+        request_of(['main.py', f'--save_dir={tmp_path}', *extra])
+    assert message in str(error.value) and '\n' not in str(error.value)
+    assert not any(tmp_path.iterdir()), 'a rejected request writes nothing'
+
+
+def test_help_lists_every_flag():
+    with pytest.raises(HelpRequested) as help_text:
+        request_of(['main.py', '--help'])
+    for flag in ('--env_name', '--agent', '--eval_mode', '--time_limit', '--resume', '--run_name'):
+        assert flag in str(help_text.value)
+
+
+def test_default_run_names_tell_configs_apart(tmp_path):
+    """The run directory names the preset, and a config changed by overrides gets its hash: two methods, or one
+    method at two values, never share a directory by default; equal configs do."""
+    def names(*extra):
+        return request_of(['main.py', f'--save_dir={tmp_path}', *extra]).run_names
+
+    assert names() == ('byol_gamma_a_pointmaze-medium-stitch-v0_sd0',)
+    assert names('--agent=configs/presets.py:gcbc') == ('gcbc_pointmaze-medium-stitch-v0_sd0',)
+    assert names('--agent=configs/presets.py:gcbc_phi', '--seed=3') == ('gcbc_phi_pointmaze-medium-stitch-v0_sd3',)
+    assert names('--agent=agents/gcbc.py') == names('--agent=configs/presets.py:gcbc')  # the same config
+    alpha6 = names('--agent.alpha=6')[0]
+    assert alpha6.startswith('byol_gamma_a-') and alpha6 != names('--agent.alpha=40')[0] == names('--agent.alpha=40.0')[0]
+    assert names('--agent.alpha=1') == names()  # an override to the preset's own value changes nothing
+    assert names('--num_seeds=2', '--run_name=x') == ('x_sd0', 'x_sd1')
+    assert names('--run_name=x') == ('x',)
+
+
+def test_agent_files_are_found_from_any_directory(tmp_path):
+    request = request_of(['main.py', '--agent=agents/gcbc.py', f'--save_dir={tmp_path}'])
+    assert request.config.agent_name == 'gcbc'
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert request_of(['main.py', '--agent=configs/presets.py:tra']).config.agent_name == 'tra'
+        with pytest.raises(ConfigError, match="'agents/nope.py' not found"):
+            request_of(['main.py', '--agent=agents/nope.py'])
+    finally:
+        os.chdir(cwd)
+
+
+
+
+def test_the_request_is_a_frozen_dataclass_of_declared_fields(tmp_path, monkeypatch):
+    """Flags are read as `request.flags.<name>`, fields main.py declares; nothing is served by attribute lookup."""
+    monkeypatch.delenv('WANDB_API_KEY', raising=False)
+    monkeypatch.setenv('HOME', str(tmp_path))  # no ~/.netrc: online falls back to offline
+    request = request_of(['main.py', f'--save_dir={tmp_path}', '--num_seeds=2', '--seed=3'])
+    assert dataclasses.is_dataclass(request) and not hasattr(Request, '__getattr__')
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.flags = None
+    assert isinstance(request.flags, Flags) and request.flags.train_steps == 1_000_000
+    assert set(flag_defaults(Flags)) == {field.name for field in dataclasses.fields(Flags)}
+    assert {'save_dir', 'resume', 'num_seeds'} <= resume_may_differ(Flags) and 'env_name' not in resume_may_differ(Flags)
+    # flags.json records what the run uses: its seed, its resolved name and the wandb mode it logs in.
+    recorded = request.seed_flags(4)
+    assert (recorded['seed'], recorded['run_name'], recorded['wandb_mode']) == (
+        4, 'byol_gamma_a_pointmaze-medium-stitch-v0_sd4', 'offline')
+    assert not any(tmp_path.iterdir())
