@@ -32,7 +32,8 @@ import numpy as np
 from utils.config_checks import Rule, RuleOwner, at_least, is_finite_number, non_negative, one_of, probability, switch
 from utils.errors import ConfigError
 from utils.networks import VISUAL_ENCODERS, EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
-from utils.training import TrainState, ema_update, for_backend, nonpytree_field
+from utils.optimizers import for_backend
+from utils.training import TrainState, ema_update, nonpytree_field
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
@@ -102,7 +103,7 @@ class Agent(flax.struct.PyTreeNode, RuleOwner):
     @classmethod
     def from_modules(cls, seed, modules, example_args, config, optimizer, targets: Sequence[str] = ()):
         """Initialise a ModuleDict of `modules` on `example_args`, wrap it in a train state (its optimizer over one
-        vector on an accelerator, `utils.training.for_backend`), and start the target network of each module named
+        vector on an accelerator, `utils.optimizers.for_backend`), and start the target network of each module named
         in `targets` as an exact copy of it."""
         rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
         model = ModuleDict(modules)

@@ -132,7 +132,8 @@ def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='auto'):
     vector ('flat'), per leaf ('leaf') or as main.py chooses for this backend ('auto')."""
     from agents import get_agent_class
     from configs.presets import get_config as preset_config
-    from utils.training import compiled_create, stack_trees, with_optimizer
+    from utils.optimizers import with_optimizer
+    from utils.training import compiled_create, stack_trees
 
     config = preset_config(preset)
     config.batch_size = batch_size

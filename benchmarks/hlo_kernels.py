@@ -25,7 +25,7 @@ separate environment: `python -m venv /tmp/gpuvenv && echo $PWD/.venv/lib/python
 jax-cuda12-plugin==<jax version> jax-cuda12-pjrt==<jax version> nvidia-cuda-nvcc-cu12`, then
 `JAX_PLATFORMS=cpu /tmp/gpuvenv/bin/python benchmarks/hlo_kernels.py --target=h100`.
 
-`--layout` picks the optimizer of utils/training.py (flat: Adam over all parameters as one vector, `OneVector`;
+`--layout` picks the optimizer of utils/optimizers.py (flat: Adam over all parameters as one vector, `OneVector`;
 leaf: per parameter leaf; auto: flat on accelerators, leaf on the CPU, what main.py runs).
 """
 
@@ -44,7 +44,8 @@ from benchmarks.hlo_stats import format_counter, program_stats
 from configs.presets import get_config as preset_config
 from runtime.checkout import require_own_checkout
 from utils.sampler import DeviceDataset
-from utils.training import train_steps, train_steps_multi, with_optimizer
+from utils.optimizers import with_optimizer
+from utils.training import train_steps, train_steps_multi
 
 PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}
 # Observation and action sizes of the state-based datasets this project trains on (OGBench's).

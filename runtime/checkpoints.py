@@ -1,6 +1,6 @@
 """Atomic checkpoints: the whole agent pytree (params, optimizer state, RNG), its step, and the project version that
 wrote it. The optimizer state is stored per parameter leaf whatever layout the agent trains with
-(utils/training.with_optimizer), so a checkpoint restores on any backend, and checkpoints of earlier versions (the
+(utils/optimizers.with_optimizer), so a checkpoint restores on any backend, and checkpoints of earlier versions (the
 same layout) still load."""
 
 import os
@@ -14,7 +14,7 @@ from runtime.atomic_io import atomic_write_bytes
 from runtime.provenance import project_version
 from runtime.run_dir import CHECKPOINT_NAME
 from utils.errors import ConfigError, RunDirError
-from utils.training import uses_one_vector, with_optimizer
+from utils.optimizers import uses_one_vector, with_optimizer
 
 
 def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None) -> str:

@@ -11,7 +11,7 @@ only on its seed and the step number, so fusing K updates per call, or resuming 
 
 import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import flax
 import jax
@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from utils.optimizers import OneVector, ravel_leaves
 from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
 
 
@@ -56,39 +57,6 @@ class TrainState(flax.struct.PyTreeNode):
         return self.apply_gradients(grads), info
 
 
-def frozen(params):
-    """`params` read without gradient: a loss may evaluate these networks but cannot train them."""
-    return jax.lax.stop_gradient(params)
-
-
-def ema_update(online, target, tau: float):
-    """target <- tau * online + (1 - tau) * target, leaf by leaf."""
-    return jax.tree_util.tree_map(lambda o, t: tau * o + (1.0 - tau) * t, online, target)
-
-
-# ---------------------------------------------------------------------------------------------
-# The optimizer over all parameters as one vector: on an accelerator, an update of an agent with many small
-# parameter leaves (layer norms, ensemble members, predictors) otherwise launches an optimizer kernel per leaf.
-# ---------------------------------------------------------------------------------------------
-
-
-class OneVector(NamedTuple):
-    """`inner` (an elementwise optimizer: Adam, SGD, ...) run on all parameters concatenated into one vector [P]:
-    one elementwise computation instead of one per leaf, on a state of flat vectors (Adam's mu and nu are [P] each).
-    The same maths as `inner`; XLA may round the long vector differently in the last bit
-    (tests/agents/test_update_equivalence.py). Checkpoints hold the per-leaf state either way (`with_optimizer`).
-    A transform that reads the tree's structure (masks, per-layer labels) must not be wrapped."""
-
-    inner: optax.GradientTransformation
-
-    def init(self, params):
-        return self.inner.init(ravel_leaves(params))
-
-    def update(self, grads, state, params=None):
-        flat_updates, state = self.inner.update(ravel_leaves(grads), state, None if params is None else ravel_leaves(params))
-        return unravel_like(flat_updates, grads), state
-
-
 def gradient_norm(grads, tx):
     """The global gradient norm: over a OneVector optimizer's concatenated gradients (one reduction; XLA shares the
     concatenation with the optimizer's), else leaf by leaf."""
@@ -97,50 +65,14 @@ def gradient_norm(grads, tx):
     return optax.tree.norm(grads)
 
 
-def for_backend(tx, backend: str = None):
-    """The optimizer an agent is built with: `tx` over one vector on an accelerator, per leaf on the CPU (where a
-    kernel costs little, and the per-leaf numbers are the ones tests/data/agent_metrics.json records)."""
-    return OneVector(tx) if (backend or jax.default_backend()) != 'cpu' else tx
+def frozen(params):
+    """`params` read without gradient: a loss may evaluate these networks but cannot train them."""
+    return jax.lax.stop_gradient(params)
 
 
-def uses_one_vector(agent) -> bool:
-    states = [x for x in jax.tree_util.tree_leaves(agent, is_leaf=lambda x: isinstance(x, TrainState))
-              if isinstance(x, TrainState)]
-    return any(isinstance(state.tx, OneVector) for state in states)
-
-
-def with_optimizer(agent, one_vector: bool):
-    """`agent` with every network's optimizer over one vector (True) or per leaf (False), its state converted: the
-    same numbers in the other layout. Checkpoints hold the per-leaf layout, so they load into either."""
-    def relayout(state: TrainState):
-        if isinstance(state.tx, OneVector) == one_vector:
-            return state
-        inner = state.tx.inner if isinstance(state.tx, OneVector) else state.tx
-        size = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(state.params))
-        leaves, treedef = jax.tree_util.tree_flatten(jax.eval_shape(inner.init, jax.ShapeDtypeStruct((size,), jnp.float32)))
-        is_vector = [leaf.shape == (size,) for leaf in leaves]  # the parameter-shaped parts of the state
-        pieces = treedef.flatten_up_to(state.opt_state)
-        if one_vector:
-            converted = [ravel_leaves(x) if vector else x for x, vector in zip(pieces, is_vector)]
-        else:
-            converted = [unravel_like(x, state.params) if vector else x for x, vector in zip(pieces, is_vector)]
-        return state.replace(tx=OneVector(inner) if one_vector else inner,
-                             opt_state=jax.tree_util.tree_unflatten(treedef, converted))
-
-    return jax.tree_util.tree_map(lambda x: relayout(x) if isinstance(x, TrainState) else x, agent,
-                                  is_leaf=lambda x: isinstance(x, TrainState))
-
-
-def ravel_leaves(tree):
-    """The leaves of `tree` concatenated in tree order into one vector [P]."""
-    return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(tree)])
-
-
-def unravel_like(flat, like):
-    """Inverse of `ravel_leaves`: `flat` [P] cut into a tree of `like`'s structure and shapes."""
-    leaves, treedef = jax.tree_util.tree_flatten(like)
-    ends = np.cumsum([np.size(x) for x in leaves])
-    return jax.tree_util.tree_unflatten(treedef, [flat[end - np.size(x):end].reshape(np.shape(x)) for x, end in zip(leaves, ends)])
+def ema_update(online, target, tau: float):
+    """target <- tau * online + (1 - tau) * target, leaf by leaf."""
+    return jax.tree_util.tree_map(lambda o, t: tau * o + (1.0 - tau) * t, online, target)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The optimizer over one vector (utils/training.OneVector, the default on accelerators: Adam over all parameters as
+"""The optimizer over one vector (utils/optimizers.OneVector, the default on accelerators: Adam over all parameters as
 one flat vector, one gradient-norm reduction) computes what the per-leaf formulation (optax's default, kept on the
 CPU) computes: every metric of 10 updates within the regression test's tolerance (rtol 1e-6, atol 1e-7), parameters,
 optimizer moments and EMA targets to 1e-6, on presets with EMA targets and ensembles (not bit for bit: XLA rounds the
@@ -13,7 +13,7 @@ import pytest
 from configs.presets import get_config as preset_config
 from tests.helpers import make_agent, small, toy_dataset
 from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from utils.training import OneVector, ravel_leaves, unravel_like, with_optimizer
+from utils.optimizers import OneVector, ravel_leaves, unravel_like, with_optimizer
 from utils.training import stack_trees, train_steps, train_steps_multi
 
 STEPS = 10
