@@ -18,6 +18,8 @@ set -euo pipefail
 
 DIR=${SLURM_CLUSTER_DIR:-/tmp/byol-gamma-slurm}
 CONF=$DIR/slurm.conf
+# Written first by `start`: `stop` removes only a folder that has it, never one a mistyped SLURM_CLUSTER_DIR names.
+MARKER=$DIR/.slurm_cluster
 CTLD_PORT=${SLURM_CLUSTER_CTLD_PORT:-16817}
 SLURMD_PORT=${SLURM_CLUSTER_SLURMD_PORT:-16818}
 NODE=$(hostname -s)
@@ -70,7 +72,13 @@ stop_cluster() {
     done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
   done
-  rm -rf "$DIR"
+  if [[ -e $DIR ]]; then
+    if [[ ! -f $MARKER ]] && [[ -n $(ls -A "$DIR") ]]; then
+      say "$DIR was not made by this script: not removing it"
+      exit 1
+    fi
+    rm -rf "$DIR"
+  fi
 }
 
 write_config() {
@@ -139,7 +147,8 @@ start_munge() {
     dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
   fi
   chmod 600 "$DIR/munge/munge.key"
-  # --force: munged refuses to run as root otherwise (and to use a socket under /tmp).
+  # --force: past munged's permission checks of the folders above its socket, which a SLURM_CLUSTER_DIR inside a
+  # private folder (mktemp -d) fails; only root uses this cluster's key and socket.
   munged --force --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.socket" \
     --pid-file="$DIR/run/munged.pid" --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/munged.seed"
   for _ in $(seq 50); do
@@ -171,6 +180,8 @@ start_cluster() {
     return
   fi
   stop_cluster
+  mkdir -p "$DIR"
+  touch "$MARKER"
   mkdir -p "$DIR"/{state,spool,run,log}
   write_config
   start_munge
