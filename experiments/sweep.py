@@ -344,6 +344,8 @@ class JobOutcome:
     log_start: int = 0  # Byte offset of this attempt's header in the job's log (several attempts share the file).
     log_end: Optional[int] = None  # The log's size when the process exited.
     gpu: Optional[str] = None
+    error: Optional[str] = None  # A submitit job's error, with the job's traceback.
+    ended_as: Optional[str] = None  # A submitit job that ended without a result: how its scheduler last saw it.
 
 
 def default_mem_fraction(runs_per_gpu: int) -> float:
@@ -552,6 +554,7 @@ IGNORE_SIGUSR2 = 'import signal; signal.signal(signal.SIGUSR2, signal.SIG_IGN)'
 
 
 EXCERPT_BEGIN, EXCERPT_END = "--- this attempt's log ---", '--- end of log excerpt ---'
+SLURM_MAX_REQUEUES = 20
 
 
 def _submitit_requeue_signal():
@@ -571,14 +574,19 @@ class MainCommand:
     and --resume continues it. When main.py itself stops at its --time_limit (exit 75, checkpoint saved),
     the job requeues itself the same way: it raises submitit's preemption signal in its own process, so
     submitit's handler calls `checkpoint` (main.py has exited: nothing to stop), saves the same command and
-    requeues the job (`scontrol requeue` on Slurm, a restart on the local executor), counting against
-    --max_timeouts when the job used up its Slurm time."""
+    requeues the job (`scontrol requeue` on Slurm, a restart on the local executor).
+
+    Those self-requeues are counted here, against `max_requeues` (the sweep's --max_timeouts): submitit counts
+    a requeue only when the job used up most of its Slurm time, so a main.py that reaches its --time_limit
+    without getting any further (a limit shorter than its start-up) would otherwise be requeued forever."""
 
     # How long `checkpoint` waits for main.py to save; Slurm's default warning comes 90 s before the kill.
     save_timeout_s = 60
 
-    def __init__(self):
+    def __init__(self, max_requeues: int = SLURM_MAX_REQUEUES, requeues: int = 0):
+        self.max_requeues, self.requeues = max_requeues, requeues
         self._process = None
+        self._at_time_limit = False
 
     def __call__(self, command: Sequence[str], log_path: str) -> str:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
@@ -596,13 +604,16 @@ class MainCommand:
         log_end = os.path.getsize(log_path)
         if returncode == EXIT_TIME_LIMIT:
             sig = _submitit_requeue_signal()
-            if sig is not None:
+            if sig is not None and self.requeues < self.max_requeues:
                 with open(log_path, 'a') as log:
                     log.write(f'=== main.py stopped at its --time_limit (exit {returncode}, checkpoint saved): '
-                              f'requeueing the same command\n')
+                              f'requeueing the same command ({self.requeues + 1} of at most {self.max_requeues})\n')
+                self._at_time_limit = True
                 signal.raise_signal(sig)  # submitit's handler: checkpoint(), requeue, exit this process
-            raise RuntimeError(f'main.py stopped at its --time_limit (exit {returncode}, checkpoint saved) and the job '
-                               f'could not requeue itself; relaunch the sweep to resume. Log: {log_path}')
+            why = (f'after {self.requeues} requeues (--max_timeouts={self.max_requeues})' if sig is not None
+                   else 'and the job could not requeue itself')
+            raise RuntimeError(f'main.py stopped at its --time_limit (exit {returncode}, checkpoint saved) {why}; '
+                               f'relaunch the sweep to resume. Log: {log_path}')
         if returncode == EXIT_PREEMPTED:
             raise RuntimeError(f'main.py was stopped by SIGTERM (checkpoint saved); relaunch the sweep to resume. Log: {log_path}')
         if returncode != 0:
@@ -618,7 +629,8 @@ class MainCommand:
             deadline = time.time() + self.save_timeout_s
             while self._process.poll() is None and time.time() < deadline:
                 time.sleep(0.5)
-        return submitit.helpers.DelayedSubmission(MainCommand(), command, log_path)
+        requeues = self.requeues + int(self._at_time_limit)
+        return submitit.helpers.DelayedSubmission(MainCommand(self.max_requeues, requeues), command, log_path)
 
     def __getstate__(self):
         return dict(self.__dict__, _process=None)  # A running process cannot be pickled; a requeued job starts its own.
@@ -634,7 +646,9 @@ class SlurmOptions:
     cpus: int = 8
     mem_gb: float = 32
     array_parallelism: int = 64
-    max_timeouts: int = 20  # Requeues after a time-limit kill before submitit gives up.
+    # Requeues after Slurm's time limit (counted by submitit) and, separately, after main.py's own --time_limit
+    # (counted by MainCommand), before a job is reported instead of requeued.
+    max_timeouts: int = SLURM_MAX_REQUEUES
     setup: Tuple[str, ...] = ()  # Shell lines run before the job (e.g. `module load cuda`).
 
 
@@ -650,4 +664,133 @@ def launch_submitit(jobs: Sequence[Job], folder: str, name: str, options: SlurmO
                      array_parallelism=options.array_parallelism, setup=list(options.setup))
         parameters.update({f'slurm_{key}': value for key, value in slurm.items() if value})
     executor.update_parameters(**parameters)
-    return executor.map_array(MainCommand(), [job.command for job in jobs], [job.log_path for job in jobs])
+    return executor.map_array(MainCommand(options.max_timeouts), [job.command for job in jobs],
+                              [job.log_path for job in jobs])
+
+
+# Slurm job states after which a job will not run again unless someone acts (squeue's long names). A job in any
+# other state (PENDING, RUNNING, REQUEUED, COMPLETING, ...) may still run or write its result.
+SLURM_ENDED_STATES = {'BOOT_FAIL', 'CANCELLED', 'COMPLETED', 'DEADLINE', 'FAILED', 'NODE_FAIL', 'OUT_OF_MEMORY',
+                      'PREEMPTED', 'TIMEOUT', 'REQUEUE_HOLD', 'SPECIAL_EXIT'}
+# Slurm forgets an ended job after its MinJobAge (300 s by default); squeue then answers this for its id.
+SLURM_UNKNOWN_JOB = 'Invalid job id'
+
+
+def slurm_job_states(job_ids: Sequence[str]) -> Optional[Dict[str, str]]:
+    """{job id: state} of the jobs Slurm still knows, array tasks as `<array id>_<index>` (as submitit and squeue
+    --array name them), those that ended within MinJobAge included (--states=all); None when squeue gives no
+    answer (the controller busy or restarting). Not sacct: a cluster without accounting storage has none, and
+    submitit asks it at intervals of up to 10 minutes."""
+    arrays = sorted({job_id.split('_')[0] for job_id in job_ids})
+    try:
+        result = subprocess.run(['squeue', '--noheader', '--array', '--states=all', f'--jobs={",".join(arrays)}',
+                                 '--format=%i|%T'], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if result.returncode != 0:
+        return {} if SLURM_UNKNOWN_JOB in result.stderr else None
+    return dict(line.strip().split('|', 1) for line in result.stdout.splitlines() if '|' in line)
+
+
+def submitit_outcome(job: Job, handle) -> JobOutcome:
+    """A finished submitit job's outcome, from its result: 'ok', 'failed', 'stopped' (main.py stopped by SIGTERM,
+    a checkpoint saved) or 'time limit' (main.py's --time_limit reached more often than the job may requeue
+    itself, or the job could not requeue); `error` holds the job's error text."""
+    try:
+        handle.result()
+        return JobOutcome(job, 'ok')
+    except Exception as e:  # submitit re-raises the job's error with its traceback as text
+        text = str(e)
+        # MainCommand's own message (the traceback above it also shows the source line that raised it).
+        if re.search(r'^RuntimeError: main\.py was stopped by SIGTERM', text, re.M):
+            status = 'stopped'
+        elif (re.search(r'^RuntimeError: main\.py stopped at its --time_limit', text, re.M)
+              or 'Job not requeued because: timed-out too many times' in text):
+            status = 'time limit'
+        else:
+            status = 'failed'
+        return JobOutcome(job, status, error=text)
+
+
+def wait_submitit(jobs: Sequence[Job], handles: Sequence, cluster: str, out=None, poll_s: float = 1.0,
+                  squeue_every_s: float = 2.0, result_grace_s: float = 15.0) -> List[JobOutcome]:
+    """Wait for every submitted job, printing one line as each ends (`summarize_submitit` adds the details).
+
+    A job has ended when its result is written (it finished, or raised), or when Slurm says it will not run
+    again without a result (cancelled, killed at its time limit without a requeue, out of memory, node failure,
+    or no longer known to Slurm): then it is 'stopped', with that state, and its run resumes from its last
+    checkpoint when the sweep runs again. A job that submitit or Slurm requeues is waited for through its new
+    start.
+
+    Results are looked for every `poll_s`; squeue is asked less often as the wait goes on (every `squeue_every_s`
+    at first, every 30 s after about 10 minutes), to keep a long sweep's load on the controller low."""
+    out = out or sys.stdout
+    outcomes: Dict[int, JobOutcome] = {}
+    ended_since: Dict[int, float] = {}
+    labels = {'ok': 'ok', 'failed': 'FAILED', 'stopped': 'stopped', 'time limit': 'stopped at its time limit'}
+    started, states, asked = time.time(), None, -math.inf
+    while True:
+        pending = [i for i in range(len(jobs)) if i not in outcomes]
+        if not pending:
+            return [outcomes[i] for i in range(len(jobs))]
+        now = time.time()
+        if cluster == 'slurm' and now - asked >= min(30.0, squeue_every_s + (now - started) / 20):
+            states, asked = slurm_job_states([handles[i].job_id for i in pending]), now
+        for i in pending:
+            job, handle = jobs[i], handles[i]
+            if handle.paths.result_pickle.exists():
+                outcome = submitit_outcome(job, handle)
+            else:
+                if cluster == 'slurm':  # no answer from squeue (states None): not ended, as far as is known
+                    state = None if states is None else states.get(handle.job_id)
+                    ended = states is not None and (state is None or state in SLURM_ENDED_STATES)
+                    ended_as = f'Slurm state {state}' if state else 'no longer known to Slurm'
+                else:
+                    ended, ended_as = handle.done(), f'process state {handle.state}'
+                if not ended:
+                    ended_since.pop(i, None)
+                    continue
+                # The result file may appear after the state changes (a network file system's delay).
+                if now - ended_since.setdefault(i, now) < result_grace_s:
+                    continue
+                outcome = JobOutcome(job, 'stopped', ended_as=ended_as)
+            outcomes[i] = outcome
+            state_note = f' ({outcome.ended_as}, no result)' if outcome.ended_as else ''
+            print(f'[{len(outcomes)}/{len(jobs)}] {job.name}: {labels[outcome.status]}{state_note} (job {handle.job_id})',
+                  file=out, flush=True)
+        time.sleep(poll_s)
+
+
+def summarize_submitit(outcomes: Sequence[JobOutcome], handles: Sequence) -> Tuple[str, int]:
+    """A report of the jobs that did not finish (a failure with this attempt's part of its log, main.py's error
+    first) and the exit status, as `summarize_local`: 1 if a job failed, else 130 if jobs were stopped, else 75
+    if jobs stopped at their time limit, else 0."""
+    failed = [o for o in outcomes if o.status == 'failed']
+    stopped = [o for o in outcomes if o.status == 'stopped']
+    timed = [o for o in outcomes if o.status == 'time limit']
+    lines = [f'{len(outcomes) - len(failed) - len(stopped) - len(timed)} jobs finished, {len(failed)} failed'
+             + (f', {len(stopped)} stopped' if stopped else '')
+             + (f', {len(timed)} stopped at their time limit' if timed else '') + '.']
+    for outcome, handle in zip(outcomes, handles):
+        if outcome.status != 'failed':
+            continue
+        error = outcome.error or ''
+        reason = re.search(r'(?<=^RuntimeError: )main\.py exited with status -?\d+', error, re.M)
+        reason = reason.group(0) if reason else (error.strip().splitlines() or ['no error text'])[-1]
+        lines.append(f'FAILED {outcome.job.name}: {reason}; log {outcome.job.log_path} (submitit log {handle.paths.stderr}):')
+        # This attempt's part of the log (MainCommand cuts it out: another sweep may share the file).
+        excerpt = re.search(re.escape(EXCERPT_BEGIN) + r'\n(.*?)\n' + re.escape(EXCERPT_END), error, re.S)
+        lines.append(excerpt.group(1) if excerpt else log_tail(outcome.job.log_path))
+    for outcome in stopped + timed:
+        if outcome.ended_as:
+            why = f'it ended without a result ({outcome.ended_as})'
+        elif outcome.status == 'stopped':
+            why = 'main.py was stopped by SIGTERM (checkpoint saved)'
+        else:
+            why = re.search(r'^RuntimeError: (main\.py stopped at its --time_limit[^;]*)|(Job not requeued because: [^.]*)',
+                            outcome.error or '', re.M)
+            why = (why.group(1) or why.group(2)) if why else 'stopped at its time limit'
+        lines.append(f'STOPPED {outcome.job.name}: {why}; log {outcome.job.log_path}.')
+    if stopped or timed:
+        lines.append('Stopped runs resume from their last checkpoints when the same sweep command runs again.')
+    return '\n'.join(lines), (1 if failed else EXIT_INTERRUPTED if stopped else EXIT_TIME_LIMIT if timed else 0)

@@ -67,9 +67,13 @@ def parse_args(argv):
     slurm.add_argument('--cpus', type=int, default=defaults.cpus, help='CPUs per job.')
     slurm.add_argument('--mem_gb', type=float, default=defaults.mem_gb, help='Memory per job.')
     slurm.add_argument('--array_parallelism', type=int, default=defaults.array_parallelism, help='Array tasks running at once.')
-    slurm.add_argument('--max_timeouts', type=int, default=defaults.max_timeouts, help='Requeues after time-limit kills.')
+    slurm.add_argument('--max_timeouts', type=int, default=defaults.max_timeouts,
+                       help="Requeues of a job after Slurm's time limit, and separately after main.py's --time_limit, "
+                            'before the job is reported instead.')
     slurm.add_argument('--slurm_setup', action='append', default=[], help='Shell line run before each job; repeatable.')
-    slurm.add_argument('--wait', action='store_true', help='slurm: wait for the jobs and report failures (always on for submitit_local).')
+    slurm.add_argument('--wait', action='store_true',
+                       help='slurm: wait for the jobs, report each as it ends and exit as the local backend does '
+                            '(always on for submitit_local).')
     args = parser.parse_args(own)
     try:
         if args.backend == 'local':
@@ -156,22 +160,17 @@ def submit(args, jobs):
           f'main.py logs next to each run directory.', flush=True)
     if not (args.wait or cluster == 'local'):
         return 0
-    failures = 0
-    for job, handle in zip(jobs, submitted):
-        try:
-            handle.result()
-            print(f'{job.name}: ok', flush=True)
-        except Exception as e:  # submitit re-raises the job's error with its traceback; report and go on.
-            failures += 1
-            text = str(e)
-            reason = re.search(r'main\.py (exited with status -?\d+|was stopped by SIGTERM|stopped at its --time_limit)', text)
-            print(f'FAILED {job.name}: {reason.group(0) if reason else type(e).__name__}; log {job.log_path} '
-                  f'(submitit log {handle.paths.stderr}):', flush=True)
-            # This attempt's part of the log (MainCommand cuts it out: another sweep may share the file).
-            excerpt = re.search(re.escape(sweep.EXCERPT_BEGIN) + r'\n(.*?)\n' + re.escape(sweep.EXCERPT_END), text, re.S)
-            print(excerpt.group(1) if excerpt else sweep.log_tail(job.log_path), flush=True)
-    print(f'{len(jobs) - failures} jobs finished, {failures} failed.')
-    return 1 if failures else 0
+    try:
+        outcomes = sweep.wait_submitit(jobs, submitted, cluster)
+    except KeyboardInterrupt:
+        if cluster == 'local':
+            raise
+        print(f'\nStopped waiting; the jobs go on in Slurm (squeue --jobs={submitted[0].job_id.split("_")[0]}). '
+              f'Rerun the sweep once they have ended: it resumes what did not finish.', flush=True)
+        return errors.EXIT_INTERRUPTED
+    report, status = sweep.summarize_submitit(outcomes, submitted)
+    print(report, flush=True)
+    return status
 
 
 if __name__ == '__main__':

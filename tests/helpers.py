@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import textwrap
 
 import jax
 import numpy as np
@@ -217,3 +218,57 @@ def presets_source_with_entry(entry, presets_path=os.path.join(ROOT, 'configs', 
     start = source.index('METHODS: Dict[str, Method] = {')
     end = source.index('\n}\n', start)
     return source[:end] + '\n' + entry.rstrip() + source[end:]
+
+
+# ---------------------------------------------------------------------------------------------
+# A stand-in for main.py in sweep tests.
+# ---------------------------------------------------------------------------------------------
+
+# Stands in for main.py: creates the run directory, then fails for seed 13, waits for SIGTERM when
+# STUB_WAIT is set (exit 143 like main.py), stops at its "time limit" (exit 75, like main.py --time_limit)
+# on its first attempt when STUB_TIME_LIMIT is set (on every attempt when it is `always`), and otherwise
+# finishes (DONE). STUB_RECORD: a file to which it appends its GPU environment, whether the dataset files existed,
+# and its start and end times.
+STUB_MAIN = textwrap.dedent('''
+    import json, os, signal, sys, time
+    started = time.time()
+    args = dict(a[2:].split('=', 1) for a in sys.argv[1:] if '=' in a)
+    run_dir = os.path.join(args['save_dir'], args['run_group'], args['run_name'])
+    os.makedirs(run_dir, exist_ok=True)
+    print('stub started', run_dir, flush=True)
+    if args['seed'] == '13':
+        sys.exit('stub failure for seed 13')
+    if os.environ.get('STUB_LOCK'):  # main.py's run-directory lock, its "in use" paragraph, and a chatty run
+        import fcntl
+        lock = open(os.path.join(run_dir, 'run.lock'), 'a')
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print('\\nError: Run directory ' + run_dir + ' is in use by another process (pid ...).', file=sys.stderr)
+            sys.exit(1)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        open(os.path.join(run_dir, 'STARTED'), 'w').close()
+        for step in range(10 ** 9):
+            print('Finished: chunk', step, 'of the first sweep', flush=True)
+            time.sleep(0.01)
+    if os.environ.get('STUB_WAIT'):
+        signal.signal(signal.SIGTERM, lambda *_: (open(os.path.join(run_dir, 'TERMINATED'), 'w').close(), sys.exit(143)))
+        open(os.path.join(run_dir, 'STARTED'), 'w').close()
+        while True:
+            time.sleep(0.05)
+    if os.environ.get('STUB_TIME_LIMIT') and (os.environ['STUB_TIME_LIMIT'] == 'always'
+                                              or not os.path.exists(os.path.join(run_dir, 'checkpoint'))):
+        open(os.path.join(run_dir, 'checkpoint'), 'w').close()
+        print('stub: time limit reached, checkpoint saved', flush=True)
+        sys.exit(75)
+    if os.environ.get('STUB_RECORD'):
+        data = os.path.expanduser(args.get('dataset_dir', '~/.ogbench/data'))
+        time.sleep(float(os.environ.get('STUB_SLEEP', '0')))
+        record = dict(run=args['run_name'], start=started, end=time.time(),
+                      data=[os.path.exists(os.path.join(data, args['env_name'] + s)) for s in ('.npz', '-val.npz')],
+                      **{k: os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', 'XLA_PYTHON_CLIENT_MEM_FRACTION',
+                                                         'XLA_PYTHON_CLIENT_PREALLOCATE', 'XLA_CLIENT_MEM_FRACTION')})
+        with open(os.environ['STUB_RECORD'], 'a') as f:
+            f.write(json.dumps(record) + '\\n')
+    open(os.path.join(run_dir, 'DONE'), 'w').close()
+''')

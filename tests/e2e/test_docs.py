@@ -36,6 +36,8 @@ NOT_RUN_HERE = [
     (r'^python3 -m venv|pip install', "sets up the environment: CI runs README's set-up line itself (.ci/run; "
                                       'test_the_set_up_line_is_the_one_ci_runs)'),
     (r'-m pytest', 'the test suite itself'),
+    (r'scripts/ci/slurm_cluster\.sh', 'starts (or stops) Slurm daemons as root: .ci/run does, before the suite, whose '
+                                      'tests/test_slurm.py runs against that cluster'),
     (r"default_backend\(\) == 'gpu'", 'needs a GPU'),
     (r'benchmarks/bench_gpu\.py', 'times an accelerator; its --quick form runs in tests/test_bench_gpu.py'),
     (r'ogbench\.download_datasets', 'downloads from the internet'),

@@ -2,6 +2,7 @@
 main.py), datasets prepared once before launching, GPU slots, time limits, checkpoint-and-requeue, and a
 tiny real grid through submitit's local executor."""
 
+import io
 import json
 import os
 import pickle
@@ -9,65 +10,20 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
+import types
 
 import pytest
 
 from experiments import sweep
 from scripts import sweep as sweep_cli
 from utils.errors import ConfigError
+from tests.helpers import STUB_MAIN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = 'pointmaze-medium-stitch-v0'
 
-# Stands in for main.py: creates the run directory, then fails for seed 13, waits for SIGTERM when
-# STUB_WAIT is set (exit 143 like main.py), stops at its "time limit" (exit 75, like main.py --time_limit)
-# on its first attempt when STUB_TIME_LIMIT is set, and otherwise finishes (DONE). STUB_RECORD: a file to
-# which it appends its GPU environment, whether the dataset files existed, and its start and end times.
-STUB_MAIN = textwrap.dedent('''
-    import json, os, signal, sys, time
-    started = time.time()
-    args = dict(a[2:].split('=', 1) for a in sys.argv[1:] if '=' in a)
-    run_dir = os.path.join(args['save_dir'], args['run_group'], args['run_name'])
-    os.makedirs(run_dir, exist_ok=True)
-    print('stub started', run_dir, flush=True)
-    if args['seed'] == '13':
-        sys.exit('stub failure for seed 13')
-    if os.environ.get('STUB_LOCK'):  # main.py's run-directory lock, its "in use" paragraph, and a chatty run
-        import fcntl
-        lock = open(os.path.join(run_dir, 'run.lock'), 'a')
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print('\\nError: Run directory ' + run_dir + ' is in use by another process (pid ...).', file=sys.stderr)
-            sys.exit(1)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        open(os.path.join(run_dir, 'STARTED'), 'w').close()
-        for step in range(10 ** 9):
-            print('Finished: chunk', step, 'of the first sweep', flush=True)
-            time.sleep(0.01)
-    if os.environ.get('STUB_WAIT'):
-        signal.signal(signal.SIGTERM, lambda *_: (open(os.path.join(run_dir, 'TERMINATED'), 'w').close(), sys.exit(143)))
-        open(os.path.join(run_dir, 'STARTED'), 'w').close()
-        while True:
-            time.sleep(0.05)
-    if os.environ.get('STUB_TIME_LIMIT') and not os.path.exists(os.path.join(run_dir, 'checkpoint')):
-        open(os.path.join(run_dir, 'checkpoint'), 'w').close()
-        print('stub: time limit reached, checkpoint saved', flush=True)
-        sys.exit(75)
-    if os.environ.get('STUB_RECORD'):
-        data = os.path.expanduser(args.get('dataset_dir', '~/.ogbench/data'))
-        time.sleep(float(os.environ.get('STUB_SLEEP', '0')))
-        record = dict(run=args['run_name'], start=started, end=time.time(),
-                      data=[os.path.exists(os.path.join(data, args['env_name'] + s)) for s in ('.npz', '-val.npz')],
-                      **{k: os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', 'XLA_PYTHON_CLIENT_MEM_FRACTION',
-                                                         'XLA_PYTHON_CLIENT_PREALLOCATE', 'XLA_CLIENT_MEM_FRACTION')})
-        with open(os.environ['STUB_RECORD'], 'a') as f:
-            f.write(json.dumps(record) + '\\n')
-    open(os.path.join(run_dir, 'DONE'), 'w').close()
-''')
 
 
 @pytest.fixture
@@ -254,6 +210,41 @@ def test_submitit_checkpoint_stops_main_and_requeues_same_command(tmp_path, stub
     assert (tmp_path / 'g' / 'r' / 'TERMINATED').exists() and runner._process.returncode == 143
     assert len(errors) == 1 and 'stopped by SIGTERM' in str(errors[0])
     assert isinstance(delayed.function, sweep.MainCommand) and delayed.args == (command, log_path)
+
+
+class FakeSlurmJob:
+    """A submitted job as `wait_submitit` sees it: an id, submitit's result file, and the result (or the error text,
+    traceback included, that submitit raises)."""
+
+    def __init__(self, folder, job_id, error=None, result=False):
+        self.job_id, self.error = job_id, error
+        self.paths = types.SimpleNamespace(result_pickle=folder / f'{job_id}_result.pkl', stderr=folder / f'{job_id}.err')
+        if result or error:
+            self.paths.result_pickle.write_text('')
+
+    def result(self):
+        if self.error:
+            raise RuntimeError(f'Job (task=0) failed\nTraceback (most recent call last):\n  ...\n{self.error}')
+
+
+def test_waiting_reports_slurm_jobs_that_ended_without_a_result(tmp_path, monkeypatch):
+    """--wait on Slurm: a job whose main.py was stopped by SIGTERM, or that Slurm cancelled or forgot without a result,
+    is reported stopped (resumable), not waited for forever; no answer from squeue ends nothing."""
+    jobs = sweep.build_jobs(grid(tmp_path, seeds=range(4), methods=('gcbc',)), python='py', main_path='main.py')
+    handles = [FakeSlurmJob(tmp_path, '7_0', result=True),
+               FakeSlurmJob(tmp_path, '7_1', error='RuntimeError: main.py was stopped by SIGTERM (checkpoint saved); ...'),
+               FakeSlurmJob(tmp_path, '7_2'), FakeSlurmJob(tmp_path, '7_3')]
+    answers = iter([None, {'7_2': 'RUNNING', '7_3': 'PENDING'}, {'7_2': 'CANCELLED'}])
+    monkeypatch.setattr(sweep, 'slurm_job_states', lambda ids: next(answers))
+    out = io.StringIO()
+    outcomes = sweep.wait_submitit(jobs, handles, 'slurm', out, poll_s=0, squeue_every_s=0, result_grace_s=0)
+    assert [o.status for o in outcomes] == ['ok', 'stopped', 'stopped', 'stopped']
+    assert [o.ended_as for o in outcomes] == [None, None, 'Slurm state CANCELLED', 'no longer known to Slurm']
+    assert f'gcbc_{ENV}_sd2: stopped (Slurm state CANCELLED, no result) (job 7_2)' in out.getvalue()
+    report, status = sweep.summarize_submitit(outcomes, handles)
+    assert status == 130 and report.startswith('1 jobs finished, 0 failed, 3 stopped.')
+    assert f'STOPPED gcbc_{ENV}_sd1: main.py was stopped by SIGTERM (checkpoint saved)' in report
+    assert f'STOPPED gcbc_{ENV}_sd3: it ended without a result (no longer known to Slurm)' in report
 
 
 def test_submitit_reports_a_failed_job(tmp_path, stub_main, capsys, pointmaze_data_dir):
