@@ -5,13 +5,16 @@ optimizer moments and EMA targets to 1e-6, on presets with EMA targets and ensem
 same elementwise Adam differently for one long vector); and a checkpoint holds the per-leaf layout, so checkpoints
 restore into either layout."""
 
+import json
+import os
+
 import flax.serialization
 import jax
 import numpy as np
 import pytest
 
 from configs.presets import get_config as preset_config
-from tests.helpers import make_agent, small, toy_dataset
+from tests.helpers import ROOT, make_agent, small, toy_dataset
 from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from utils.optimizers import OneVector, ravel_leaves, unravel_like, with_optimizer
 from utils.training import stack_trees, train_steps, train_steps_multi
@@ -112,3 +115,21 @@ def test_ravel_and_unravel_are_inverse():
     back = unravel_like(flat, tree)
     for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(tree)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_checkpoint_of_version_0_3_0_resumes_to_what_that_version_computed():
+    """tests/data/byol_gamma_a_checkpoint_v0.3.0.msgpack was written by version 0.3.0 (before the optimizer layout left
+    the train state) after 3 updates of a small BYOL-gamma^a with EMA targets; its next 3 updates' metrics, computed by
+    that version, are beside it. It restores into this version's agent and continues to the same numbers (that a
+    per-leaf checkpoint restores into the one-vector layout too is test_checkpoints_keep_the_per_leaf_layout's)."""
+    config = config_of('byol_gamma_a', tau=0.99)
+    config.update(dict(batch_size=16, actor_hidden_dims=(32, 32), encoder_hidden_dims=(16, 16),
+                       predictor_hidden_dims=(16, 16), latent_dim=8))
+    data = os.path.join(ROOT, 'tests', 'data')
+    with open(os.path.join(data, 'byol_gamma_a_checkpoint_v0.3.0_continued.json')) as f:
+        expected = json.load(f)
+    agent, step, _ = load_checkpoint(os.path.join(data, 'byol_gamma_a_checkpoint_v0.3.0.msgpack'), make_agent(config, seed=7))
+    assert step == 3
+    _, infos = train_steps(agent, toy_dataset(), jax.random.PRNGKey(0), step, 3)
+    for name, values in expected.items():
+        np.testing.assert_allclose(infos[name], values, rtol=1e-6, atol=1e-7, err_msg=name)
