@@ -117,6 +117,8 @@ class Schedule:
         reason = self.stops.reason(next_chunk_s)
         if reason is None:
             return
+        if self.evaluations.finished():
+            self._log_finished()  # results that are in need not be computed again
         cancelled = self.evaluations.cancel()
         if cancelled is not None:
             evaluated_step, snapshot = cancelled
