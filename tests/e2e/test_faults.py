@@ -380,3 +380,124 @@ def test_wandb_failures_never_stop_training(tmp_path, monkeypatch, caplog):
     logger.run = BrokenRun()
     logger.log({'x': 1.0}, 2)  # reported once, then CSV only
     assert logger.run is None and 'wandb log failed (OSError: disk full)' in caplog.text
+
+
+# Training ends at step 20 with an evaluation that outlasts the test's reactions: 4 untrained episodes of up to
+# 10000 steps (about 6 s on one core), in the loop (sync, the CPU default).
+LONG_FINAL_EVAL = ['--train_steps=20', '--steps_per_call=20', '--log_interval=20', '--eval_interval=20',
+                   '--save_interval=20', '--eval_episodes=4', '--eval_max_steps=10000', '--eval_mode=sync', '--run_name=r']
+TIME_LIMIT = 10
+
+
+def start_logged(command, log_path):
+    """A process whose output goes to `log_path`, for a test to read while it runs."""
+    with open(log_path, 'w') as log:
+        return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for_text(path, text, process, timeout=120):
+    deadline = time.time() + timeout
+    while text not in path.read_text():
+        assert process.poll() is None and time.time() < deadline, path.read_text()[-3000:]
+        time.sleep(0.02)
+
+
+def let_go_past_time_limit(process, seen_at):
+    """SIGCONT a process paused with SIGSTOP once its --time_limit has passed: its main() had started by `seen_at`,
+    so its limit passes by `seen_at` + TIME_LIMIT. Returns when it was let go."""
+    time.sleep(max(0.0, seen_at + TIME_LIMIT + 0.5 - time.time()))
+    process.send_signal(signal.SIGCONT)
+    return time.time()
+
+
+def test_stops_end_the_evaluation_they_fall_in_and_resume_reruns_it(pointmaze_data_dir, tmp_path):
+    """Every stop request ends the evaluation it falls in at once. SIGTERM or SIGINT during the final evaluation
+    (before: it ran on, then DONE and exit 0) exits 143 / 130 with the checkpoint of step 20 kept and no row of that
+    evaluation. --time_limit passing during the final evaluation exits 75 the same way; passing during the evaluation
+    a resumed run owed (async, as a GPU run evaluates; before: that evaluation ran forever), before it trained
+    anything, exits 1, saying every rerun would do the same, so that no scheduler requeues it forever. The limits
+    pass while the run is paused (SIGSTOP) 0.5 s into its evaluation. A last --resume without a limit reruns the
+    evaluation and ends with the rows of a run nobody stopped."""
+    def launch(name, *extra):
+        return main_command(pointmaze_data_dir, tmp_path / name, *LONG_FINAL_EVAL, *extra)
+
+    def assert_stopped_at_20(run_dir):
+        assert checkpoint_step(run_dir) == 20 and csv_steps(run_dir / 'train.csv') == [20]
+        assert csv_steps(run_dir / 'eval.csv') == [] and not (run_dir / 'DONE').exists()
+
+    processes = []
+    try:
+        reference = start(launch('reference'))
+        processes.append(reference)
+        limited_dir = tmp_path / 'limited' / 'default' / 'r'
+        limited = start(launch('limited', f'--time_limit={TIME_LIMIT}'))
+        processes.append(limited)
+        wait_until(lambda: (limited_dir / 'checkpoint.msgpack').exists(), limited)  # saved just before the evaluation
+        checkpoint_seen = time.time()
+        time.sleep(0.5)
+        limited.send_signal(signal.SIGSTOP)  # in its evaluation until the limit has passed
+
+        # A signal 0.5 s into the final evaluation.
+        signalled, stopped_at = {}, {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signalled[sig] = start(launch(sig.name))
+            processes.append(signalled[sig])
+        for sig, process in signalled.items():
+            wait_until(lambda: (tmp_path / sig.name / 'default' / 'r' / 'checkpoint.msgpack').exists(), process)
+            time.sleep(0.5)
+            process.send_signal(sig)
+            stopped_at[sig] = time.time()
+        results, exited = {}, {}
+        for sig, process in signalled.items():
+            results[sig] = finish(process)
+            exited[sig] = time.time()  # (an upper bound)
+        for sig, (code, _, err) in results.items():
+            assert code == {signal.SIGTERM: 143, signal.SIGINT: 130}[sig], err[-3000:]
+            assert f'{sig.name} received: checkpoints saved at step 20; rerun with --resume.' in err and 'Traceback' not in err
+            assert_stopped_at_20(tmp_path / sig.name / 'default' / 'r')
+
+        # The SIGTERMed run resumed with the limit: it owes the evaluation of step 20 and is paused inside it.
+        stopped_dir = tmp_path / 'SIGTERM' / 'default' / 'r'
+        log = tmp_path / 'resumed.log'
+        resumed = start_logged(launch('SIGTERM', '--resume', '--eval_mode=async', f'--time_limit={TIME_LIMIT}'), log)
+        processes.append(resumed)
+        wait_for_text(log, 'Running the evaluation of step 20 that was due', resumed)
+        owed_seen = time.time()
+        time.sleep(0.5)
+        resumed.send_signal(signal.SIGSTOP)
+
+        let_go = let_go_past_time_limit(limited, checkpoint_seen)
+        code, _, err = finish(limited)
+        limited_s = time.time() - let_go
+        assert code == 75 and f'--time_limit={TIME_LIMIT}s reached: checkpoints saved at step 20' in err, err[-3000:]
+        assert_stopped_at_20(limited_dir)
+
+        let_go = let_go_past_time_limit(resumed, owed_seen)
+        resumed.wait(timeout=300)
+        resumed_s = time.time() - let_go
+        paragraph = error_paragraph(resumed.returncode, log.read_text())
+        assert paragraph.startswith(f'--time_limit={TIME_LIMIT}s reached during the evaluation of step 20 that this resumed '
+                                    f'run owed, before it trained anything: every rerun would do the same.'), paragraph
+        assert 'The checkpoint of step 20 is kept' in paragraph and 'larger --time_limit' in paragraph
+        assert_stopped_at_20(stopped_dir)
+
+        # Each stopped well before its evaluation would have ended.
+        assert finish(reference)[0] == 0
+        reference_dir = tmp_path / 'reference' / 'default' / 'r'
+        evaluation_s = float(read_csv_rows(str(reference_dir / 'eval.csv'))[1][-1]['time/evaluation_seconds'])
+        for sig in signalled:
+            assert exited[sig] - stopped_at[sig] < evaluation_s / 2, (sig, exited[sig] - stopped_at[sig], evaluation_s)
+        assert limited_s < evaluation_s / 2 and resumed_s < evaluation_s / 2, (limited_s, resumed_s, evaluation_s)
+
+    finally:
+        for process in processes:  # a paused one too, if an assertion failed
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    # Stopped by SIGTERM, then by its limit: --resume with time to spare ends it as if nobody had stopped it.
+    code, _, err = run(launch('SIGTERM', '--resume'))
+    assert code == 0 and 'Running the evaluation of step 20 that was due' in err, err[-3000:]
+    for name in ('train.csv', 'eval.csv'):
+        assert without_timing(read_csv_rows(str(stopped_dir / name))[1]) == without_timing(read_csv_rows(str(reference_dir / name))[1])
+    assert csv_steps(stopped_dir / 'eval.csv') == [20] and (stopped_dir / 'DONE').exists()
