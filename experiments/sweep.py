@@ -388,6 +388,87 @@ def parse_gpus(text: str) -> List[str]:
     return gpus
 
 
+@dataclasses.dataclass(frozen=True)
+class GpuInventory:
+    """What this machine offers jobs pinned to GPUs, found without starting JAX's GPU backend in the launcher.
+
+    `gpus`: the NVIDIA GPUs the driver lists, as (index, UUID or None), with `source` naming where they were found;
+    `cuda_jax`: the installed package that gives JAX CUDA (a jax-cudaNN-plugin, or a CUDA build of jaxlib), or None."""
+
+    gpus: Tuple[Tuple[str, Optional[str]], ...]
+    source: str
+    cuda_jax: Optional[str]
+
+    def knows(self, gpu: str) -> bool:
+        """Whether `gpu` (an index, or a GPU-/MIG- UUID) is one of these GPUs. A UUID is taken on trust where the
+        source lists none (/proc/driver/nvidia), and a MIG UUID always (MIG devices are not listed here)."""
+        if re.fullmatch(r'\d+', gpu):
+            return int(gpu) < len(self.gpus)
+        uuids = [uuid for _, uuid in self.gpus if uuid]
+        return gpu.startswith('MIG-') or not uuids or gpu in uuids
+
+
+def gpu_inventory() -> GpuInventory:
+    """The NVIDIA GPUs of this machine (`nvidia-smi -L`, else the driver's /proc/driver/nvidia/gpus) and whether the
+    installed JAX has CUDA (its package metadata: nothing is imported)."""
+    import importlib.metadata
+
+    gpus, source = (), 'nvidia-smi -L'
+    try:
+        listed = subprocess.run(['nvidia-smi', '-L'], capture_output=True, text=True, timeout=60)
+        if listed.returncode == 0:
+            gpus = tuple(re.findall(r'^GPU (\d+):.*?(?:\(UUID: (GPU-[^)\s]+)\))?\s*$', listed.stdout, re.M))
+            gpus = tuple((index, uuid or None) for index, uuid in gpus)
+        else:
+            source = f'nvidia-smi -L failed: {(listed.stderr or listed.stdout).strip()[:200] or f"exit {listed.returncode}"}'
+    except (OSError, subprocess.TimeoutExpired) as e:
+        source = f'nvidia-smi: {e.strerror if isinstance(e, OSError) else "no answer in 60 s"}'
+    if not gpus:
+        folder = '/proc/driver/nvidia/gpus'
+        try:
+            gpus = tuple((str(k), None) for k in range(len(os.listdir(folder))))
+        except OSError:
+            pass
+        source = f'{folder}' if gpus else f'{source}; no {folder}'
+    cuda_jax = None
+    for distribution in importlib.metadata.distributions():
+        name = (distribution.metadata['Name'] or '').lower().replace('_', '-')
+        if re.fullmatch(r'jax-cuda\d+-(plugin|pjrt)', name) or (name == 'jaxlib' and '+cuda' in distribution.version):
+            cuda_jax = f'{name} {distribution.version}'
+            break
+    return GpuInventory(gpus, source, cuda_jax)
+
+
+def gpu_problem(gpus: Sequence[str], inventory: Optional[GpuInventory] = None, environ=None) -> Optional[str]:
+    """Why jobs pinned to `gpus` (--gpus of the local backend) would not train on them here, or None. Each such job
+    would otherwise start, find no GPU, and train on the CPU without a word."""
+    inventory = inventory or gpu_inventory()
+    environ = os.environ if environ is None else environ
+    listed = ','.join(gpus)
+    cpu_instead = ('Drop --gpus to run the jobs on the CPU (--workers=N for N at once), or run the sweep where the GPUs '
+                   'are (--backend=slurm submits it to a cluster\'s).')
+    if not inventory.gpus:
+        return (f'--gpus={listed} pins jobs to GPUs, but this machine has no NVIDIA GPU ({inventory.source}), so every '
+                f'job would train on the CPU. {cpu_instead}')
+    unknown = [gpu for gpu in gpus if not inventory.knows(gpu)]
+    if unknown:
+        have = ', '.join(index for index, _ in inventory.gpus)
+        return (f'--gpus={listed} lists GPU {", ".join(unknown)}, which this machine does not have (it has '
+                f'{len(inventory.gpus)}: {have}, from {inventory.source}); a job pinned there would see no GPU and train '
+                f'on the CPU. List GPUs this machine has, e.g. --gpus={",".join(index for index, _ in inventory.gpus)}.')
+    if inventory.cuda_jax is None:
+        return (f'--gpus={listed}: this machine has {len(inventory.gpus)} GPU(s), but the installed JAX has no CUDA '
+                f'support (no jax-cuda12-plugin or jax-cuda13-plugin in this Python\'s packages), so every job would '
+                f'train on the CPU. Install JAX\'s CUDA build (README.md, Install: GPU), or drop --gpus to run on the '
+                f'CPU.')
+    platforms = environ.get('JAX_PLATFORMS', '').strip()
+    if platforms and not {'cuda', 'gpu'} & {p.strip().lower() for p in platforms.split(',')}:
+        return (f'--gpus={listed}, but JAX_PLATFORMS={platforms} is set in this environment, which every job inherits: '
+                f'JAX would not use the GPUs and every job would train on the CPU. Unset JAX_PLATFORMS (or include '
+                f'cuda in it), or drop --gpus to run on the CPU.')
+    return None
+
+
 def worker_slots(workers: Optional[int], gpus: Optional[Sequence[str]], runs_per_gpu: int = 1,
                  mem_fraction: Optional[float] = None) -> List[Optional[str]]:
     """One entry per parallel job: its GPU (None: no GPU assignment). `workers` and `gpus` must agree."""

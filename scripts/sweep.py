@@ -108,7 +108,11 @@ def main(argv=None):
         sys.exit(f'Error: {e}')
     if problems and not args.dry_run:
         sys.exit('Error: this sweep would fail at start:\n  ' + '\n  '.join(problems))
-    for problem in problems:
+    # Jobs pinned to GPUs this machine cannot give them would train on the CPU without a word.
+    gpus = sweep.gpu_problem(args.gpu_ids) if args.backend == 'local' and args.gpu_ids and jobs else None
+    if gpus and not args.dry_run:
+        sys.exit(f'Error: {gpus} Nothing was launched.')
+    for problem in problems + ([gpus] if gpus else []):
         print(f'Warning: {problem}', file=sys.stderr)
 
     print(f'# sweep {args.name}: {sweep.describe(runs, jobs)}', flush=True)
@@ -167,7 +171,7 @@ def submit(args, jobs):
             raise
         print(f'\nStopped waiting; the jobs go on in Slurm (squeue --jobs={submitted[0].job_id.split("_")[0]}). '
               f'Rerun the sweep once they have ended: it resumes what did not finish.', flush=True)
-        return errors.EXIT_INTERRUPTED
+        return exits.EXIT_INTERRUPTED
     report, status = sweep.summarize_submitit(outcomes, submitted)
     print(report, flush=True)
     return status

@@ -467,6 +467,10 @@ def test_local_gpu_slots_pin_each_job_to_one_gpu(tmp_path, stub_main, capsys, po
     """--gpus=0,1 --runs_per_gpu=2: four slots; each job sees one GPU (CUDA_VISIBLE_DEVICES) with a preallocated
     share of its memory, and at no time do more than two jobs use one GPU."""
     record = tmp_path / 'record.jsonl'
+    # A machine with two GPUs and JAX's CUDA plugin, as far as the launcher's check can tell (the stub needs neither).
+    monkeypatch.setattr(sweep, 'gpu_inventory', lambda: sweep.GpuInventory((('0', None), ('1', None)), 'a stand-in',
+                                                                            'jax-cuda12-plugin'))
+    monkeypatch.delenv('JAX_PLATFORMS', raising=False)
     monkeypatch.setenv('STUB_RECORD', str(record))
     monkeypatch.setenv('STUB_SLEEP', '0.4')
     monkeypatch.setenv('XLA_CLIENT_MEM_FRACTION', '0.9')  # a user's setting: JAX refuses it next to the old name
@@ -486,6 +490,37 @@ def test_local_gpu_slots_pin_each_job_to_one_gpu(tmp_path, stub_main, capsys, po
     assert max(sum(o['start'] <= r['start'] < o['end'] for o in runs) for r in runs) > 1  # slots do run at once
     log = (tmp_path / 'gpus' / f'gcbc_{ENV}_sd0.log').read_text()
     assert '[CUDA_VISIBLE_DEVICES=' in log
+
+
+def test_gpus_the_machine_cannot_give_are_refused_before_launching(tmp_path, stub_main, pointmaze_data_dir):
+    """--gpus=0,1 on this machine (no GPU, a CPU-only jaxlib; JAX_PLATFORMS=cpu in the tests' environment): refused in
+    one paragraph before any job starts (before: each job trained on the CPU, "2 jobs finished"); a dry run, whose
+    commands may be meant for another machine, warns. What the check finds on other machines, from stand-ins."""
+    command = [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=g', f'--envs={ENV}', '--method=gcbc',
+               '--seeds=0,1', f'--save_dir={tmp_path}', '--gpus=0,1', f'--main={stub_main}', '--',
+               f'--dataset_dir={pointmaze_data_dir}', '--nodownload']
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stdout + result.stderr
+    paragraph = result.stderr.strip().splitlines()[-1]
+    assert paragraph.startswith('Error: --gpus=0,1 ') and paragraph.endswith('Nothing was launched.'), paragraph
+    assert 'every job would train on the CPU' in paragraph and 'drop --gpus' in paragraph.lower()
+    if not sweep.gpu_inventory().gpus:
+        assert 'this machine has no NVIDIA GPU (nvidia-smi' in paragraph, paragraph
+    assert not (tmp_path / 'g').exists()  # no job, no log
+    dry = subprocess.run(command[:-3] + ['--dry_run'], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0 and 'Warning: --gpus=0,1 ' in dry.stderr and len(dry.stdout.splitlines()) == 3, dry.stderr
+
+    two = (('0', 'GPU-aa'), ('1', 'GPU-bb'))
+    ready = sweep.GpuInventory(two, 'nvidia-smi -L', 'jax-cuda12-plugin 0.10.2')
+    assert sweep.gpu_problem(['0', '1'], ready, environ={}) is None
+    assert sweep.gpu_problem(['GPU-bb', 'MIG-cc'], ready, environ={'JAX_PLATFORMS': 'cuda,cpu'}) is None
+    for gpus, inventory, environ, expected in (
+            (['0', '2'], ready, {}, 'lists GPU 2, which this machine does not have (it has 2: 0, 1, from nvidia-smi -L)'),
+            (['GPU-zz'], ready, {}, 'lists GPU GPU-zz, which this machine does not have'),
+            (['0'], sweep.GpuInventory(two, 'nvidia-smi -L', None), {}, 'the installed JAX has no CUDA support'),
+            (['0'], ready, {'JAX_PLATFORMS': 'cpu'}, 'JAX_PLATFORMS=cpu is set in this environment')):
+        problem = sweep.gpu_problem(gpus, inventory, environ)
+        assert expected in problem and 'train on the CPU' in problem, problem
 
 
 def test_gpu_and_worker_flags_must_agree(tmp_path, capsys):
