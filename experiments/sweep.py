@@ -3,7 +3,8 @@ or on Slurm, skipping finished runs and resuming interrupted ones.
 
 A method is a preset plus agent overrides, written `PRESET[:KEY=V1,V2,...]...`, e.g.
 `byol_gamma_a:alpha=1,6,40,100:tau=0.99`. A key with several values is a grid axis; `alpha` and every
-axis appear in the run name, fixed single-valued keys do not:
+axis appear in the run name, fixed single-valued keys do not, unless two settings of one preset differ only in
+them (`--method=byol_gamma_a:tau=0.99 --method=byol_gamma_a:tau=0.9`), which then name them:
 
     <sweep>/<preset>_<env>[_a<alpha>][_<key><value>...]_sd<seed>
 
@@ -193,6 +194,30 @@ def check_main_flags(main_flags: Sequence[str]):
             )
 
 
+def named_settings(methods: Sequence[MethodSpec]) -> List[Tuple[MethodSpec, Dict[str, str], List[str]]]:
+    """(method, setting, the keys its run name shows) of every setting of the grid, in order. A name shows alpha and
+    its method's grid axes; settings of one preset whose names would coincide although they differ (in keys fixed by
+    separate --method specs) also show the keys they differ in, where they set them."""
+    entries = [(method, setting, method.named_keys()) for method in methods for setting in method.settings()]
+    while True:
+        groups: Dict[str, List[int]] = {}
+        for i, (method, setting, keys) in enumerate(entries):
+            groups.setdefault(base_run_name(method.preset, '', setting, keys), []).append(i)
+        changed = False
+        for indices in groups.values():
+            settings = [entries[i][1] for i in indices]
+            keys_in_order = list(dict.fromkeys(key for setting in settings for key in setting))
+            differing = [key for key in keys_in_order if len({setting.get(key) for setting in settings}) > 1]
+            for i in indices:
+                method, setting, keys = entries[i]
+                added = [key for key in differing if key in setting and key not in keys]
+                if added:
+                    entries[i] = (method, setting, keys + added)
+                    changed = True
+        if not changed:
+            return entries
+
+
 def build_runs(sweep: str, methods: Sequence[MethodSpec], envs: Sequence[str], seeds: Sequence[int], save_dir: str) -> List[SweepRun]:
     """The whole grid, in a stable order (method, setting, environment, seed); names must be unique."""
     if not re.fullmatch(r'[A-Za-z0-9_.-]+', sweep):
@@ -200,17 +225,22 @@ def build_runs(sweep: str, methods: Sequence[MethodSpec], envs: Sequence[str], s
     if not methods or not envs or not seeds:
         raise ConfigError('A sweep needs at least one method, one environment and one seed.')
     save_dir = os.path.abspath(os.path.expanduser(save_dir))
-    runs, names = [], set()
-    for method in methods:
-        for setting in method.settings():
-            for env in envs:
-                base = base_run_name(method.preset, env, setting, method.named_keys())
-                for seed in seeds:
-                    run = SweepRun(sweep, method.preset, env, seed, tuple(setting.items()), base, save_dir)
-                    if run.name in names:
-                        raise ConfigError(f'Run {run.name} appears twice in the grid: remove the duplicate method or value.')
-                    names.add(run.name)
-                    runs.append(run)
+    runs, names = [], {}
+    for method, setting, named_keys in named_settings(methods):
+        for env in envs:
+            base = base_run_name(method.preset, env, setting, named_keys)
+            for seed in seeds:
+                run = SweepRun(sweep, method.preset, env, seed, tuple(setting.items()), base, save_dir)
+                if run.name in names:
+                    same = names[run.name] == setting
+                    raise ConfigError(
+                        f'Run {run.name} appears twice in the grid: '
+                        + (f'{method.preset} with {setting or "its preset values"} is listed twice; remove the duplicate '
+                           f'method or value.' if same else
+                           f'{method.preset} with {names[run.name]} and with {setting} differ only in how their values '
+                           f'are written; write each value once.'))
+                names[run.name] = setting
+                runs.append(run)
     return runs
 
 

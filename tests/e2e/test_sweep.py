@@ -75,6 +75,28 @@ def test_run_names_are_deterministic(tmp_path):
         sweep.build_runs('a/b', [sweep.parse_method('gcbc')], [ENV], [0], str(tmp_path))
 
 
+def test_settings_of_one_preset_differing_in_a_fixed_key_are_named_apart(tmp_path, capsys):
+    """--method=byol_gamma_a:tau=0.99 --method=byol_gamma_a:tau=0.9: a fixed (single-valued) key is not in run names,
+    so both settings were named byol_gamma_a_<env> and the sweep was refused as a duplicate. Their names now show
+    the key they differ in, where they set it; names that never coincided stay as they were (a sweep relaunched
+    finds its runs), and a setting listed twice is still refused, saying so."""
+    status, out, err = run_cli(capsys, '--name=fixed', f'--envs={ENV}', '--method=byol_gamma_a:tau=0.99',
+                               '--method=byol_gamma_a:tau=0.9', '--method=byol_gamma_a', f'--save_dir={tmp_path}', '--dry_run')
+    assert status == 0 and 'Warning' not in err, err
+    commands = out.splitlines()[1:]
+    for tau, name in (('0.99', f'byol_gamma_a_{ENV}_tau0.99_sd0'), ('0.9', f'byol_gamma_a_{ENV}_tau0.9_sd0'),
+                      (None, f'byol_gamma_a_{ENV}_sd0')):
+        command = next(c for c in commands if f'--run_name={name} ' in c)
+        assert (f'--agent.tau={tau} ' in command) if tau else '--agent.tau' not in command
+    assert len(commands) == 3
+    kept = sweep.build_runs('sw', [sweep.parse_method(m) for m in ('byol_gamma_a:alpha=1:tau=0.99', 'byol_gamma_a:alpha=6')],
+                            [ENV], [0], str(tmp_path))
+    assert [r.name for r in kept] == [f'byol_gamma_a_{ENV}_a1_sd0', f'byol_gamma_a_{ENV}_a6_sd0']
+    status, _, err = run_cli(capsys, '--name=twice', f'--envs={ENV}', '--method=byol_gamma_a:tau=0.9',
+                             '--method=byol_gamma_a:tau=0.9', f'--save_dir={tmp_path}')
+    assert status == 1 and "byol_gamma_a with {'tau': '0.9'} is listed twice; remove the duplicate" in err, err
+
+
 def test_commands_skip_finished_runs_and_group_seeds(tmp_path):
     runs = grid(tmp_path, seeds=range(5), methods=('byol_gamma_a:alpha=6',))
     finished = runs[2]
