@@ -380,7 +380,7 @@ def test_gcbc_trains_on_rendered_pixels_and_evaluates_on_the_visual_env(visual_d
 
 
 def test_visual_sweep_launches_the_visual_presets(tmp_path):
-    """scripts/sweep_visual.sh no longer refuses: its grid is the paper's, over the visual presets."""
+    """scripts/sweep_visual.sh launches the paper's grid over the visual presets."""
     import subprocess
     import sys
 
