@@ -294,7 +294,7 @@ def check_grid(methods: Sequence[MethodSpec], envs: Sequence[str], main_flags: S
         try:
             env_id_for(env)
         except ConfigError as e:
-            problems.append(str(e).split('. An --env_name')[0] + '.')
+            problems.append(str(e).split(' An --env_name')[0])
     common_keys = [flag_name(f)[len('agent.'):] for f in main_flags if flag_name(f).startswith('agent.')]
     for method in methods:
         if method.preset not in PRESETS:

@@ -8,15 +8,57 @@ import difflib
 import errno
 import os
 import zipfile
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 import gymnasium
 import numpy as np
 
 from utils.errors import ConfigError, DatasetError
 
-DATASET_TYPES = ('navigate', 'stitch', 'explore', 'play', 'noisy')
 REQUIRED_KEYS = ('observations', 'actions', 'terminals')
+
+# The datasets OGBench publishes, <family>-<variant>-<type>-v0 (scene: scene-<type>-v0), 85 in all: the ogbench
+# package holds no list (ogbench.download_datasets fetches whatever name it is given), so this is its README's and
+# hyperparameters.sh's. Some environments it registers have no dataset (cube-octuple, humanoidmaze-teleport).
+# Each family: its variants, and its dataset types (a type with variants of its own: only those variants).
+OGBENCH_FAMILIES = {
+    'pointmaze': (('medium', 'large', 'giant', 'teleport'), {'navigate': None, 'stitch': None}),
+    'antmaze': (('medium', 'large', 'giant', 'teleport'),
+                {'navigate': None, 'stitch': None, 'explore': ('medium', 'large', 'teleport')}),
+    'humanoidmaze': (('medium', 'large', 'giant'), {'navigate': None, 'stitch': None}),
+    'antsoccer': (('arena', 'medium'), {'navigate': None, 'stitch': None}),
+    'cube': (('single', 'double', 'triple', 'quadruple'), {'play': None, 'noisy': None}),
+    'scene': ((None,), {'play': None, 'noisy': None}),
+    'puzzle': (('3x3', '4x4', '4x5', '4x6'), {'play': None, 'noisy': None}),
+    'powderworld': (('easy', 'medium', 'hard'), {'play': None}),
+}
+VISUAL_FAMILIES = ('antmaze', 'humanoidmaze', 'cube', 'scene', 'puzzle')  # each has visual-<its datasets>
+
+
+def ogbench_datasets() -> Dict[str, str]:
+    """{dataset name: its environment id} of every dataset OGBench publishes."""
+    datasets = {}
+    for family, (variants, types) in OGBENCH_FAMILIES.items():
+        for kind, only in types.items():
+            for variant in only or variants:
+                env = '-'.join(part for part in (family, variant) if part)
+                for prefix in ('', 'visual-') if family in VISUAL_FAMILIES else ('',):
+                    datasets[f'{prefix}{env}-{kind}-v0'] = f'{prefix}{env}-v0'
+    return datasets
+
+
+def dataset_families() -> str:
+    """The published names, written compactly (for messages)."""
+    parts = []
+    for family, (variants, types) in OGBENCH_FAMILIES.items():
+        groups: Dict[Tuple, List[str]] = {}
+        for kind, only in types.items():
+            groups.setdefault(tuple(only or variants), []).append(kind)
+        for variants_of, kinds in groups.items():
+            middle = '' if variants_of == (None,) else '{' + ','.join(variants_of) + '}-'
+            kinds_text = kinds[0] if len(kinds) == 1 else '{' + ','.join(kinds) + '}'
+            parts.append(f'{family}-{middle}{kinds_text}-v0')
+    return f'{"; ".join(parts)}; and visual-<dataset> for the {", ".join(VISUAL_FAMILIES)} ones'
 
 
 def goal_conditioned_env_ids():
@@ -30,29 +72,32 @@ def goal_conditioned_env_ids():
     )
 
 
-def dataset_names(env_ids=None):
-    """Every OGBench-style dataset name `<env>-<type>-v0` the environment ids allow (for suggestions)."""
-    names = []
-    for env_id in env_ids if env_ids is not None else goal_conditioned_env_ids():
-        base, _, version = env_id.rpartition('-')
-        names += [f'{base}-{kind}-{version}' for kind in DATASET_TYPES]
-    return names
-
-
 def env_id_for(dataset_name: str) -> str:
-    """`pointmaze-medium-stitch-v0` -> `pointmaze-medium-v0`, checking that both parts are valid."""
+    """`pointmaze-medium-stitch-v0` -> `pointmaze-medium-v0`, for a dataset OGBench publishes (ConfigError with
+    the closest names otherwise: OGBench has no other to download, and this project generates only some of those)."""
+    published = ogbench_datasets()
+    env_id = published.get(dataset_name)
+    if env_id is not None and env_id in goal_conditioned_env_ids():
+        return env_id
+    if env_id is not None:  # an ogbench package that predates the environment
+        import ogbench
+
+        raise ConfigError(f'{dataset_name} is an OGBench dataset, but the installed ogbench '
+                          f'({getattr(ogbench, "__version__", "unknown version")}) has no environment {env_id}: '
+                          f'install the ogbench version pinned in requirements.txt.')
     parts = dataset_name.split('-')
-    valid_ids = goal_conditioned_env_ids()
-    if len(parts) >= 3 and parts[-2] in DATASET_TYPES:
-        env_id = '-'.join(parts[:-2] + parts[-1:])
-        if env_id in valid_ids:
-            return env_id
-    close = difflib.get_close_matches(dataset_name, dataset_names(valid_ids), n=3, cutoff=0.8)
-    suggestion = f'Did you mean {" or ".join(close)}? ' if close else ''
+    env_guess = '-'.join(parts[:-2] + parts[-1:]) if len(parts) >= 3 else None
+    same_env = [name for name, env in published.items() if env == env_guess]
+    close = same_env or difflib.get_close_matches(dataset_name, list(published), n=3, cutoff=0.8)
+    suggestion = f' Did you mean {" or ".join(close)}?' if close else ''
+    if env_guess in goal_conditioned_env_ids():
+        none = '' if same_env else ' (OGBench publishes no dataset of it)'
+        what = f'Unknown dataset {dataset_name!r}: OGBench\'s environment {env_guess} has no {parts[-2]} dataset{none}.'
+    else:
+        what = f'Unknown environment {dataset_name!r}: OGBench publishes no dataset of that name.'
     raise ConfigError(
-        f'Unknown environment {dataset_name!r}. {suggestion}An --env_name is an OGBench dataset name '
-        f'"<env>-<type>-v0" with <type> in {{{", ".join(DATASET_TYPES)}}} and <env>-v0 one of: '
-        f'{", ".join(valid_ids)}. Example: pointmaze-medium-stitch-v0.'
+        f'{what}{suggestion} An --env_name is an OGBench dataset name; OGBench publishes {dataset_families()} (e.g. '
+        f'pointmaze-medium-stitch-v0).'
     )
 
 

@@ -31,6 +31,13 @@ BAD_INPUTS = [
     (['--seed=2147483647', '--num_seeds=2'], '--seed must lie in 0..2147483646'),
     (['--run_name=a/b'], '--run_name must be one directory name'),
     (['--env_name=pointmaze-medum-stitch-v0'], 'Did you mean pointmaze-medium-stitch-v0'),
+    # Environments OGBench has, datasets it does not publish (before: accepted, then "download it from OGBench").
+    (['--env_name=pointmaze-medium-play-v0'], "Unknown dataset 'pointmaze-medium-play-v0': OGBench's environment "
+     'pointmaze-medium-v0 has no play dataset. Did you mean pointmaze-medium-navigate-v0 or pointmaze-medium-stitch-v0?'),
+    (['--env_name=antmaze-giant-explore-v0'], 'Did you mean antmaze-giant-navigate-v0 or antmaze-giant-stitch-v0?'),
+    (['--env_name=humanoidmaze-teleport-navigate-v0'], 'has no navigate dataset (OGBench publishes no dataset of it)'),
+    (['--env_name=cube-octuple-play-v0'], "Unknown dataset 'cube-octuple-play-v0'"),
+    (['--env_name=visual-pointmaze-medium-stitch-v0'], "Unknown environment 'visual-pointmaze-medium-stitch-v0'"),
     (['--eval_episodes=1000000000'], 'does not fit in host memory'),
     (['stray'], "Unexpected argument(s) 'stray'"),
     (['--eval_max_steps=100000000'], 'is 100,000x the episode length of pointmaze-medium-stitch-v0 (1000 steps'),
@@ -43,6 +50,21 @@ def test_bad_input_is_rejected_by_the_request_check(extra, message, tmp_path):
         request_of(['main.py', f'--save_dir={tmp_path}', *extra])
     assert message in str(error.value) and '\n' not in str(error.value)
     assert not any(tmp_path.iterdir()), 'a rejected request writes nothing'
+
+
+def test_every_dataset_ogbench_publishes_is_accepted():
+    """All 85 (OGBench's README: its dataset table; the ogbench package holds no list), each to its environment."""
+    from utils.datasets import env_id_for, ogbench_datasets
+
+    published = ogbench_datasets()
+    assert len(published) == 85
+    for name in ('visual-antmaze-teleport-explore-v0', 'scene-noisy-v0', 'visual-puzzle-4x6-play-v0',
+                 'humanoidmaze-giant-stitch-v0', 'pointmaze-teleport-navigate-v0', 'antsoccer-medium-stitch-v0',
+                 'antsoccer-arena-navigate-v0', 'cube-quadruple-noisy-v0', 'powderworld-hard-play-v0',
+                 'visual-humanoidmaze-large-navigate-v0', 'antmaze-giant-stitch-v0'):
+        assert name in published
+    for name, env_id in published.items():
+        assert env_id_for(name) == env_id
 
 
 def test_help_lists_every_flag():
