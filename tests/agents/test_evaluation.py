@@ -629,7 +629,8 @@ def test_worker_error_is_reported_and_stops_the_pool():
     pool = make_eval_envs('pointmaze-medium-v0', 3, num_workers=3, native=False)
     # One episode goes to the first worker alone (this process steps the last slice, empty here). A task_info without
     # a goal passes the evaluation's checks but fails the worker's reset, and its traceback comes back.
-    with pytest.raises(RuntimeError, match="(?s)Evaluation worker 0 of pointmaze-medium-v0 failed.*Traceback.*goal_ij"):
+    with pytest.raises(RuntimeError, match=r"(?s)Evaluation worker 0 \(pid \d+\) of pointmaze-medium-v0 failed: .*goal_ij.*"
+                                           r"\nTraceback.*goal_ij"):
         evaluate(straight_to_goal, pool, task_ids=(dict(init_ij=(1, 1)),), episodes_per_task=1, max_steps=5)
     assert pool.closed and all(p.poll() is not None for p in pool._processes)
     with pytest.raises(RuntimeError, match='closed'):
@@ -640,8 +641,10 @@ def test_dead_worker_is_reported():
     pool = make_eval_envs('pointmaze-medium-v0', 2, num_workers=2, native=False)
     pool._processes[0].kill()
     pool._processes[0].wait()  # dead before the first message: sending to it fails, not only receiving
-    with pytest.raises(RuntimeError, match='Evaluation worker 0 of pointmaze-medium-v0 died'):
+    with pytest.raises(RuntimeError, match=rf'Evaluation worker 0 \(pid {pool._processes[0].pid}\) of pointmaze-medium-v0 '
+                                           r'was killed by SIGKILL, which leaves no error message') as error:
         evaluate(straight_to_goal, pool, task_ids=(1,), episodes_per_task=2, max_steps=5)
+    assert 'output above' not in str(error.value)
     assert pool.closed
 
 

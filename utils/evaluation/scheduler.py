@@ -40,7 +40,7 @@ class EvaluationFailed(Exception):
         return EvaluationError(
             f'The evaluation at step {self.step} failed ({type(cause).__name__}: {text[:500]}). Training up to step '
             f'{self.step} is kept: the checkpoint of step {self.step} is saved in {", ".join(run_dirs)}{since}. Fix the '
-            f'cause (see any output above), then rerun with --resume: the evaluation of step {self.step} runs first. '
+            f'cause, then rerun with --resume: the evaluation of step {self.step} runs first. '
             f'--eval_workers=1 evaluates in this process, without worker processes.'
         )
 

@@ -3,6 +3,7 @@
 
 import multiprocessing.connection
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -121,19 +122,33 @@ class EnvWorkers:
             self._died(w)
         ok, payload = reply
         if not ok:
+            pid = self._processes[w].pid
             self.close()
-            raise RuntimeError(f'Evaluation worker {w} of {self.env_name} failed:\n{payload}')
+            error = payload.strip().splitlines()[-1] if payload.strip() else 'no traceback'
+            raise RuntimeError(f'Evaluation worker {w} (pid {pid}) of {self.env_name} failed: {error}\n{payload}')
         return payload
 
     def _died(self, w):
+        """RuntimeError saying what is known of a worker whose connection broke: its pid and how it ended."""
+        process = self._processes[w]
         try:
-            code = self._processes[w].wait(timeout=5)
-        except subprocess.TimeoutExpired:  # alive, but its socket is broken
+            code = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
             code = None
         self.close()
+        if code is None:
+            how = 'stopped answering: its connection broke while it still ran (it was then stopped)'
+        elif -code in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            how = (f'was killed by {signal.Signals(-code).name}, which leaves no error message: another '
+                   'process or the kernel killed it (the kernel\'s out-of-memory killer logs its kills: dmesg)')
+        elif code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f'signal {-code}'
+            how = f'crashed with {name} (in the simulator or a library it uses; no Python error to show)'
+        else:
+            how = f'exited with status {code} (anything it printed went to this run\'s output)'
         raise RuntimeError(
-            f'Evaluation worker {w} of {self.env_name} died (exit code {code}); see its output above. Rerun, or '
-            f'evaluate in-process with --eval_workers=1.'
+            f'Evaluation worker {w} (pid {process.pid}) of {self.env_name} {how}. Rerun, or evaluate in-process with '
+            f'--eval_workers=1.'
         ) from None
 
 
