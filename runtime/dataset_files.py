@@ -195,7 +195,13 @@ def dataset_lock(dataset_name: str, dataset_dir: str, log=logging.info, blocking
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, (json.dumps(owner_record()) + '\n').encode(), 0)
             if waited is not None:
-                log(f'{dataset_name}: the other process finished after {waited:.0f} s.')
+                train_path, val_path = dataset_paths(dataset_name, dataset_dir)
+                missing = [os.path.basename(p) for p in (train_path, val_path) if not os.path.exists(p)]
+                if missing:
+                    log(f'{dataset_name}: the other process ended after {waited:.0f} s without writing '
+                        f'{" and ".join(missing)} (it was stopped, killed or failed); obtaining them here.')
+                else:
+                    log(f'{dataset_name}: the other process finished after {waited:.0f} s.')
             remove_stale_temporaries(dataset_name, dataset_dir, log)
         _held_locks[key] = [fd, 1]
         yield waited or 0.0

@@ -45,6 +45,40 @@ def skip_without_rendering(reason):
 
 
 # ---------------------------------------------------------------------------------------------
+# A child bound by file modes although the tests run as root.
+# ---------------------------------------------------------------------------------------------
+
+# A set-up for runtime.subprocesses.set_up_then_exec: it drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
+# bounding set (prctl PR_CAPBSET_DROP; root's capabilities after exec come from it), so the command keeps uid 0 but is
+# bound by file modes as any user is: chmod 000 makes a file unreadable even to root.
+DROP_FILE_PERMISSION_BYPASS = '''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+    if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+        raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')
+'''
+
+
+def bound_by_file_modes(unreadable_path):
+    """The set_up_then_exec set-up that makes a child bound by file modes (None when this process is not root: its
+    children are already), checked on `unreadable_path`, a file chmod 000; skips the test where it cannot be."""
+    import subprocess
+    import sys
+
+    from runtime.subprocesses import set_up_then_exec
+
+    if os.geteuid() != 0:
+        return None
+    probe = subprocess.run(set_up_then_exec(DROP_FILE_PERMISSION_BYPASS,
+                                            [sys.executable, '-c', f'open({str(unreadable_path)!r}, "rb")']),
+                           capture_output=True, text=True, timeout=60)
+    if 'PermissionError' not in probe.stderr:
+        pytest.skip(f'cannot make a file unreadable for a root child process here: {probe.stderr[-300:]}')
+    return DROP_FILE_PERMISSION_BYPASS
+
+
+# ---------------------------------------------------------------------------------------------
 # Small agents on a toy dataset.
 # ---------------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from runtime.dataset_files import dataset_lock, dataset_lock_path, ensure_datase
 from runtime.provenance import sha256_file
 from runtime.subprocesses import set_up_then_exec
 from utils.errors import DatasetError
+from tests.helpers import bound_by_file_modes
 
 pytestmark = pytest.mark.xdist_group('test_dataset_faults')  # its module fixtures are built once, in one worker
 
@@ -121,6 +122,47 @@ def test_a_process_finding_the_dataset_being_generated_waits_for_it_and_says_for
     assert not os.path.exists(dataset_lock_path(ENV, str(data)))  # removed by its holder
 
 
+# A process obtaining a dataset, as far as others can tell: it holds the dataset's lock (and writes nothing).
+LOCK_HOLDER = (
+    'import sys, time\n'
+    'from runtime.dataset_files import dataset_lock\n'
+    'with dataset_lock(sys.argv[1], sys.argv[2], log=lambda message: None):\n'
+    '    print("holding", flush=True)\n'
+    '    time.sleep(600)\n'
+)
+
+
+def test_a_process_whose_generator_was_killed_says_so_and_obtains_the_files_itself(small_data, tmp_path):
+    """main.py waits for another process obtaining the val file, which is SIGKILLed before writing it: main.py says
+    that process ended without writing it (before: "the other process finished after 8 s", then regenerating), then
+    regenerates the file from the train file's provenance and trains on it."""
+    data = copy_data(small_data, tmp_path / 'data', names=(TRAIN,))
+    holder = subprocess.Popen([sys.executable, '-c', LOCK_HOLDER, ENV, str(data)], cwd=ROOT, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'holding'
+        log = tmp_path / 'main.log'
+        with open(log, 'w') as output:
+            process = subprocess.Popen([sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data}',
+                                        f'--save_dir={tmp_path / "runs"}', *TINY], cwd=ROOT, stdout=output,
+                                       stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while 'waiting for it to finish' not in log.read_text():
+            assert process.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        assert f'(pid {holder.pid} on host' in log.read_text()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert process.wait(timeout=300) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert (f'{ENV}: the other process ended after ' in text and f's without writing {VAL} (it was stopped, killed or '
+            f'failed); obtaining them here.' in text), text[-3000:]
+    assert 'finished after' not in text and 'using the files the other process wrote' not in text
+    assert f'{data / VAL} is missing: regenerating it' in text
+    assert recorded_sha256(tmp_path / 'runs') == (sha256_file(small_data / TRAIN), sha256_file(small_data / VAL))
+
+
 def test_stale_temporaries_of_a_killed_writer_are_removed_when_nobody_writes(small_data, tmp_path):
     """A process SIGKILLed inside utils/atomic_io.atomic_open leaves its 0-byte `<file>.<random>.tmp`. The
     next process that holds the dataset's lock (nobody else can be writing then) removes it, and only the
@@ -150,18 +192,6 @@ def test_stale_temporaries_of_a_killed_writer_are_removed_when_nobody_writes(sma
     assert recorded_sha256(tmp_path / 'runs') == (sha256_file(small_data / TRAIN), sha256_file(small_data / VAL))
 
 
-# A set-up for set_up_then_exec: it drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set (prctl
-# PR_CAPBSET_DROP; root's capabilities after exec come from it), so the command keeps uid 0 but is bound by file
-# modes as any user is: chmod 000 makes a file unreadable even to root.
-DROP_FILE_PERMISSION_BYPASS = '''
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-    if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-        raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')
-'''
-
-
 def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small_data, tmp_path):
     """A directory at the train or val path, a dangling symbolic link as the val file, and an unreadable train
     file (chmod 000): each stops main.py at once with one paragraph naming the path, what is there and the
@@ -175,12 +205,7 @@ def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small
     os.symlink(tmp_path / 'gone' / VAL, dangling / VAL)
     unreadable = copy_data(small_data, tmp_path / 'unreadable')
     os.chmod(unreadable / TRAIN, 0)
-    as_user = DROP_FILE_PERMISSION_BYPASS if os.geteuid() == 0 else None  # tests and CI run as root
-    if as_user is not None:
-        probe = subprocess.run(set_up_then_exec(as_user, [sys.executable, '-c', f'open({str(unreadable / TRAIN)!r}, "rb")']),
-                               capture_output=True, text=True, timeout=60)
-        if 'PermissionError' not in probe.stderr:
-            pytest.skip(f'cannot make a file unreadable for a root child process here: {probe.stderr[-300:]}')
+    as_user = bound_by_file_modes(unreadable / TRAIN)  # tests and CI run as root
 
     # main.py's dataset step in this process (each is refused before any work), and the unreadable file end to end,
     # from main.py started as a child that file modes bind.
