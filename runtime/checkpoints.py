@@ -12,7 +12,7 @@ import numpy as np
 
 from runtime.atomic_io import atomic_write_bytes
 from runtime.provenance import project_version
-from runtime.run_dir import CHECKPOINT_NAME
+from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX
 from utils.errors import ConfigError, RunDirError
 from utils.optimizers import uses_one_vector, with_optimizer
 
@@ -47,7 +47,7 @@ def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
     except Exception as e:  # msgpack raises several types on damaged input
         raise RunDirError(
             f'Checkpoint {path} is damaged ({type(e).__name__}: {e}), so nothing can continue from it. Restore it from '
-            f'a backup, or move its run directory away (mv {folder} {folder}.damaged) and run the same command '
+            f'a backup, or move its run directory away (mv {folder} {folder}{DAMAGED_SUFFIX}) and run the same command '
             f'without --resume to start the run over.'
         ) from e
     return state, path

@@ -41,6 +41,10 @@ DATASET_FILE = 'dataset.json'
 RESUMES_FILE = 'resumes.json'
 LOCK_FILE = 'run.lock'
 CHECKPOINT_NAME = 'checkpoint.msgpack'  # here, not in runtime/checkpoints.py, so that reading a layout imports no JAX
+# What main.py's messages advise renaming a run directory to when nothing can continue it (`mv <dir> <dir>.damaged`),
+# before the same command starts the run over in <dir>: the results tables skip a directory so named.
+DAMAGED_SUFFIX, OLD_SUFFIX = '.damaged', '.old'
+SET_ASIDE_SUFFIXES = (DAMAGED_SUFFIX, OLD_SUFFIX)
 # File systems that cannot lock (some FUSE and old NFS mounts) answer flock with one of these.
 _NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 

@@ -25,7 +25,7 @@ from runtime import provenance
 from runtime.checkpoints import checkpoint_step, save_checkpoint
 from runtime.loggers import CsvLogger, WandbLogger
 from runtime.request import Request, flag_defaults, plain, resume_may_differ
-from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, RunDir, flatten, lock_all
+from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten, lock_all
 from utils.config_checks import LABELS
 from utils.errors import ResumeMismatchError, RunDirError
 
@@ -50,7 +50,15 @@ class RunWriter:
     def check(self) -> int:
         """The step this seed starts from (its checkpoint's when resuming), or a RunDirError."""
         run_dir, resume = self.run_dir, self.request.flags.resume
+        if run_dir.is_done() and not run_dir.has_checkpoint():
+            raise RunDirError(
+                f'{self.dir} is marked DONE but has no checkpoint, so nothing can continue it. Move the directory away '
+                f'(mv {self.dir} {self.dir}{OLD_SUFFIX}) and run the same command without --resume to start the run '
+                f'over, or choose another --run_name.'
+            )
         if not resume:
+            if run_dir.has_checkpoint():
+                checkpoint_step(self.checkpoint_path)  # a damaged or unreadable one is named now, not after --resume
             if run_dir.has_checkpoint() or run_dir.is_done():
                 raise RunDirError(
                     f'Run directory {self.dir} already holds a {"finished run" if run_dir.is_done() else "checkpoint"}. '
@@ -58,10 +66,6 @@ class RunWriter:
                 )
             return 0
         if not run_dir.has_checkpoint():
-            if run_dir.is_done():
-                raise RunDirError(f'{self.dir} is marked DONE but has no checkpoint to continue from. Move the directory '
-                                  f'away (mv {self.dir} {self.dir}.old) and run the same command without --resume to '
-                                  f'start over, or choose another --run_name.')
             logging.warning(f'--resume: {self.dir} has no checkpoint, so this starts a new run there.')
             return 0
         self.start_step = checkpoint_step(self.checkpoint_path)

@@ -7,8 +7,10 @@ lists the faults and their outcomes.
 
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ from runtime import checkpoints
 from runtime.loggers import read_csv_rows
 from runtime.subprocesses import set_up_then_exec
 from scripts import results as results_cli
+from tests.helpers import bound_by_file_modes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAIN = os.path.join(ROOT, 'main.py')
@@ -505,3 +508,105 @@ def test_stops_end_the_evaluation_they_fall_in_and_resume_reruns_it(pointmaze_da
     for name in ('train.csv', 'eval.csv'):
         assert without_timing(read_csv_rows(str(stopped_dir / name))[1]) == without_timing(read_csv_rows(str(reference_dir / name))[1])
     assert csv_steps(stopped_dir / 'eval.csv') == [20] and (stopped_dir / 'DONE').exists()
+
+
+ONE_CHUNK = ['--train_steps=20', '--steps_per_call=20', '--log_interval=20', '--eval_interval=20', '--save_interval=20',
+             '--run_name=r']
+
+
+def test_each_unusable_run_directory_is_refused_with_advice_that_works(pointmaze_data_dir, tmp_path):
+    """Copies of a finished run whose files cannot be used, each refused in one paragraph whose advice, followed as
+    printed, works:
+    - checkpoint truncated, or gone with DONE left: the plain command and --resume give the same way out (before, the
+      plain command said "Pass --resume to continue it", which nothing could); `mv <dir> <dir>.damaged` (.old) as
+      printed, then the same command without --resume, starts the run over, and the results table reads the new run
+      and skips the one set aside;
+    - eval.csv not text: scripts/results.py names the file and how to set its run aside (before: "'utf-8' codec
+      can't decode byte 0xff ..." alone), and once it is, reads the others;
+    - checkpoint or flags.json unreadable (chmod 000; main.py bound by file modes as a user is): "Cannot read <file>"
+      (before, for the checkpoint: "Cannot write ... Use a folder you can write"); chmod u+r, then the same command
+      goes on (the run is finished: nothing to do)."""
+    finished = tmp_path / 'finished'
+    code, _, err = run(main_command(pointmaze_data_dir, finished, *ONE_CHUNK))
+    assert code == 0, err[-3000:]
+
+    def copy(case):
+        shutil.copytree(finished, tmp_path / case)
+        return tmp_path / case / 'default' / 'r'
+
+    def command(case, *extra):
+        return main_command(pointmaze_data_dir, tmp_path / case, *ONE_CHUNK, *extra)
+
+    checkpoint = finished / 'default' / 'r' / 'checkpoint.msgpack'
+    damaged = {case: copy(case) for case in ('damaged', 'damaged-plain')}
+    for run_dir in damaged.values():
+        (run_dir / 'checkpoint.msgpack').write_bytes(checkpoint.read_bytes()[:2000])
+    old = {case: copy(case) for case in ('old', 'old-plain')}
+    for run_dir in old.values():
+        os.unlink(run_dir / 'checkpoint.msgpack')
+    before = {case: snapshot(run_dir) for case, run_dir in {**damaged, **old}.items()}
+    refused = {case: start(command(case, *([] if case.endswith('-plain') else ['--resume']))) for case in before}
+    paragraphs = {case: error_paragraph(*finish(process)[::2]) for case, process in refused.items()}
+    for case, run_dir in {**damaged, **old}.items():
+        assert snapshot(run_dir) == before[case], case
+    for case, run_dir in damaged.items():
+        assert paragraphs[case].startswith(f'Checkpoint {run_dir / "checkpoint.msgpack"} is damaged ('), paragraphs[case]
+        assert (f'(mv {run_dir} {run_dir}.damaged) and run the same command without --resume to start the run over.'
+                in paragraphs[case])
+    for case, run_dir in old.items():
+        assert paragraphs[case].startswith(f'{run_dir} is marked DONE but has no checkpoint, so nothing can continue it. '
+                                           f'Move the directory away (mv {run_dir} {run_dir}.old) and run the same '
+                                           f'command without --resume to start the run over'), paragraphs[case]
+
+    # Followed as printed.
+    started_over = {}
+    for case in ('damaged', 'old'):
+        source, destination = re.search(r'\(mv (\S+) (\S+)\)', paragraphs[case]).groups()
+        os.rename(source, destination)
+        started_over[case] = start(command(case))
+    for case, process in started_over.items():
+        code, _, err = finish(process)
+        assert code == 0, err[-3000:]
+        run_dir = damaged.get(case) or old[case]
+        assert checkpoint_step(run_dir) == 20 and csv_steps(run_dir / 'eval.csv') == [20] and (run_dir / 'DONE').exists()
+    assert (damaged['damaged'].parent / 'r.damaged' / 'checkpoint.msgpack').stat().st_size == 2000
+
+    # The results table: a run whose eval.csv is not text, beside the run started over and the one set aside.
+    group = damaged['damaged'].parent
+    shutil.copytree(finished / 'default' / 'r', group / 'b')
+    (group / 'b' / 'eval.csv').write_bytes(b'\xff\xfe' + bytes(range(256)))
+    results = [sys.executable, os.path.join(ROOT, 'scripts', 'results.py'), f'--runs={group}']
+    table = subprocess.run(results, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 1 and 'Traceback' not in table.stderr, table.stderr[-3000:]
+    paragraph = table.stderr.strip().splitlines()[-1]
+    assert paragraph.startswith(f"Error: Cannot read {group / 'b' / 'eval.csv'}: not the text file main.py writes "
+                                f"(UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff"), paragraph
+    source, destination = re.search(r'mv (\S+) (\S+),', paragraph).groups()
+    os.rename(source, destination)
+    table = subprocess.run(results, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr[-3000:]
+    for set_aside in ('b.damaged', 'r.damaged'):
+        assert f'Warning: skipped {group / set_aside}: set aside' in table.stderr
+    assert f'{group / "r"} (seed 0): finished, last evaluation at step 20 of 20' in table.stdout
+
+    # Unreadable files, read by a main.py that file modes bind.
+    unreadable = {'checkpoint.msgpack': copy('unreadable-checkpoint'), 'flags.json': copy('unreadable-flags')}
+    for name, run_dir in unreadable.items():
+        os.chmod(run_dir / name, 0)
+    as_user = bound_by_file_modes(unreadable['flags.json'] / 'flags.json')
+
+    def as_user_command(case, *extra):
+        return command(case, *extra) if as_user is None else set_up_then_exec(as_user, command(case, *extra))
+
+    cases = {'checkpoint.msgpack': 'unreadable-checkpoint', 'flags.json': 'unreadable-flags'}
+    refused = {name: start(as_user_command(case, '--resume')) for name, case in cases.items()}
+    for name, process in refused.items():
+        path = unreadable[name] / name
+        paragraph = error_paragraph(*finish(process)[::2])
+        what = 'checkpoint ' if name == 'checkpoint.msgpack' else ''
+        assert paragraph.startswith(f'Cannot read {what}{path}: Permission denied. Nothing was written. Make it readable '
+                                    f'for this user (chmod u+r {path}, as its owner)'), paragraph
+        os.chmod(path, os.stat(path).st_mode | stat.S_IRUSR)  # chmod u+r
+    for name, case in cases.items():
+        code, _, err = run(as_user_command(case, '--resume'))
+        assert code == 0 and 'already finished at step 20; nothing to do' in err, err[-3000:]
