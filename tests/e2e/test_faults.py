@@ -5,6 +5,7 @@ Each test is one scenario whose subprocesses overlap where they are independent;
 lists the faults and their outcomes.
 """
 
+import fcntl
 import json
 import os
 import re
@@ -610,3 +611,53 @@ def test_each_unusable_run_directory_is_refused_with_advice_that_works(pointmaze
     for name, case in cases.items():
         code, _, err = run(as_user_command(case, '--resume'))
         assert code == 0 and 'already finished at step 20; nothing to do' in err, err[-3000:]
+
+
+def tree(root):
+    """Every folder and file under `root`, files with their bytes; None if `root` does not exist."""
+    if not os.path.exists(root):
+        return None
+    found = {}
+    for directory, _, files in os.walk(root):
+        found[os.path.relpath(directory, root) + os.sep] = None
+        for name in files:
+            with open(os.path.join(directory, name), 'rb') as f:
+                found[os.path.relpath(os.path.join(directory, name), root)] = f.read()
+    return found
+
+
+def test_refused_runs_leave_the_save_directory_as_they_found_it(pointmaze_data_dir, tmp_path):
+    """A run refused before it starts writing leaves every folder and file as it found them, byte for byte:
+    - --num_seeds=3 while seed 1's directory is held by another process (here a flock from this test, as main.py
+      takes one): seed 0's directory, created and locked first, goes again (before: it was left holding run.lock);
+      where seed 0's directory existed, its last owner's record in run.lock is put back;
+    - a config value only the data show to be wrong (--agent.encoder=impala_small on state observations): refused once
+      the data are loaded, before anything is written, and the folders its lock created go (before: flags.json,
+      config.json and dataset.json were left)."""
+    save_dir = tmp_path / 'runs'
+    group = save_dir / 'default'
+    held = []
+    try:
+        for name in ('new_sd1', 'old_sd1'):
+            (group / name).mkdir(parents=True)
+            held.append(os.open(group / name, os.O_RDONLY | os.O_DIRECTORY))
+            fcntl.flock(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        (group / 'old_sd0').mkdir()
+        (group / 'old_sd0' / 'run.lock').write_text(json.dumps({'pid': 1, 'host': 'elsewhere', 'command': 'main.py'}) + '\n')
+        (group / 'old_sd0' / 'notes.txt').write_text('kept')
+        before = tree(save_dir)
+        refused = {name: start(main_command(pointmaze_data_dir, save_dir, *ONE_CHUNK, f'--run_name={name}',
+                                            f'--num_seeds={seeds}'))
+                   for name, seeds in (('new', 3), ('old', 2))}
+        encoder = start(main_command(pointmaze_data_dir, tmp_path / 'fresh', *ONE_CHUNK, '--agent.encoder=impala_small'))
+        for name, process in refused.items():
+            paragraph = error_paragraph(*finish(process)[::2])
+            assert paragraph.startswith(f'Run directory {group / (name + "_sd1")} is in use by another process'), paragraph
+        code, _, err = finish(encoder)
+        assert error_paragraph(code, err).startswith("encoder='impala_small' is an image encoder but the observations "
+                                                     "are state vectors") and 'Loaded' in err
+        assert tree(save_dir) == before
+        assert not os.path.exists(tmp_path / 'fresh')
+    finally:
+        for fd in held:
+            os.close(fd)
