@@ -20,6 +20,7 @@ process lives. The kernel drops the lock when the process dies however it dies, 
 leaves a stale lock; `run.lock` is the record of the last owner, and deleting it unlocks nothing.
 """
 
+import csv
 import dataclasses
 import errno
 import fcntl
@@ -88,7 +89,7 @@ class RunDir:
 
     def read(self, name: str, reader=read_json):
         """`reader(path)` of file `name`; a RunDirError naming the file when it exists but cannot be read (an
-        OSError would be reported as a failed write)."""
+        OSError would be reported as a failed write) or is not what main.py writes (not text, JSON or CSV)."""
         path = self.file(name)
         try:
             return reader(path)
@@ -97,6 +98,18 @@ class RunDir:
                 f'Cannot read {path}: {e.strerror or e}. Nothing was written. Make it readable for this user '
                 f'(chmod u+r {path}, as its owner), or move the run directory away to start the run over.'
             ) from None
+        except (ValueError, csv.Error) as e:  # JSON's and UTF-8's decode errors are ValueErrors
+            raise RunDirError(
+                f'{path} is damaged ({type(e).__name__}: {e}), so nothing can continue from this run directory. '
+                f'Nothing was written. Restore it from a backup, or move the run directory away (mv {self.path} '
+                f'{self.path}{DAMAGED_SUFFIX}) and run the same command without --resume to start the run over.'
+            ) from None
+
+    def check_logs(self):
+        """RunDirError (read) if train.csv or eval.csv exists but is not a CSV this project wrote."""
+        for name in (TRAIN_LOG, EVAL_LOG):
+            if os.path.exists(self.file(name)):
+                self.read(name, read_csv_rows)
 
     def read_flags(self) -> Dict:
         return self.read(FLAGS_FILE)

@@ -250,7 +250,11 @@ class RunSet:
                     f'Seeds {list(request.seeds)} have checkpoints at different steps {steps}; resume them as separate '
                     f'runs (--num_seeds=1 --seed=...), or move the lagging run directories away.'
                 )
-            yield cls(request, writers, steps[0])
+            runs = cls(request, writers, steps[0])
+            if request.flags.resume and not runs.already_finished:
+                for writer in writers:
+                    writer.run_dir.check_logs()  # the resumed run rewrites them: one it cannot read stops it now
+            yield runs
         finally:
             for writer in writers:
                 writer.close()

@@ -522,7 +522,8 @@ def test_each_unusable_run_directory_is_refused_with_advice_that_works(pointmaze
       plain command said "Pass --resume to continue it", which nothing could); `mv <dir> <dir>.damaged` (.old) as
       printed, then the same command without --resume, starts the run over, and the results table reads the new run
       and skips the one set aside;
-    - eval.csv not text: scripts/results.py names the file and how to set its run aside (before: "'utf-8' codec
+    - eval.csv not text: --resume names it, with the same way out (before: a UnicodeDecodeError traceback), and
+      scripts/results.py names the file and how to set its run aside (before: "'utf-8' codec
       can't decode byte 0xff ..." alone), and once it is, reads the others;
     - checkpoint or flags.json unreadable (chmod 000; main.py bound by file modes as a user is): "Cannot read <file>"
       (before, for the checkpoint: "Cannot write ... Use a folder you can write"); chmod u+r, then the same command
@@ -545,11 +546,18 @@ def test_each_unusable_run_directory_is_refused_with_advice_that_works(pointmaze
     old = {case: copy(case) for case in ('old', 'old-plain')}
     for run_dir in old.values():
         os.unlink(run_dir / 'checkpoint.msgpack')
-    before = {case: snapshot(run_dir) for case, run_dir in {**damaged, **old}.items()}
-    refused = {case: start(command(case, *([] if case.endswith('-plain') else ['--resume']))) for case in before}
+    binary_log = copy('binary-log')
+    (binary_log / 'eval.csv').write_bytes(b'\xff\xfe' + bytes(range(256)))
+    before = {case: snapshot(run_dir) for case, run_dir in {**damaged, **old, 'binary-log': binary_log}.items()}
+    flags = {case: [] if case.endswith('-plain') else ['--resume'] for case in before}
+    flags['binary-log'] += ['--train_steps=40']  # extended: a finished run with nothing to do reads no log
+    refused = {case: start(command(case, *flags[case])) for case in before}
     paragraphs = {case: error_paragraph(*finish(process)[::2]) for case, process in refused.items()}
-    for case, run_dir in {**damaged, **old}.items():
+    for case, run_dir in {**damaged, **old, 'binary-log': binary_log}.items():
         assert snapshot(run_dir) == before[case], case
+    assert paragraphs['binary-log'].startswith(f"{binary_log / 'eval.csv'} is damaged (UnicodeDecodeError: 'utf-8' codec "
+                                               f"can't decode byte 0xff"), paragraphs['binary-log']  # was a traceback
+    assert f'(mv {binary_log} {binary_log}.damaged) and run the same command without --resume' in paragraphs['binary-log']
     for case, run_dir in damaged.items():
         assert paragraphs[case].startswith(f'Checkpoint {run_dir / "checkpoint.msgpack"} is damaged ('), paragraphs[case]
         assert (f'(mv {run_dir} {run_dir}.damaged) and run the same command without --resume to start the run over.'
