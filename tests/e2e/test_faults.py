@@ -450,11 +450,18 @@ def test_stops_end_the_evaluation_they_fall_in_and_resume_reruns_it(pointmaze_da
         for sig in (signal.SIGTERM, signal.SIGINT):
             signalled[sig] = start(launch(sig.name))
             processes.append(signalled[sig])
-        for sig, process in signalled.items():
-            wait_until(lambda: (tmp_path / sig.name / 'default' / 'r' / 'checkpoint.msgpack').exists(), process)
-            time.sleep(0.5)
-            process.send_signal(sig)
-            stopped_at[sig] = time.time()
+        seen = {}
+        while len(stopped_at) < len(signalled):  # each signalled 0.5 s after its checkpoint appears
+            for sig, process in signalled.items():
+                if sig in stopped_at:
+                    continue
+                assert process.poll() is None, f'exited early ({process.returncode}): {process.stderr.read()[-3000:]}'
+                if sig not in seen and (tmp_path / sig.name / 'default' / 'r' / 'checkpoint.msgpack').exists():
+                    seen[sig] = time.time()
+                if sig in seen and time.time() >= seen[sig] + 0.5:
+                    process.send_signal(sig)
+                    stopped_at[sig] = time.time()
+            time.sleep(0.02)
         results, exited = {}, {}
         for sig, process in signalled.items():
             results[sig] = finish(process)
