@@ -18,8 +18,8 @@ import pytest
 from runtime.dataset_files import dataset_lock, dataset_lock_path, ensure_dataset
 from runtime.provenance import sha256_file
 from runtime.subprocesses import set_up_then_exec
-from utils.errors import DatasetError
 from tests.helpers import bound_by_file_modes
+from utils.errors import DatasetError
 
 pytestmark = pytest.mark.xdist_group('test_dataset_faults')  # its module fixtures are built once, in one worker
 
