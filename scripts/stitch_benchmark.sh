@@ -6,7 +6,7 @@
 # bands. Methods: GCBC, GCBC-phi, BYOL-gamma^a (alpha 1 and 6), BYOL, TRA (alpha 10) and TD-SR^a
 # (alpha 0.01), the last two at the authors' loss scales (the agents' defaults), and HGCBC.
 #
-#   bash scripts/stitch_benchmark.sh [extra scripts/sweep.py flags] [-- extra main.py flags]
+#   bash scripts/stitch_benchmark.sh [extra scripts/sweep.py flags] [-- extra main.py flags, which win]
 #   bash scripts/stitch_benchmark.sh --workers=2                    # two processes at a time (2+ cores)
 #   STITCH_STEPS=150 STITCH_EVAL_EPISODES=2 STITCH_SEEDS=0-3 STITCH_NAME=stitch_smoke \
 #     bash scripts/stitch_benchmark.sh -- --eval_max_steps=50      # tooling check (~20 min on 2 busy cores)
@@ -38,9 +38,10 @@ METHODS=${STITCH_METHODS:-gcbc gcbc_phi byol_gamma_a:alpha=1,6 byol tra:alpha=10
 METHOD_FLAGS=()
 for method in $METHODS; do METHOD_FLAGS+=("--method=$method"); done
 "$PY" scripts/sweep.py --name="$NAME" --save_dir="$SAVE_DIR" --envs="$ENV" --seeds="$SEEDS" --seeds_per_job=4 \
-  "${METHOD_FLAGS[@]}" --backend=local "$@" \
-  -- --train_steps="$STEPS" --agent.batch_size="$BATCH" --log_interval="$LOG_INTERVAL" \
-     --eval_interval="$EVAL_INTERVAL" --save_interval="$EVAL_INTERVAL" --eval_episodes="$EPISODES" --wandb_mode=disabled
+  "${METHOD_FLAGS[@]}" --backend=local \
+  --main_flags="--train_steps=$STEPS --agent.batch_size=$BATCH --log_interval=$LOG_INTERVAL \
+--eval_interval=$EVAL_INTERVAL --save_interval=$EVAL_INTERVAL --eval_episodes=$EPISODES --wandb_mode=disabled" \
+  "$@"
 case " $* " in *" --dry_run "*) exit 0 ;; esac
 # Every method against GCBC and GCBC-phi, those of the two that are in the list.
 BASELINES=$(for m in gcbc gcbc_phi; do case " $METHODS " in *" $m "*) printf '%s,' "$m" ;; esac; done)

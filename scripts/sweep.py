@@ -52,8 +52,9 @@ def parse_args(argv):
                              'this machine cannot see the jobs\' --dataset_dir; each job then obtains it itself.')
     parser.add_argument('--seeds_per_job', type=int, default=1, help='Consecutive seeds trained in one process (main.py --num_seeds).')
     parser.add_argument('--dry_run', action='store_true', help='Print the commands of unfinished runs; launch nothing.')
-    parser.add_argument('--main_flags', default='',
-                        help='main.py flags for every run, as one string (wrapper scripts); flags after `--` come later and win.')
+    parser.add_argument('--main_flags', action='append', default=[],
+                        help='main.py flags for every run, as one string (wrapper scripts); repeatable, later ones win, '
+                             'and flags after `--` come last and win over all.')
     parser.add_argument('--main', default=sweep.DEFAULT_MAIN, help='Training script (tests substitute a stub).')
     slurm = parser.add_argument_group('slurm (and submitit_local)')
     defaults = sweep.SlurmOptions()
@@ -91,7 +92,7 @@ def parse_args(argv):
             args.gpus = int(args.gpus)
     except ConfigError as e:
         parser.error(str(e))
-    return args, shlex.split(args.main_flags) + main_flags
+    return args, [flag for flags in args.main_flags for flag in shlex.split(flags)] + main_flags
 
 
 def main(argv=None):
