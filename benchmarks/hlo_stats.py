@@ -10,7 +10,7 @@ iteration of that scan (one update):
     EMA targets, ...), read from the source locations XLA keeps in each instruction's metadata;
   * `flops`: XLA's cost analysis of the program. XLA's HloCostAnalysis counts a while loop's body once, not
     times its trip count, so for a program that is one scan this is one update plus the few ops outside the
-    loop (checked by tests/test_hlo_stats.py, which fails if a new XLA starts multiplying).
+    loop (checked by tests/unit/test_hlo_stats.py, which fails if a new XLA starts multiplying).
 
 Counting rule. Every instruction of the scan's while-loop body and condition counts as one kernel, except
 those that run no code of their own: `parameter`, `constant`, `get-tuple-element`, `tuple`, `bitcast`,

@@ -33,7 +33,7 @@ Part 2 ("Mixture Datasets").
       M~_mix = M~(sum_j W_j P_j) (run here as batch tabular TD over all dataset transitions).
 
 Run:  python scripts/finite_mdp.py            (default, < 1 min on 2 CPU cores)
-      python scripts/finite_mdp.py --fast     (the setting used by tests/test_finite_mdp.py)
+      python scripts/finite_mdp.py --fast     (the setting used by tests/unit/test_finite_mdp.py)
 """
 
 import argparse

@@ -14,15 +14,14 @@ After a chunk that ends at `step`:
 Every wait (an evaluation in flight, the final one, a sync evaluation) ends at a stop request, and stopping never
 calls back into this order. Stopping ends the evaluation in flight, saves a checkpoint of the step it evaluated (so
 --resume runs it first and retrains the steps since, exactly) or of `step`, and raises Stopped with the request's exit
-status. A run that --time_limit stops inside the evaluation a resumed run owed, before training anything, would do the
-same again on every rerun: that is a ConfigError instead (exit 1), so a scheduler does not requeue it forever.
+status. A resumed run that --time_limit stops inside the evaluation it owed, before training anything, says so: a
+rerun starts with the same evaluation (a sweep counts such requeues against its --max_timeouts).
 """
 
 import logging
 import time
 
 from runtime.stops import Stopped, StopRequests
-from utils.errors import ConfigError
 from utils.evaluation.scheduler import EvaluationFailed, Evaluations
 
 
@@ -126,10 +125,9 @@ class Schedule:
         else:
             self._save(state, step)
         self.on_stop()
+        message = f'{reason}: checkpoints saved at step {self.saved_step}; rerun with --resume.'
         if self.stops.signal is None and not self.trained and cancelled is not None:
-            raise ConfigError(
-                f'{reason} during the evaluation of step {cancelled[0]} that this resumed run owed, before it trained '
-                f'anything: every rerun would do the same. The checkpoint of step {cancelled[0]} is kept. Rerun with a '
-                f'larger --time_limit (the evaluation alone takes longer), or fewer --eval_episodes.'
-            )
-        raise Stopped(self.stops.exit_code(), f'{reason}: checkpoints saved at step {self.saved_step}; rerun with --resume.')
+            message += (f' This run spent its time limit in the evaluation of step {cancelled[0]} that it owed, before '
+                        f'training anything: a rerun starts with the same evaluation, so if that takes longer than '
+                        f'--time_limit, raise the limit (or evaluate fewer --eval_episodes).')
+        raise Stopped(self.stops.exit_code(), message)

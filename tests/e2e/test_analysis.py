@@ -30,7 +30,7 @@ def dataset_dir(pointmaze_data_dir):
 def tiny_run(dataset_dir, tmp_path_factory):
     """A BYOL-gamma^a run directory with the files the analyses read (flags.json and config.json as main.py writes
     them for its request, the checkpoint of step 100), its agent as initialised: the scripts' outputs are checked
-    here, not what a trained agent gives (tests/test_docs.py runs the scripts on runs main.py trained)."""
+    here, not what a trained agent gives (tests/e2e/test_docs.py runs the scripts on runs main.py trained)."""
     from runtime.checkpoints import save_checkpoint
     from main import request_of
     from runtime.run_dir import RunDir
