@@ -161,6 +161,7 @@ def main():
                         help='threads (native) or processes (parallel) to try (default: the usable cores)')
     parser.add_argument('--modes', nargs='+', default=['native'], choices=MODES,
                         help='the first is the one the last line reports')
+    parser.add_argument('--env_seconds', type=float, default=4.0, help='seconds of env-only stepping timed for the limit')
     args = parser.parse_args()
 
     runs = mode_runs(args)
@@ -178,7 +179,8 @@ def main():
         for _ in range(100):
             policy(observations, observations + 1.0)
         print(f'policy call at batch {batch}: {(time.perf_counter() - start) / 100 * 1e6:.0f} us')
-    one_env_rate = env_step_rate(args.env, policy, args.seeds, args.tasks, args.episodes, args.max_steps, args.seed)
+    one_env_rate = env_step_rate(args.env, policy, args.seeds, args.tasks, args.episodes, args.max_steps, args.seed,
+                                 args.env_seconds)
     print(f'one env alone, one core, on a sample of the evaluation\'s episodes: {one_env_rate:.0f} steps/s '
           f'({1e6 / one_env_rate:.0f} us per step)\n')
 
