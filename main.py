@@ -35,7 +35,7 @@ from runtime.exits import EXIT_INTERRUPTED, named_error
 from runtime.request import HelpRequested, Request, check_request, flag
 from runtime.run_writer import RunSet
 from runtime.schedule import Schedule
-from runtime.stops import Stopped, StopNow, StopRequests, exit_at_once_on_sigterm
+from runtime.stops import StopNow, Stopped, StopRequests, exit_at_once_on_sigterm
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import NonFiniteLossError
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus

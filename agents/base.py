@@ -31,7 +31,14 @@ import numpy as np
 
 from utils.config_checks import Rule, RuleOwner, at_least, is_finite_number, non_negative, one_of, probability, switch
 from utils.errors import ConfigError
-from utils.networks import VISUAL_ENCODERS, EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
+from utils.networks import (
+    VISUAL_ENCODERS,
+    EnsembleEncoder,
+    GaussianActor,
+    ModuleDict,
+    gaussian_log_prob,
+    sample_gaussian,
+)
 from utils.optimizers import for_backend
 from utils.training import TrainState, ema_update, nonpytree_field
 

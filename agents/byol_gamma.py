@@ -31,7 +31,6 @@ from agents.base import BCAgent, bc_actor, encode_together, mean_concat, present
 from utils.config_checks import non_negative, one_of, switch
 from utils.networks import EnsemblePredictor
 
-
 # ---------------------------------------------------------------------------------------------
 # The self-predictive losses (docs/method.md, section 4), pure functions. Convention: `a` / `pred` is the
 # prediction, `b` / `target` the target. Leading axes are batch axes, the feature axis is last.

@@ -19,10 +19,10 @@ import optax
 
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import at_least, one_of
-from utils.training import frozen
 from utils.networks import GaussianActor
-from utils.value_networks import BilinearValue
 from utils.rl_losses import awr_actor_loss, binary_nce_loss, contrastive_logits, ddpg_bc_actor_loss
+from utils.training import frozen
+from utils.value_networks import BilinearValue
 
 
 class CRLAgent(GoalConditionedRLAgent):

@@ -18,10 +18,10 @@ import optax
 
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import one_of
-from utils.training import frozen
 from utils.networks import GaussianActor
-from utils.value_networks import ValueEnsemble
 from utils.rl_losses import awr_actor_loss, ddpg_bc_actor_loss, iql_critic_loss, iql_value_loss
+from utils.training import frozen
+from utils.value_networks import ValueEnsemble
 
 
 class GCIQLAgent(GoalConditionedRLAgent):

@@ -20,10 +20,10 @@ import ml_collections
 import optax
 
 from agents.rl_base import GoalConditionedRLAgent
-from utils.training import frozen
 from utils.networks import GaussianActor
-from utils.value_networks import ValueEnsemble
 from utils.rl_losses import awr_actor_loss, implicit_v_loss
+from utils.training import frozen
+from utils.value_networks import ValueEnsemble
 
 
 class GCIVLAgent(GoalConditionedRLAgent):

@@ -47,16 +47,15 @@ import ml_collections
 import numpy as np
 import optax
 
+from agents.base import bc_loss, phi_policy_inputs, state_encoder
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
-from agents.base import bc_loss, phi_policy_inputs, state_encoder
 from agents.gcbc import GCBCAgent
 from runtime.checkpoints import load_checkpoint
 from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive, text
-from utils.networks import sample_gaussian
 from utils.errors import ConfigError
+from utils.networks import GaussianActor, ModuleDict, sample_gaussian
 from utils.training import TrainState, frozen, nonpytree_field
-from utils.networks import GaussianActor, ModuleDict
 
 # ---------------------------------------------------------------------------------------------
 # The high level: pi_h(subgoal | s, g), a Gaussian BC policy with its own train state. It reads the low

@@ -24,11 +24,10 @@ import optax
 
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import SUBGOAL_RULES, at_least, non_negative, switch
-from utils.networks import sample_gaussian
-from utils.training import frozen
-from utils.networks import GaussianActor, length_normalize
-from utils.value_networks import GoalRepresentation, ValueEnsemble
+from utils.networks import GaussianActor, length_normalize, sample_gaussian
 from utils.rl_losses import awr_actor_loss, implicit_v_loss
+from utils.training import frozen
+from utils.value_networks import GoalRepresentation, ValueEnsemble
 
 
 class HIQLAgent(GoalConditionedRLAgent):

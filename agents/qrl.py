@@ -23,10 +23,10 @@ import optax
 
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import Rule, at_least, one_of, positive
-from utils.training import frozen
 from utils.networks import MLP, GaussianActor
-from utils.value_networks import PositiveScalar, QuasimetricValue
 from utils.rl_losses import awr_actor_loss, ddpg_bc_actor_loss, latent_dynamics_loss, qrl_value_loss
+from utils.training import frozen
+from utils.value_networks import PositiveScalar, QuasimetricValue
 
 
 class QRLAgent(GoalConditionedRLAgent):

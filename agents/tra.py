@@ -26,7 +26,6 @@ from agents.base import BCAgent, encode_together, mean_concat, present, psi_inpu
 from utils.config_checks import non_negative, one_of, switch
 from utils.losses import LOSS_SCALES, check_choice
 
-
 # ---------------------------------------------------------------------------------------------
 # TRA's auxiliary loss (paper eq. infoNCESym and appendix "TRA"), pure functions.
 # ---------------------------------------------------------------------------------------------

@@ -43,8 +43,8 @@ from agents import get_agent_class
 from benchmarks.hlo_stats import format_counter, program_stats
 from configs.presets import get_config as preset_config
 from runtime.checkout import require_own_checkout
-from utils.sampler import DeviceDataset
 from utils.optimizers import with_optimizer
+from utils.sampler import DeviceDataset
 from utils.training import train_steps, train_steps_multi
 
 PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}

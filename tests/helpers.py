@@ -127,6 +127,18 @@ def sampler_of(config):
     return SamplerConfig.from_config(config, get_agent_class(config['agent_name']).GOAL_MIXTURES)
 
 
+def numeric_grad(f, x, eps=1e-6):
+    """d f / d x by central differences, f a NumPy (float64) function of the array x."""
+    x = np.array(x, dtype=np.float64)
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[i] += eps
+        down[i] -= eps
+        grad[i] = (f(up) - f(down)) / (2 * eps)
+    return grad
+
+
 def sampler_config(batch_size, **fields):
     """A SamplerConfig for the sampler's own tests: every goal mixture drawn (actor goals uniform over the trajectory's
     future, value goals geometric, high goals uniform), gamma 0.99, unless `fields` say otherwise."""

@@ -6,8 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-
-
 # Loss-scale conventions: 'paper' is the equation as printed; 'authors' reproduces the authors' public
 # implementation (self-pred-bc), on which the paper's alpha grids were tuned.
 LOSS_SCALES = ('authors', 'paper')

@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 
 
-
 def default_init(scale: float = 1.0):
     """Variance-scaling init with fan_avg/uniform (the initialisation OGBench's agents use)."""
     return nn.initializers.variance_scaling(scale, 'fan_avg', 'uniform')

@@ -11,10 +11,21 @@ from agents import get_agent_class
 from agents.base import encode_together, phi_policy_inputs, two_encoder_modules
 from configs.presets import METHODS, PRESETS
 from configs.presets import get_config as preset_config
-from tests.helpers import (ACTION_DIM, OBS_DIM, aux_loss_of, bc_loss_of, covering_presets,
-                           distinct_presets, make_agent, sampler_of, small, toy_dataset)
+from tests.helpers import (
+    ACTION_DIM,
+    OBS_DIM,
+    aux_loss_of,
+    bc_loss_of,
+    covering_presets,
+    distinct_presets,
+    make_agent,
+    sampler_of,
+    small,
+    toy_dataset,
+)
 from utils.sampler import sample_batch
 from utils.training import compiled_create, train_steps
+
 
 @pytest.fixture(scope='module')
 def data():

@@ -16,8 +16,16 @@ import numpy as np
 import pytest
 
 from configs.presets import METHODS, PRESETS
-from tests.helpers import (RECORD, RECORDED_STEPS, assert_recorded_metrics, distinct_presets, make_agent, recorded_metrics,
-                           regression_config, toy_dataset)
+from tests.helpers import (
+    RECORD,
+    RECORDED_STEPS,
+    assert_recorded_metrics,
+    distinct_presets,
+    make_agent,
+    recorded_metrics,
+    regression_config,
+    toy_dataset,
+)
 from utils.training import train_steps
 
 PRESETS_CHECKED = [p for p in distinct_presets() if PRESETS[p].family != 'visual']

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from configs.presets import get_config as preset_config
-from tests.helpers import ROOT, make_agent, small, toy_dataset
 from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from tests.helpers import ROOT, make_agent, small, toy_dataset
 from utils.optimizers import OneVector, ravel_leaves, unravel_like, with_optimizer
 from utils.training import stack_trees, train_steps, train_steps_multi
 

@@ -31,8 +31,8 @@ def tiny_run(dataset_dir, tmp_path_factory):
     """A BYOL-gamma^a run directory with the files the analyses read (flags.json and config.json as main.py writes
     them for its request, the checkpoint of step 100), its agent as initialised: the scripts' outputs are checked
     here, not what a trained agent gives (tests/e2e/test_docs.py runs the scripts on runs main.py trained)."""
-    from runtime.checkpoints import save_checkpoint
     from main import request_of
+    from runtime.checkpoints import save_checkpoint
     from runtime.run_dir import RunDir
     from utils.training import compiled_create
 

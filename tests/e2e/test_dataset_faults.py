@@ -95,20 +95,27 @@ def test_two_mains_needing_the_same_missing_file_both_train_on_the_same_bytes(sm
     assert sorted(os.listdir(data)) == sorted([TRAIN, VAL, TRAIN + '.provenance.json', VAL + '.provenance.json'])
 
 
+def main_waiting_for_the_lock(data, tmp_path, log):
+    """main.py started on `data` (its output into `log`), once it says it waits for the dataset's lock."""
+    with open(log, 'w') as output:
+        process = subprocess.Popen([sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data}',
+                                    f'--save_dir={tmp_path / "runs"}', *TINY], cwd=ROOT, stdout=output,
+                                   stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while 'waiting for it to finish' not in log.read_text():
+        assert process.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    return process
+
+
 def test_a_process_finding_the_dataset_being_generated_waits_for_it_and_says_for_whom(small_data, tmp_path):
     """The waiting made deterministic: this test process holds the dataset's lock (as a generating process
     does) while main.py starts on a folder without the val file; main.py names this process and waits; the
     val file then appears and the lock is released; main.py trains on it, regenerating nothing."""
     data = copy_data(small_data, tmp_path / 'data', names=(TRAIN,))
     log = tmp_path / 'main.log'
-    with dataset_lock(ENV, str(data), log=lambda message: None), open(log, 'w') as output:
-        process = subprocess.Popen([sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data}',
-                                    f'--save_dir={tmp_path / "runs"}', *TINY], cwd=ROOT, stdout=output,
-                                   stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 120
-        while 'waiting for it to finish' not in log.read_text():
-            assert process.poll() is None and time.time() < deadline, log.read_text()[-3000:]
-            time.sleep(0.1)
+    with dataset_lock(ENV, str(data), log=lambda message: None):
+        process = main_waiting_for_the_lock(data, tmp_path, log)
         time.sleep(0.5)
         assert process.poll() is None  # still waiting
         for name in (VAL, VAL + '.provenance.json'):  # what the generating process would publish
@@ -142,14 +149,7 @@ def test_a_process_whose_generator_was_killed_says_so_and_obtains_the_files_itse
     try:
         assert holder.stdout.readline().strip() == 'holding'
         log = tmp_path / 'main.log'
-        with open(log, 'w') as output:
-            process = subprocess.Popen([sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data}',
-                                        f'--save_dir={tmp_path / "runs"}', *TINY], cwd=ROOT, stdout=output,
-                                       stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 120
-        while 'waiting for it to finish' not in log.read_text():
-            assert process.poll() is None and time.time() < deadline, log.read_text()[-3000:]
-            time.sleep(0.05)
+        process = main_waiting_for_the_lock(data, tmp_path, log)
         assert f'(pid {holder.pid} on host' in log.read_text()
     finally:
         holder.kill()

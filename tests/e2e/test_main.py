@@ -13,9 +13,9 @@ import jax
 import numpy as np
 import pytest
 
+from main import request_of
 from runtime.checkpoints import CHECKPOINT_NAME, checkpoint_step
 from runtime.exits import EXIT_TIME_LIMIT
-from main import request_of
 from tests.helpers import OPTIMIZED_XLA_ENV
 
 pytestmark = pytest.mark.xdist_group('test_main')  # its module fixtures are built once, in one worker

@@ -18,8 +18,8 @@ import pytest
 
 from experiments import sweep
 from scripts import sweep as sweep_cli
-from utils.errors import ConfigError
 from tests.helpers import STUB_MAIN
+from utils.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = 'pointmaze-medium-stitch-v0'

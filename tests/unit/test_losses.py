@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from agents import byol_gamma, tra
+from tests.helpers import numeric_grad
 from utils import losses
 
 # Every call goes through jit: one compile per signature instead of one per primitive keeps
@@ -140,14 +141,7 @@ def test_prediction_loss_l2_pred_gradient_matches_finite_differences():
     def np_loss(p):
         return np.mean([np_l2(p[i], target[i]) for i in range(p.shape[0])])
 
-    h, p64 = 1e-6, np.float64(pred)
-    expected = np.zeros_like(p64)
-    for idx in np.ndindex(p64.shape):
-        up, down = p64.copy(), p64.copy()
-        up[idx] += h
-        down[idx] -= h
-        expected[idx] = (np_loss(up) - np_loss(down)) / (2 * h)
-    np.testing.assert_allclose(grad, expected, **TOL)
+    np.testing.assert_allclose(grad, numeric_grad(np_loss, pred), **TOL)
 
 
 def test_unknown_kind_raises_value_error_naming_valid_kinds():

@@ -10,7 +10,6 @@ from main import Flags, request_of
 from runtime.request import HelpRequested, Request, flag_defaults, resume_may_differ
 from utils.errors import ConfigError
 
-
 BAD_INPUTS = [
     (['--env_name=pointmaze-huge-stitch-v0'], 'Unknown environment'),
     (['--agent.agent_name=nope'], 'Valid agents: byol_gamma'),

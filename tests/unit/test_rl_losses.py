@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from utils import value_networks
+from tests.helpers import numeric_grad, sampler_config
 from utils import rl_losses as L
+from utils import value_networks
 from utils.sampler import DeviceDataset, GoalMixture, sample_batch
-from tests.helpers import sampler_config
 
 RNG = None  # each test's generator, set by fresh_rng
 
@@ -23,18 +23,6 @@ def fresh_rng(request):
     before it in this process (pytest-xdist splits a module between workers)."""
     global RNG
     RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
-
-
-def numeric_grad(f, x, eps=1e-6):
-    """d f / d x by central differences, f a NumPy (float64) function of the array x."""
-    x = np.array(x, dtype=np.float64)
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[i] += eps
-        down[i] -= eps
-        grad[i] = (f(up) - f(down)) / (2 * eps)
-    return grad
 
 
 def assert_grad(jax_f, np_f, x, rtol=2e-3, atol=2e-4):

@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from utils.sampler import DeviceDataset, GoalMixture, geometric_offset, sample_batch
 from tests.helpers import sampler_config
+from utils.sampler import DeviceDataset, GoalMixture, geometric_offset, sample_batch
 
 
 def make_data(num_episodes, length, action_dim=2):
