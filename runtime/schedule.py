@@ -47,7 +47,7 @@ class Schedule:
         owed = step > 0 and (due(step, self.flags.eval_interval, self.flags.train_steps) or step in recorded_ends)
         if owed and any(step not in w.evaluated_steps for w in writers):
             logging.info(f'Running the evaluation of step {step} that was due before the run stopped.')
-            self._evaluate(state, step)
+            self.evaluations.start(step, state)
             self._wait_or_stop(state, step)
         self._stop_if_asked(state, step, next_chunk_s=0.0)
 
@@ -68,7 +68,7 @@ class Schedule:
                 logging.info(f'Step {step}: the evaluation of step {self.evaluations.in_flight} is still running; '
                              f'training waits for it.')
                 self._wait_or_stop(state, step)
-            self._evaluate(state, step)
+            self.evaluations.start(step, state)
             if not self.evaluations.asynchronous:
                 self._wait_or_stop(state, step)
 
@@ -80,14 +80,11 @@ class Schedule:
 
     # -- the pieces ---------------------------------------------------------------------------------------------------
 
-    def _evaluate(self, state, step: int):
-        self.evaluations.start(step, state)
-
     def _log_finished(self):
         try:
             done = self.evaluations.collect(block=False)
         except EvaluationFailed as failure:
-            self._save_snapshot(failure.step, failure.snapshot)
+            self._save(failure.snapshot, failure.step)
             raise failure.error([w.dir for w in self.runs.writers], failure.step) from failure.__cause__
         if done is not None:
             self.runs.log_evaluation(*done)
@@ -102,14 +99,10 @@ class Schedule:
                 time.sleep(0.02)
 
     def _save(self, state, step: int):
+        """The checkpoint of `step` from `state` (the live agents, or the parameters an evaluation of `step` was
+        given), unless that step is saved already."""
         if self.saved_step != step:
             self.runs.save_checkpoints(state, step)
-            self.saved_step = step
-
-    def _save_snapshot(self, step: int, snapshot):
-        """The checkpoint of an evaluation's step, from the parameters it evaluated (unless that step is saved)."""
-        if self.saved_step != step:
-            self.runs.save_checkpoints(snapshot, step)
             self.saved_step = step
 
     def _stop_if_asked(self, state, step: int, next_chunk_s: float):
@@ -120,10 +113,8 @@ class Schedule:
             self._log_finished()  # results that are in need not be computed again
         cancelled = self.evaluations.cancel()
         if cancelled is not None:
-            evaluated_step, snapshot = cancelled
-            self._save_snapshot(evaluated_step, snapshot)
-        else:
-            self._save(state, step)
+            step, state = cancelled  # the checkpoint is of the step it evaluated, so --resume runs it first
+        self._save(state, step)
         self.on_stop()
         message = f'{reason}: checkpoints saved at step {self.saved_step}; rerun with --resume.'
         if self.stops.signal is None and not self.trained and cancelled is not None:
