@@ -1,0 +1,213 @@
+"""Where the device time of main.py's training step goes: a profiler trace of a few fused calls, summed by kernel.
+
+    python benchmarks/bench_trace.py                                   # GCBC and BYOL-gamma^a, N = 1 and 16 seeds
+    python benchmarks/bench_trace.py --presets byol_gamma_a --num_seeds 16 --out /tmp/trace --xla_flags='...'
+    python benchmarks/bench_trace.py --quick                           # CPU smoke run (host ops stand in for kernels)
+
+For each preset and seed count it compiles exactly the program main.py runs (benchmarks/bench_gpu.py's synthetic
+batches of `--train_env`'s sizes, batch 1024 per seed), warms it up, and records `--calls` calls of `--steps_per_call`
+updates with `jax.profiler.trace`. From the trace's device events it prints, per update:
+
+  * wall: the traced calls' wall time over their updates;
+  * busy: the time at least one kernel ran (the union of the kernels' intervals), and idle = wall - busy. A device
+    idle for most of the wall time waits on the host: launches, the loop's per-iteration host round trip;
+  * kernels: how many ran, and their time by kind and by source (gemm / reduction / elementwise ...; sampler,
+    Dense, LayerNorm, Adam ... backward), each kernel matched to its instruction in the compiled program and
+    attributed by benchmarks/hlo_stats.py's rules; the slowest kernels by name.
+
+Each run leaves, under `--out`, the profiler's perfetto trace (open it in ui.perfetto.dev), the optimised HLO and a
+JSON summary. Figures are for the machine it runs on; docs/performance.md gives the command behind each.
+"""
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import time
+
+from runtime.checkout import require_own_checkout
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--presets', nargs='+', default=None, help='default gcbc byol_gamma_a')
+    parser.add_argument('--num_seeds', type=int, nargs='+', default=None, help='default 1 16 (quick: 1)')
+    parser.add_argument('--train_env', default='antmaze-medium-stitch-v0', help='its observation/action sizes shape the batches')
+    parser.add_argument('--batch_size', type=int, default=None, help='per seed; default 1024 (quick: 32)')
+    parser.add_argument('--steps_per_call', type=int, default=None, help='updates per traced call; default 20 (quick: 2)')
+    parser.add_argument('--calls', type=int, default=3, help='traced calls (after one untraced warm call)')
+    parser.add_argument('--xla_flags', default='', help='added to XLA_FLAGS before JAX starts its backend')
+    parser.add_argument('--out', default='runs/bench_trace', help='folder for the traces, HLO and summaries')
+    parser.add_argument('--top', type=int, default=8, help='rows of the slowest-kernel table')
+    parser.add_argument('--quick', action='store_true', help='tiny sizes for a CPU smoke run')
+    args = parser.parse_args(argv)
+    defaults = dict(presets=['gcbc', 'byol_gamma_a'], num_seeds=[1] if args.quick else [1, 16],
+                    batch_size=32 if args.quick else 1024, steps_per_call=2 if args.quick else 20)
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def load_trace(folder):
+    """The events of the newest perfetto trace under `folder` (what jax.profiler.trace wrote)."""
+    paths = sorted(glob.glob(os.path.join(folder, '**', 'perfetto_trace.json.gz'), recursive=True), key=os.path.getmtime)
+    if not paths:
+        raise FileNotFoundError(f'no perfetto_trace.json.gz under {folder}: the profiler wrote no trace')
+    with gzip.open(paths[-1], 'rt') as f:
+        trace = json.load(f)
+    return paths[-1], trace['traceEvents'] if isinstance(trace, dict) else trace
+
+
+def device_events(events, device_pattern):
+    """Complete ('X') events of the processes whose name matches `device_pattern`, as (start us, duration us, name, args)."""
+    pids = {e['pid'] for e in events
+            if e.get('ph') == 'M' and e.get('name') == 'process_name' and re.search(device_pattern, e['args'].get('name', ''))}
+    return [(float(e['ts']), float(e.get('dur', 0.0)), e.get('name', ''), e.get('args', {}))
+            for e in events if e.get('ph') == 'X' and e.get('pid') in pids]
+
+
+def busy_time(intervals):
+    """Length of the union of [start, start + duration) intervals."""
+    total, end = 0.0, float('-inf')
+    for start, duration in sorted(intervals):
+        stop = start + duration
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
+def hlo_name(name, args):
+    """The HLO instruction a device event ran: the profiler's `hlo_op` argument where it records one, else the
+    kernel's name (XLA names a fusion's kernel after its instruction, '.' written '_')."""
+    for key in ('hlo_op', 'long_name', 'tf_op'):
+        if args.get(key):
+            return str(args[key]).split(':')[0].strip()
+    return name
+
+
+def instruction_index(hlo_text):
+    """{kernel-style name: (kind, source)} for every instruction of the optimised module."""
+    from benchmarks.hlo_stats import HloModule, kind_of, source_of
+
+    module = HloModule(hlo_text)
+    index = {}
+    for computation in module.computations:
+        for instruction in module.instructions(computation):
+            try:
+                labels = (kind_of(module, instruction), source_of(module, instruction))
+            except Exception:  # an instruction the rules cannot read: leave it unattributed
+                continue
+            index[instruction.name] = labels
+            index[instruction.name.replace('.', '_')] = labels
+    return index
+
+
+def summarize(events, updates, wall_us, index):
+    """Per-update figures of the traced calls' device events (see the module docstring)."""
+    by_kind, by_source, by_name = collections.Counter(), collections.Counter(), collections.Counter()
+    count_kind, durations = collections.Counter(), []
+    for start, duration, name, args in events:
+        kind, source = index.get(hlo_name(name, args)) or index.get(name) or ('unmatched', 'unmatched')
+        by_kind[kind] += duration
+        count_kind[kind] += 1
+        by_source[source] += duration
+        by_name[name[:80]] += duration
+        durations.append(duration)
+    busy = busy_time([(s, d) for s, d, _, _ in events])
+    per = lambda x: x / updates  # noqa: E731
+    short = sum(d < 5.0 for d in durations)
+    return dict(
+        wall_us=per(wall_us), busy_us=per(busy), idle_fraction=1.0 - busy / wall_us if wall_us else 0.0,
+        kernels=per(len(events)), kernel_us=per(sum(durations)), under_5us=per(short),
+        mean_kernel_us=sum(durations) / len(durations) if durations else 0.0,
+        by_kind={k: dict(us=per(v), kernels=per(count_kind[k])) for k, v in by_kind.most_common()},
+        by_source={k: per(v) for k, v in by_source.most_common()},
+        slowest={k: per(v) for k, v in by_name.most_common(40)},
+    )
+
+
+def trace_one(preset, num_seeds, raw, data, args, device_pattern):
+    import jax
+
+    from benchmarks.bench_gpu import make_agents
+    from utils.training import train_steps, train_steps_multi
+
+    state = make_agents(preset, num_seeds, raw, args.batch_size)
+    keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
+    key = keys[0] if num_seeds == 1 else keys
+    step_fn = train_steps if num_seeds == 1 else train_steps_multi
+    compiled = step_fn.lower(state, data, key, 0, args.steps_per_call).compile()
+    name = f'{preset}_n{num_seeds}'
+    with open(os.path.join(args.out, f'{name}.hlo.txt'), 'w') as f:
+        f.write(compiled.as_text())
+    step = 0
+    state, infos = compiled(state, data, key, step)  # warm: allocator, autotuning results loaded
+    jax.device_get(infos)
+    folder = os.path.join(args.out, f'{name}.profile')
+    with jax.profiler.trace(folder, create_perfetto_trace=True):
+        start = time.perf_counter()
+        for _ in range(args.calls):
+            step += args.steps_per_call
+            state, infos = compiled(state, data, key, step)
+            jax.device_get(infos)
+        wall_us = (time.perf_counter() - start) * 1e6
+    path, events = load_trace(folder)
+    index = instruction_index(compiled.as_text())
+    device = device_events(events, device_pattern)
+    if jax.default_backend() == 'cpu':  # the host's events nest Python frames and runtime calls: keep the program's ops
+        device = [event for event in device if hlo_name(event[2], event[3]) in index or event[2] in index]
+    updates = args.calls * args.steps_per_call
+    summary = summarize(device, updates, wall_us, index)
+    summary.update(preset=preset, num_seeds=num_seeds, updates=updates, trace=path,
+                   seed_steps_per_s=num_seeds * updates / (wall_us / 1e6),
+                   sample_event_args=[dict(name=n, args=a) for _, _, n, a in device[:5]])
+    with open(os.path.join(args.out, f'{name}.summary.json'), 'w') as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def print_summary(s, top):
+    print(f'\n## {s["preset"]}, N={s["num_seeds"]}: {s["seed_steps_per_s"]:.0f} seed-steps/s while traced\n'
+          f'per update: wall {s["wall_us"]:.0f} us, device busy {s["busy_us"]:.0f} us (idle {100 * s["idle_fraction"]:.0f}%), '
+          f'{s["kernels"]:.0f} kernels taking {s["kernel_us"]:.0f} us (mean {s["mean_kernel_us"]:.1f} us, '
+          f'{s["under_5us"]:.0f} under 5 us)')
+    print('by kind: ' + ', '.join(f'{k} {v["us"]:.0f} us / {v["kernels"]:.0f}' for k, v in s['by_kind'].items()))
+    print('by source: ' + ', '.join(f'{k} {v:.0f}' for k, v in list(s['by_source'].items())[:12]) + ' (us)')
+    print('slowest kernels (us per update): ' + ', '.join(f'{k} {v:.0f}' for k, v in list(s['slowest'].items())[:top]), flush=True)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from benchmarks.bench_gpu import apply_xla_flags, synthetic_dataset
+    note = apply_xla_flags(args.xla_flags)
+    import jax
+
+    from utils.evaluation import env_spaces, make_eval_envs
+    from utils.sampler import DeviceDataset
+
+    os.makedirs(args.out, exist_ok=True)
+    backend = jax.default_backend()
+    device_pattern = r'/host:CPU' if backend == 'cpu' else r'/device:(GPU|TPU)'
+    print(f'# bench_trace: jax {jax.__version__}, {jax.devices()[0].device_kind}, '
+          f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}{note}' + ('; CPU: host events stand in for kernels' if backend == 'cpu' else ''))
+    observation_space, action_space = env_spaces(make_eval_envs(args.train_env, 1))
+    raw = synthetic_dataset(observation_space.shape[0], action_space.shape[0],
+                            num_episodes=20 if args.quick else 2000, length=21 if args.quick else 201)
+    data = DeviceDataset.from_numpy(**raw)
+    summaries = []
+    for preset in args.presets:
+        for n in args.num_seeds:
+            summaries.append(trace_one(preset, n, raw, data, args, device_pattern))
+            print_summary(summaries[-1], args.top)
+    return summaries
+
+
+if __name__ == '__main__':
+    require_own_checkout(__file__)
+    main(sys.argv[1:])
