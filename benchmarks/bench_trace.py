@@ -32,6 +32,9 @@ import time
 from runtime.checkout import require_own_checkout
 
 
+GEMM_KERNEL = re.compile(r'gemm|xmma|cutlass|cublas', re.I)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--presets', nargs='+', default=None, help='default gcbc byol_gamma_a')
@@ -82,17 +85,30 @@ def busy_time(intervals):
     return total
 
 
-def hlo_name(name, args):
-    """The HLO instruction a device event ran: the profiler's `hlo_op` argument where it records one, else the
-    kernel's name (XLA names a fusion's kernel after its instruction, '.' written '_')."""
-    for key in ('hlo_op', 'long_name', 'tf_op'):
-        if args.get(key):
-            return str(args[key]).split(':')[0].strip()
-    return name
+def labels_of(name, args, index):
+    """(kind, source) of a device event: its kernel matched to the instruction it runs. XLA names a fusion's kernel
+    after its instruction ('.' written '_'; instructions that share code share the first one's name); the profiler's
+    `hlo_op` names the instruction, or the command buffer (CUDA graph) that ran the kernel, which tells nothing, so
+    the kernel name comes first. A library kernel (cuBLAS, cutlass) inside a command buffer matches neither."""
+    op = str(args.get('hlo_op', ''))
+    for key in (name, op):
+        if key in index:
+            return index[key]
+    if GEMM_KERNEL.search(name):
+        return 'gemm', 'library gemm (cuBLAS/cutlass)', 'unknown (library gemm)'
+    if name.startswith(('Memcpy', 'Memset', 'memcpy')):
+        return 'copy', 'memcpy/memset', 'none (sampler, optimizer, losses)'
+    return 'unmatched', 'unmatched', 'unmatched'
+
+
+def network_of(instruction):
+    """The agent's sub-network an instruction computes (`ModuleDict`'s modules_<name> in its op_name), else 'none'."""
+    match = re.search(r'modules_(\w+)', instruction.metadata().get('op_name', ''))
+    return match.group(1) if match else 'none (sampler, optimizer, losses)'
 
 
 def instruction_index(hlo_text):
-    """{kernel-style name: (kind, source)} for every instruction of the optimised module."""
+    """{kernel-style name: (kind, source, network)} for every instruction of the optimised module."""
     from benchmarks.hlo_stats import HloModule, kind_of, source_of
 
     module = HloModule(hlo_text)
@@ -100,7 +116,7 @@ def instruction_index(hlo_text):
     for computation in module.computations:
         for instruction in module.instructions(computation):
             try:
-                labels = (kind_of(module, instruction), source_of(module, instruction))
+                labels = (kind_of(module, instruction), source_of(module, instruction), network_of(instruction))
             except Exception:  # an instruction the rules cannot read: leave it unattributed
                 continue
             index[instruction.name] = labels
@@ -110,10 +126,11 @@ def instruction_index(hlo_text):
 
 def summarize(events, updates, wall_us, index):
     """Per-update figures of the traced calls' device events (see the module docstring)."""
-    by_kind, by_source, by_name = collections.Counter(), collections.Counter(), collections.Counter()
+    by_kind, by_source, by_name, by_network = (collections.Counter() for _ in range(4))
     count_kind, durations = collections.Counter(), []
     for start, duration, name, args in events:
-        kind, source = index.get(hlo_name(name, args)) or index.get(name) or ('unmatched', 'unmatched')
+        kind, source, network = labels_of(name, args, index)
+        by_network[network] += duration
         by_kind[kind] += duration
         count_kind[kind] += 1
         by_source[source] += duration
@@ -128,6 +145,7 @@ def summarize(events, updates, wall_us, index):
         mean_kernel_us=sum(durations) / len(durations) if durations else 0.0,
         by_kind={k: dict(us=per(v), kernels=per(count_kind[k])) for k, v in by_kind.most_common()},
         by_source={k: per(v) for k, v in by_source.most_common()},
+        by_network={k: per(v) for k, v in by_network.most_common()},
         slowest={k: per(v) for k, v in by_name.most_common(40)},
     )
 
@@ -136,6 +154,7 @@ def trace_one(preset, num_seeds, raw, data, args, device_pattern):
     import jax
 
     from benchmarks.bench_gpu import make_agents
+    from benchmarks.hlo_stats import program_stats
     from utils.training import train_steps, train_steps_multi
 
     state = make_agents(preset, num_seeds, raw, args.batch_size)
@@ -161,9 +180,11 @@ def trace_one(preset, num_seeds, raw, data, args, device_pattern):
     index = instruction_index(compiled.as_text())
     device = device_events(events, device_pattern)
     if jax.default_backend() == 'cpu':  # the host's events nest Python frames and runtime calls: keep the program's ops
-        device = [event for event in device if hlo_name(event[2], event[3]) in index or event[2] in index]
+        device = [event for event in device if labels_of(event[2], event[3], index)[0] != 'unmatched']
     updates = args.calls * args.steps_per_call
     summary = summarize(device, updates, wall_us, index)
+    stats = program_stats(compiled)  # XLA's cost analysis counts the scan's body once: one update (all seeds)
+    summary.update(gflop=stats.flops / 1e9, mbytes=stats.bytes_accessed / 1e6)
     summary.update(preset=preset, num_seeds=num_seeds, updates=updates, trace=path,
                    seed_steps_per_s=num_seeds * updates / (wall_us / 1e6),
                    sample_event_args=[dict(name=n, args=a) for _, _, n, a in device[:5]])
@@ -172,12 +193,32 @@ def trace_one(preset, num_seeds, raw, data, args, device_pattern):
     return summary
 
 
-def print_summary(s, top):
+def measure_bandwidth(megabytes=1024, repeats=10):
+    """Device memory bandwidth in bytes/s: bytes read plus written by an elementwise pass over a large array
+    (the median of `repeats`)."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones(megabytes * 2**20 // 4, jnp.float32)
+    step = jax.jit(lambda x: x * 1.0001)
+    jax.block_until_ready(step(x))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(step(x))
+        times.append(time.perf_counter() - start)
+    return 2 * x.nbytes / sorted(times)[repeats // 2]
+
+
+def print_summary(s, top, bandwidth):
+    floor = f', at least {s["mbytes"] * 1e6 / bandwidth * 1e6:.0f} us to move them' if bandwidth else ''
     print(f'\n## {s["preset"]}, N={s["num_seeds"]}: {s["seed_steps_per_s"]:.0f} seed-steps/s while traced\n'
+          f'XLA\'s cost analysis per update: {s["gflop"]:.2f} GFLOP, {s["mbytes"]:.0f} MB accessed{floor}\n'
           f'per update: wall {s["wall_us"]:.0f} us, device busy {s["busy_us"]:.0f} us (idle {100 * s["idle_fraction"]:.0f}%), '
           f'{s["kernels"]:.0f} kernels taking {s["kernel_us"]:.0f} us (mean {s["mean_kernel_us"]:.1f} us, '
           f'{s["under_5us"]:.0f} under 5 us)')
     print('by kind: ' + ', '.join(f'{k} {v["us"]:.0f} us / {v["kernels"]:.0f}' for k, v in s['by_kind'].items()))
+    print('by network: ' + ', '.join(f'{k} {v:.0f}' for k, v in s['by_network'].items()) + ' (us)')
     print('by source: ' + ', '.join(f'{k} {v:.0f}' for k, v in list(s['by_source'].items())[:12]) + ' (us)')
     print('slowest kernels (us per update): ' + ', '.join(f'{k} {v:.0f}' for k, v in list(s['slowest'].items())[:top]), flush=True)
 
@@ -200,11 +241,15 @@ def main(argv=None):
     raw = synthetic_dataset(observation_space.shape[0], action_space.shape[0],
                             num_episodes=20 if args.quick else 2000, length=21 if args.quick else 201)
     data = DeviceDataset.from_numpy(**raw)
+    bandwidth = measure_bandwidth() if backend != 'cpu' else None
+    if bandwidth:
+        print(f'device memory bandwidth (read + write of a 1 GiB elementwise pass): {bandwidth / 1e12:.2f} TB/s')
     summaries = []
     for preset in args.presets:
         for n in args.num_seeds:
             summaries.append(trace_one(preset, n, raw, data, args, device_pattern))
-            print_summary(summaries[-1], args.top)
+            summaries[-1]['bandwidth_bytes_per_s'] = bandwidth
+            print_summary(summaries[-1], args.top, bandwidth)
     return summaries
 
 
