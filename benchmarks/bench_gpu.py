@@ -157,10 +157,11 @@ def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='auto'
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
     key = keys[0] if num_seeds == 1 else keys
     step_fn = train_steps if num_seeds == 1 else train_steps_multi  # exactly main.py's calls
-    compiled = step_fn.lower(state, data, key, 0, args.steps_per_call).compile()
+    lowered = step_fn.lower(state, data, key, 0, args.steps_per_call)
+    compiled = lowered.compile()
     jax.block_until_ready(state)
     startup_s = time.perf_counter() - start
-    stats = program_stats(compiled)
+    stats = program_stats(compiled, lowered)
     step = [0]
 
     def run(state):

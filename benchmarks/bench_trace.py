@@ -21,6 +21,7 @@ JSON summary. Figures are for the machine it runs on; docs/performance.md gives 
 
 import argparse
 import collections
+import contextlib
 import glob
 import gzip
 import json
@@ -31,7 +32,7 @@ import time
 
 from runtime.checkout import require_own_checkout
 
-
+ACTIVATIONS = ('float32', 'bf16_representation', 'bf16_all')
 GEMM_KERNEL = re.compile(r'gemm|xmma|cutlass|cublas', re.I)
 
 
@@ -43,6 +44,9 @@ def parse_args(argv=None):
     parser.add_argument('--batch_size', type=int, default=None, help='per seed; default 1024 (quick: 32)')
     parser.add_argument('--steps_per_call', type=int, default=None, help='updates per traced call; default 20 (quick: 2)')
     parser.add_argument('--calls', type=int, default=3, help='traced calls (after one untraced warm call)')
+    parser.add_argument('--activations', nargs='+', default=['float32'], choices=ACTIVATIONS,
+                        help='what-if: the MLPs with LayerNorm (encoders, predictors; bf16_representation) or all MLPs '
+                             '(bf16_all) compute and keep their activations in bfloat16, parameters in float32')
     parser.add_argument('--xla_flags', default='', help='added to XLA_FLAGS before JAX starts its backend')
     parser.add_argument('--out', default='runs/bench_trace', help='folder for the traces, HLO and summaries')
     parser.add_argument('--top', type=int, default=8, help='rows of the slowest-kernel table')
@@ -91,7 +95,7 @@ def labels_of(name, args, index):
     `hlo_op` names the instruction, or the command buffer (CUDA graph) that ran the kernel, which tells nothing, so
     the kernel name comes first. A library kernel (cuBLAS, cutlass) inside a command buffer matches neither."""
     op = str(args.get('hlo_op', ''))
-    for key in (name, op):
+    for key in (name, '' if op.startswith('command_buffer') else op):
         if key in index:
             return index[key]
     if GEMM_KERNEL.search(name):
@@ -150,7 +154,33 @@ def summarize(events, updates, wall_us, index):
     )
 
 
-def trace_one(preset, num_seeds, raw, data, args, device_pattern):
+@contextlib.contextmanager
+def activations_in(which):
+    """Agents built inside get `which` activations (see --activations): a measurement of what halving the
+    activations' bytes would buy, not a training option (no test covers bfloat16 training)."""
+    import jax.numpy as jnp
+
+    from utils import networks
+
+    original = networks.MLP
+    if which == 'float32':
+        yield
+        return
+
+    class MLP(original):  # the same class name: the parameter tree keeps its names
+        def __post_init__(self):
+            if which == 'bf16_all' or self.layer_norm:
+                object.__setattr__(self, 'dtype', jnp.bfloat16)
+            super().__post_init__()
+
+    networks.MLP = MLP
+    try:
+        yield
+    finally:
+        networks.MLP = original
+
+
+def trace_one(preset, num_seeds, raw, data, args, device_pattern, activations='float32'):
     import jax
 
     from benchmarks.bench_gpu import make_agents
@@ -161,8 +191,9 @@ def trace_one(preset, num_seeds, raw, data, args, device_pattern):
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
     key = keys[0] if num_seeds == 1 else keys
     step_fn = train_steps if num_seeds == 1 else train_steps_multi
-    compiled = step_fn.lower(state, data, key, 0, args.steps_per_call).compile()
-    name = f'{preset}_n{num_seeds}'
+    lowered = step_fn.lower(state, data, key, 0, args.steps_per_call)
+    compiled = lowered.compile()
+    name = f'{preset}_n{num_seeds}' + ('' if activations == 'float32' else f'_{activations}')
     with open(os.path.join(args.out, f'{name}.hlo.txt'), 'w') as f:
         f.write(compiled.as_text())
     step = 0
@@ -183,9 +214,9 @@ def trace_one(preset, num_seeds, raw, data, args, device_pattern):
         device = [event for event in device if labels_of(event[2], event[3], index)[0] != 'unmatched']
     updates = args.calls * args.steps_per_call
     summary = summarize(device, updates, wall_us, index)
-    stats = program_stats(compiled)  # XLA's cost analysis counts the scan's body once: one update (all seeds)
+    stats = program_stats(compiled, lowered)  # XLA's cost analysis counts the scan's body once: one update (all seeds)
     summary.update(gflop=stats.flops / 1e9, mbytes=stats.bytes_accessed / 1e6)
-    summary.update(preset=preset, num_seeds=num_seeds, updates=updates, trace=path,
+    summary.update(preset=preset, num_seeds=num_seeds, activations=activations, updates=updates, trace=path,
                    seed_steps_per_s=num_seeds * updates / (wall_us / 1e6),
                    sample_event_args=[dict(name=n, args=a) for _, _, n, a in device[:5]])
     with open(os.path.join(args.out, f'{name}.summary.json'), 'w') as f:
@@ -211,9 +242,9 @@ def measure_bandwidth(megabytes=1024, repeats=10):
 
 
 def print_summary(s, top, bandwidth):
-    floor = f', at least {s["mbytes"] * 1e6 / bandwidth * 1e6:.0f} us to move them' if bandwidth else ''
-    print(f'\n## {s["preset"]}, N={s["num_seeds"]}: {s["seed_steps_per_s"]:.0f} seed-steps/s while traced\n'
-          f'XLA\'s cost analysis per update: {s["gflop"]:.2f} GFLOP, {s["mbytes"]:.0f} MB accessed{floor}\n'
+    floor = f' ({s["mbytes"] * 1e6 / bandwidth * 1e6:.0f} us at the measured bandwidth)' if bandwidth else ''
+    print(f'\n## {s["preset"]}, N={s["num_seeds"]}, {s["activations"]} activations: {s["seed_steps_per_s"]:.0f} seed-steps/s while traced\n'
+          f'XLA\'s cost-analysis estimate per update (all seeds): {s["gflop"]:.2f} GFLOP, {s["mbytes"]:.0f} MB accessed{floor}\n'
           f'per update: wall {s["wall_us"]:.0f} us, device busy {s["busy_us"]:.0f} us (idle {100 * s["idle_fraction"]:.0f}%), '
           f'{s["kernels"]:.0f} kernels taking {s["kernel_us"]:.0f} us (mean {s["mean_kernel_us"]:.1f} us, '
           f'{s["under_5us"]:.0f} under 5 us)')
@@ -245,11 +276,13 @@ def main(argv=None):
     if bandwidth:
         print(f'device memory bandwidth (read + write of a 1 GiB elementwise pass): {bandwidth / 1e12:.2f} TB/s')
     summaries = []
-    for preset in args.presets:
-        for n in args.num_seeds:
-            summaries.append(trace_one(preset, n, raw, data, args, device_pattern))
-            summaries[-1]['bandwidth_bytes_per_s'] = bandwidth
-            print_summary(summaries[-1], args.top, bandwidth)
+    for activations in args.activations:
+        for preset in args.presets:
+            for n in args.num_seeds:
+                with activations_in(activations):  # the networks are built, and traced, in this context
+                    summaries.append(trace_one(preset, n, raw, data, args, device_pattern, activations))
+                summaries[-1]['bandwidth_bytes_per_s'] = bandwidth
+                print_summary(summaries[-1], args.top, bandwidth)
     return summaries
 
 

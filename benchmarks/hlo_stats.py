@@ -8,9 +8,10 @@ iteration of that scan (one update):
     (gemm, elementwise fusion, reduction, copy, ...) and `by_source` (which part of the program each kernel
     comes from: the sampler, the networks' forward and backward passes, LayerNorm, Adam, the gradient norm, the
     EMA targets, ...), read from the source locations XLA keeps in each instruction's metadata;
-  * `flops`: XLA's cost analysis of the program. XLA's HloCostAnalysis counts a while loop's body once, not
-    times its trip count, so for a program that is one scan this is one update plus the few ops outside the
-    loop (checked by tests/unit/test_hlo_stats.py, which fails if a new XLA starts multiplying).
+  * `flops`: XLA's cost analysis of the program (of the unoptimised one, given it: see `program_stats`). XLA's
+    HloCostAnalysis counts a while loop's body once, not times its trip count, so for a program that is one scan
+    this is one update plus the few ops outside the loop (checked by tests/unit/test_hlo_stats.py, which fails if
+    a new XLA starts multiplying).
 
 Counting rule. Every instruction of the scan's while-loop body and condition counts as one kernel, except
 those that run no code of their own: `parameter`, `constant`, `get-tuple-element`, `tuple`, `bitcast`,
@@ -409,9 +410,14 @@ def module_stats(text: str, cost: Optional[Dict[str, float]] = None) -> ProgramS
     return ProgramStats(per_update, outside, loop.trip_count(), flops, bytes_accessed)
 
 
-def program_stats(compiled) -> ProgramStats:
-    """`ProgramStats` of a `jax.stages.Compiled` (what `jax.jit(f).lower(...).compile()` returns)."""
-    return module_stats(compiled.as_text(), cost_analysis(compiled))
+def program_stats(compiled, lowered=None) -> ProgramStats:
+    """`ProgramStats` of a `jax.stages.Compiled` (what `jax.jit(f).lower(...).compile()` returns). With `lowered` (the
+    `jax.stages.Lowered` it was compiled from), `flops` is XLA's count for the unoptimised program instead: the same
+    on every backend, where XLA:GPU's count of the compiled program leaves out the gemms it hands to cuBLAS."""
+    stats = module_stats(compiled.as_text(), cost_analysis(compiled))
+    if lowered is not None:
+        stats.flops = float(cost_analysis(lowered).get('flops', stats.flops))
+    return stats
 
 
 def format_counter(counter, total=None, top=8) -> str:

@@ -27,15 +27,16 @@ class MLP(nn.Module):
     layer_norm: bool = False
     activation: Callable = nn.gelu
     kernel_init: Any = default_init()
+    dtype: Any = None  # the layers' computation dtype; None: that of the (float32) parameters
 
     @nn.compact
     def __call__(self, x):
         for i, size in enumerate(self.hidden_dims):
-            x = nn.Dense(size, kernel_init=self.kernel_init)(x)
+            x = nn.Dense(size, kernel_init=self.kernel_init, dtype=self.dtype)(x)
             if i + 1 < len(self.hidden_dims) or self.activate_final:
                 x = self.activation(x)
                 if self.layer_norm:
-                    x = nn.LayerNorm()(x)
+                    x = nn.LayerNorm(dtype=self.dtype)(x)
         return x
 
 

@@ -1,8 +1,13 @@
-"""benchmarks/bench_gpu.py --quick runs end to end on the CPU (the full run is meant for a GPU)."""
+"""benchmarks/bench_gpu.py and bench_trace.py --quick run end to end on the CPU (the full runs are meant for a GPU)."""
 
+import json
+import os
+
+import jax
+import numpy as np
 import pytest
 
-from benchmarks import bench_gpu
+from benchmarks import bench_gpu, bench_trace
 
 
 def test_bench_gpu_quick(capsys):
@@ -33,3 +38,29 @@ def test_wall_time_model_of_asynchronous_evaluations():
     assert bench_gpu.method_wall(100.0, 20.0, startup_s=0.0) == pytest.approx(10.0 + 10 * 20.0)
     assert bench_gpu.interpolate({4: 100.0, 16: 400.0}, 10) == pytest.approx(250.0)
     assert bench_gpu.interpolate({4: 100.0, 16: 400.0}, 32) == pytest.approx(400.0)
+
+
+def test_bench_trace_quick(tmp_path):
+    summaries = bench_trace.main(['--quick', '--presets', 'byol_gamma_a', '--activations', 'float32', 'bf16_representation',
+                                  '--steps_per_call', '1', '--calls', '1', '--out', str(tmp_path)])
+    assert [s['activations'] for s in summaries] == ['float32', 'bf16_representation']
+    for summary, name in zip(summaries, ('byol_gamma_a_n1', 'byol_gamma_a_n1_bf16_representation')):
+        # The program's operations were found in the trace and attributed to the agent's networks.
+        assert summary['kernels'] > 0 and summary['wall_us'] > 0 and summary['kernel_us'] > 0
+        assert {'encoder', 'forward_predictor', 'backward_predictor', 'actor'} <= set(summary['by_network'])
+        assert json.loads((tmp_path / f'{name}.summary.json').read_text())['kernels'] == summary['kernels']
+        assert os.path.exists(summary['trace']) and (tmp_path / f'{name}.hlo.txt').exists()
+    # The what-if computes the representation networks in bfloat16, and only it.
+    assert 'bf16[' in (tmp_path / 'byol_gamma_a_n1_bf16_representation.hlo.txt').read_text()
+    assert 'bf16[' not in (tmp_path / 'byol_gamma_a_n1.hlo.txt').read_text()
+
+
+def test_bfloat16_what_if_keeps_float32_parameters_and_their_names():
+    raw = bench_gpu.synthetic_dataset(29, 8, num_episodes=2, length=3)
+    plain = bench_gpu.make_agents('byol_gamma_a', 1, raw, 8)
+    with bench_trace.activations_in('bf16_all'):
+        mixed = bench_gpu.make_agents('byol_gamma_a', 1, raw, 8)
+        z = mixed.network(raw['observations'][:4], name='encoder', params=mixed.network.params)
+    assert jax.tree_util.tree_structure(plain.network.params) == jax.tree_util.tree_structure(mixed.network.params)
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(mixed.network.params)} == {np.dtype('float32')}
+    assert z.dtype == np.float32  # the encoder's last projection is not an MLP layer: float32 out

@@ -92,7 +92,7 @@ NOT_RUN = [
     (r'\.ci/slurm_cluster\.sh', 'starts (or stops) Slurm daemons as root: .ci/run does, before the suite, whose '
                                 'tests/e2e/test_slurm.py runs against that cluster'),
     (r"default_backend\(\) == 'gpu'", 'needs a GPU'),
-    (r'benchmarks/bench_gpu\.py', 'times an accelerator; its --quick form runs in tests/e2e/test_bench_gpu.py'),
+    (r'benchmarks/bench_(gpu|trace)\.py', 'times an accelerator; its --quick form runs in tests/e2e/test_bench_gpu.py'),
     (r'ogbench\.download_datasets', 'downloads from the internet'),
     (r'^\.venv/bin/wandb ', 'needs a wandb account and the network'),
     (r'scripts/train_expert\.py', 'trains the ant expert for an hour; tests/agents/test_sac.py trains it at toy size'),
