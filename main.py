@@ -10,7 +10,7 @@ the batch size, 1024, is the agent config's). A run:
    what they record;
 3. the data: found, downloaded or generated (runtime/dataset_files.py), validated, and put on the device;
 4. the agents: created, or restored from their checkpoints;
-5. the loop: chunks of jitted updates (utils/training.train_seeds, sampling included); around each chunk
+5. the loop: chunks of jitted updates (utils/multi_seed.train_seeds, sampling included); around each chunk
    runtime/schedule.Schedule logs, checkpoints, evaluates and stops, in one fixed order.
 
 docs/guarantees.md says what a run promises when something goes wrong.
@@ -40,9 +40,11 @@ from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import NonFiniteLossError
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
 from utils.evaluation.scheduler import Evaluations
+from utils.multi_seed import stack_trees, train_seeds
+from utils.pixel_batches import example_observations
 from utils.progress import progress_bar
-from utils.sampler import DeviceDataset, example_observations
-from utils.training import compiled_create, first_nonfinite, stack_trees, train_seeds, validation_metrics
+from utils.sampler import DeviceDataset
+from utils.training import first_nonfinite, validation_metrics
 
 # The gym-stepped envs of an evaluation (the native stepper holds any number of episodes): enough for one batch of
 # the paper's 50 episodes per task; more episodes run in successive batches.
@@ -165,7 +167,7 @@ class Data:
 def build_agents(request: Request, data: Data, runs: RunSet):
     """One agent per seed, exactly as a single-seed run with that seed would make it, restored from its checkpoint
     when resuming; stacked along a seed axis when there are several."""
-    create = compiled_create(request.agent_class, data.example_observations, data.example_actions, request.config)
+    create = request.agent_class.compiled_create(data.example_observations, data.example_actions, request.config)
     agents = []
     for writer in runs.writers:
         agent = create(writer.seed)

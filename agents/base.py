@@ -30,22 +30,35 @@ import jax.numpy as jnp
 import numpy as np
 
 from utils.config_checks import Rule, RuleOwner, at_least, is_finite_number, non_negative, one_of, probability, switch
-from utils.errors import ConfigError
-from utils.networks import (
-    VISUAL_ENCODERS,
-    EnsembleEncoder,
-    GaussianActor,
-    ModuleDict,
-    gaussian_log_prob,
-    sample_gaussian,
-)
+from utils.image_encoders import VISUAL_ENCODERS, VISUAL_LATENT_DIM, check_encoder_fits_observations, is_image_batch
+from utils.networks import EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
 from utils.optimizers import for_backend
 from utils.training import TrainState, ema_update, nonpytree_field
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
 
-class Agent(flax.struct.PyTreeNode, RuleOwner):
+# Compiler options for programs that run once: no XLA optimisations (the same numbers, compiled in a fraction of the time).
+FAST_COMPILE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive_passes': True}
+
+
+class CompiledCreate:
+    """`compiled_create`, which every agent class offers: an `Agent`, or a composition of agents with a `create` of
+    its own (agents/hierarchical.py)."""
+
+    @classmethod
+    def compiled_create(cls, ex_observations, ex_actions, config):
+        """`seed -> cls.create(seed, ex_observations, ex_actions, config)`, the whole initialisation compiled as one
+        program without optimisations (the seed an argument: every seed reuses it). The same parameters, bit for bit,
+        as creating eagerly, where every initialiser op is compiled, fully optimised, as an executable of its own:
+        seconds for a program run once (docs/performance.md, "Start-up"). Files a `create` reads (a hierarchical
+        agent's stage1_checkpoint) are read while tracing: constants of the program."""
+        create = jax.jit(lambda seed, observations, actions: cls.create(seed, observations, actions, config))
+        compiled = create.lower(np.int32(0), ex_observations, ex_actions).compile(FAST_COMPILE)
+        return lambda seed: compiled(np.int32(seed), ex_observations, ex_actions)
+
+
+class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
     """Parameters, optimizer state, target parameters and RNG of one agent, and its one gradient step.
 
     A family defines `loss_fn(batch, rng)` (the objective of one update as a function of the
@@ -212,10 +225,6 @@ class BCAgent(Agent):
 # becomes the actor's input.
 # ---------------------------------------------------------------------------------------------
 
-# The paper's encoder output size for pixel observations (its hyperparameter table: 64 for visual).
-VISUAL_LATENT_DIM = 64
-
-
 def encode_together(network, params, name, arrays):
     """{key: network(array, name=name)} for a dict of arrays, computed as ONE call on their concatenation along the
     batch axis. Row for row the same function (every layer acts on rows independently); on an accelerator, one set
@@ -248,37 +257,6 @@ def psi_inputs(observations, actions, action_conditioned: bool):
     return (observations, actions) if action_conditioned else (observations,)
 
 
-def is_image_batch(observations) -> bool:
-    """Observations [B, H, W, C] are images; [B, D] are state vectors."""
-    return observations.ndim >= 4
-
-
-def check_encoder_fits_observations(config, ex_observations):
-    """ConfigError unless the config's observation encoder fits the observations: an image encoder (`encoder` in
-    VISUAL_ENCODERS) for images [B, H, W, C], 'none' for state vectors [B, D]; a config without an `encoder` field
-    reads state vectors. Which names exist is a config rule (ENCODER_RULES); this is the one check that needs the
-    data, run by `Agent.create` for every agent."""
-    name = config['encoder'] if 'encoder' in config else None
-    images = is_image_batch(ex_observations)
-    shape = tuple(ex_observations.shape[1:])
-    if images and name is None:
-        raise ConfigError(
-            f'The observations are images (shape {shape}) but agent {config["agent_name"]!r} reads state vectors only '
-            f'(it has no --agent.encoder): use a state-based dataset, or an agent with an image encoder (e.g. '
-            f'--agent=configs/presets.py:byol_gamma_a_visual).'
-        )
-    if images and name not in VISUAL_ENCODERS:
-        raise ConfigError(
-            f'The observations are images (shape {shape}) but encoder={name!r} expects state vectors: pass '
-            f'--agent.encoder=impala_small (or a visual preset, e.g. --agent=configs/presets.py:byol_gamma_a_visual).'
-        )
-    if not images and name in VISUAL_ENCODERS:
-        raise ConfigError(
-            f'encoder={name!r} is an image encoder but the observations are state vectors (shape {shape}): use a '
-            f'visual-* dataset, or leave --agent.encoder at its default.'
-        )
-
-
 def latent_dim_for(config, ex_observations) -> int:
     """phi's output size: config.latent_dim, or when 0 the paper's default: |s| for states (64 below 8 dimensions,
     pointmaze's xy, where that latent is degenerate; docs/method.md, section 4), 64 for images."""
@@ -295,7 +273,7 @@ def state_encoder(config, ex_observations):
     image encoder config.encoder when the observations are images. Every agent builds its phi / psi encoders here."""
     d = latent_dim_for(config, ex_observations)
     encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm,
-                              visual_encoder=config.encoder)
+                              image_encoder=VISUAL_ENCODERS.get(config.encoder))
     return encoder, d
 
 

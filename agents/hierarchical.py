@@ -47,7 +47,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from agents.base import bc_loss, phi_policy_inputs, state_encoder
+from agents.base import CompiledCreate, bc_loss, phi_policy_inputs, state_encoder
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
@@ -190,7 +190,7 @@ class LowEncoderPolicy(LatentSubgoalPolicy):
 # ---------------------------------------------------------------------------------------------
 
 
-class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner):
+class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
     """`high` (a HighLevelPolicy) composed with `low` (a flat agent, whose target networks, if any, are
     its own). A variant names its low-level agent class and config, and its high-level policy class."""
 

@@ -43,9 +43,10 @@ from agents import get_agent_class
 from benchmarks.hlo_stats import format_counter, program_stats
 from configs.presets import get_config as preset_config
 from runtime.checkout import require_own_checkout
+from utils.multi_seed import train_steps_multi
 from utils.optimizers import with_optimizer
 from utils.sampler import DeviceDataset
-from utils.training import train_steps, train_steps_multi
+from utils.training import train_steps
 
 PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}
 # Observation and action sizes of the state-based datasets this project trains on (OGBench's).

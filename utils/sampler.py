@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from utils.pixel_batches import AUGMENT_STREAM, augment_batch, stacked_observations
+
 
 class DeviceDataset(flax.struct.PyTreeNode):
     observations: jax.Array  # [N, *obs_shape], every row of every episode
@@ -156,18 +158,18 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
     idxs = data.sample_idxs[jax.random.randint(keys[0], (B,), 0, data.sample_idxs.shape[0])]
     episode_end = data.episode_end[idxs]
     batch = dict(
-        observations=stacked_observations(data, idxs, config.frame_stack),
+        observations=observations_at(data, idxs, config.frame_stack),
         actions=data.actions[idxs],
-        next_observations=stacked_observations(data, idxs + 1, config.frame_stack),
+        next_observations=observations_at(data, idxs + 1, config.frame_stack),
         next_actions=data.actions[idxs + 1],
     )
     if config.actor_goals is not None:
         actor_goal_idxs = sample_goal_indices(keys[1], data, idxs, config.actor_goals, config.gamma)
-        batch['actor_goals'] = stacked_observations(data, actor_goal_idxs, config.frame_stack)
+        batch['actor_goals'] = observations_at(data, actor_goal_idxs, config.frame_stack)
     if config.value_goals is not None:
         value_goal_idxs = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma)
         same_episode = data.episode_end[value_goal_idxs] == episode_end
-        batch['value_goals'] = stacked_observations(data, value_goal_idxs, config.frame_stack)
+        batch['value_goals'] = observations_at(data, value_goal_idxs, config.frame_stack)
         batch['value_offsets'] = jnp.where(same_episode, value_goal_idxs - idxs, 0)
         batch.update(goal_rewards(idxs, value_goal_idxs, config.gc_negative))
     if config.nstep > 0:
@@ -175,13 +177,19 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
         batch['nstep_mask'] = (target_idxs <= episode_end[:, None]).astype(jnp.float32)
         # Past the episode end the window is clamped (and masked out) so it never reads another episode.
         target_idxs = jnp.minimum(target_idxs, episode_end[:, None])
-        batch['nstep_observations'] = stacked_observations(data, target_idxs, config.frame_stack)
+        batch['nstep_observations'] = observations_at(data, target_idxs, config.frame_stack)
         batch['nstep_actions'] = data.actions[target_idxs - 1]
     if config.subgoal_steps > 0:
         batch.update(_hierarchical_goals(keys[3], data, idxs, config))
     if config.p_aug > 0.0 and data.observations.ndim == 4:
         batch = augment_batch(jax.random.fold_in(key, AUGMENT_STREAM), batch, config.p_aug)
     return batch
+
+
+def observations_at(data: DeviceDataset, rows, frame_stack: int):
+    """The observations of `rows` (any shape); with frame stacking (pixels, utils/pixel_batches.py) each the
+    channel-wise stack of its last `frame_stack` frames."""
+    return data.observations[rows] if frame_stack == 1 else stacked_observations(data, rows, frame_stack)
 
 
 def goal_rewards(idxs, goal_idxs, gc_negative: bool):
@@ -201,70 +209,7 @@ def _hierarchical_goals(key, data: DeviceDataset, idxs, config: SamplerConfig):
     in_episode = (data.episode_end[high_goal_idxs] == episode_end) & (high_goal_idxs >= idxs)
     high_target_idxs = jnp.where(in_episode, jnp.minimum(low_goal_idxs, high_goal_idxs), low_goal_idxs)
     return dict(
-        low_goals=stacked_observations(data, low_goal_idxs, config.frame_stack),
-        high_goals=stacked_observations(data, high_goal_idxs, config.frame_stack),
-        high_targets=stacked_observations(data, high_target_idxs, config.frame_stack),
+        low_goals=observations_at(data, low_goal_idxs, config.frame_stack),
+        high_goals=observations_at(data, high_goal_idxs, config.frame_stack),
+        high_targets=observations_at(data, high_target_idxs, config.frame_stack),
     )
-
-
-def stacked_observations(data: DeviceDataset, rows, frame_stack: int):
-    """Observations of `rows` (any shape S), each the channel-wise stack [o_{i-F+1}, ..., o_i] of its
-    last F = `frame_stack` frames; frames before the episode's first row repeat that first row (as
-    OGBench's frame stacking, and as an evaluation episode starts). F = 1 is a plain gather.
-
-    Row i - j lies in i's episode iff it has the same episode end; once a step back leaves the
-    episode every further one does too, so holding the last in-episode row gives max(i - j, start).
-    """
-    if frame_stack <= 1:
-        return data.observations[rows]
-    frames = [rows]
-    for j in range(1, frame_stack):
-        candidate = jnp.maximum(rows - j, 0)
-        frames.append(jnp.where(data.episode_end[candidate] == data.episode_end[rows], candidate, frames[-1]))
-    return jnp.concatenate([data.observations[r] for r in reversed(frames)], axis=-1)
-
-
-# Random-crop augmentation (OGBench's): pad every image by CROP_PADDING pixels, repeating its edge,
-# and cut a window of the original size at a uniformly random offset in {0, ..., 2 * CROP_PADDING}^2.
-CROP_PADDING = 3
-AUGMENT_STREAM = 0x61756720  # fold_in constant: the augmentation's randomness is its own stream
-
-
-def crop_images(images, offsets, padding: int = CROP_PADDING):
-    """images [B, ..., H, W, C] cropped at per-sample `offsets` [B, 2] (row, column) into the
-    edge-padded images; the same offset for all of a sample's leading axes. Offset (padding,
-    padding) is the identity."""
-    pad = [(0, 0)] * (images.ndim - 3) + [(padding, padding), (padding, padding), (0, 0)]
-    padded = jnp.pad(images, pad, mode='edge')
-
-    def crop_one(image, offset):
-        start = (0,) * (image.ndim - 3) + (offset[0], offset[1], 0)
-        return jax.lax.dynamic_slice(image, start, images.shape[1:])
-
-    return jax.vmap(crop_one)(padded, offsets)
-
-
-def augment_batch(key, batch, p_aug: float):
-    """With probability `p_aug` (one draw per batch, as OGBench), random-crop every image in the batch:
-    one offset per sample, shared by all of that sample's images (state, next state, goals), so their
-    relative geometry is kept. Image entries are those with at least 4 axes ([B, ..., H, W, C])."""
-    coin_key, offset_key = jax.random.split(key)
-    image_keys = [k for k, v in batch.items() if v.ndim >= 4]
-    batch_size = batch[image_keys[0]].shape[0]
-    offsets = jax.random.randint(offset_key, (batch_size, 2), 0, 2 * CROP_PADDING + 1)
-
-    def crop(images):
-        return {k: crop_images(v, offsets) for k, v in images.items()}
-
-    images = {k: batch[k] for k in image_keys}
-    if p_aug < 1.0:
-        images = jax.lax.cond(jax.random.uniform(coin_key) < p_aug, crop, lambda x: x, images)
-    else:
-        images = crop(images)
-    return dict(batch, **images)
-
-
-def example_observations(observations, frame_stack: int):
-    """An example input [1, ...] of the agent's networks: the first row stacked `frame_stack` times, the
-    shape of every observation the sampler (and evaluation) will feed it."""
-    return np.concatenate([np.asarray(observations[:1])] * max(frame_stack, 1), axis=-1)

@@ -24,7 +24,7 @@ from tests.helpers import (
     toy_dataset,
 )
 from utils.sampler import sample_batch
-from utils.training import compiled_create, train_steps
+from utils.training import train_steps
 
 
 @pytest.fixture(scope='module')
@@ -150,7 +150,7 @@ def test_compiled_create_is_the_eager_create_bit_for_bit(preset):
     EMA targets, and a hierarchical composition)."""
     config = small(preset_config(preset))
     ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
-    create = compiled_create(get_agent_class(config.agent_name), ex_obs, ex_act, config)
+    create = get_agent_class(config.agent_name).compiled_create(ex_obs, ex_act, config)
     for seed in (0, 2**31 - 1):
         compiled, eager = jax.tree_util.tree_leaves_with_path(create(seed)), jax.tree_util.tree_leaves_with_path(make_agent(config, seed))
         assert [path for path, _ in compiled] == [path for path, _ in eager]
