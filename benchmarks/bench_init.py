@@ -1,5 +1,5 @@
 """Seconds to create an agent in a fresh process: `create` run op by op (eager) against the one
-unoptimised program main.py compiles (`Agent.compiled_create`, agents/base.py), side by side.
+unoptimised program main.py compiles (`agents.base.Agent.compiled_create`), side by side.
 
     python benchmarks/bench_init.py --presets=gcbc,byol_gamma_a --rounds=3
 
