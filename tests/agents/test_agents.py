@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from agents.base import encode_together, phi_policy_inputs, two_encoder_modules
+from agents.base import encode_together
+from agents.hierarchical import phi_policy_inputs
+from agents.two_encoders import two_encoder_modules
 from configs.presets import METHODS, PRESETS
 from configs.presets import get_config as preset_config
 from tests.helpers import (
@@ -203,7 +205,7 @@ def test_encoding_arrays_together_equals_encoding_each_alone():
 
 @pytest.mark.parametrize('action_conditioned', [False, True])
 def test_two_encoder_modules_are_phi_psi_and_an_actor_on_two_representations(action_conditioned):
-    """TRA and TD-SR build their networks with agents.base.two_encoder_modules: phi and psi are
+    """TRA and TD-SR build their networks with agents.two_encoders.two_encoder_modules: phi and psi are
     ensembles of the same architecture, psi also reads a_t in the ^a variants, and the actor reads 2 * d."""
     config = small(preset_config('tra'))
     config.action_conditioned = action_conditioned
