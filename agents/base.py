@@ -36,16 +36,14 @@ FAST_COMPILE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive
 
 
 class CompiledCreate:
-    """`compiled_create`, which every agent class offers: an `Agent`, or a composition of agents with a `create` of
-    its own (agents/hierarchical.py)."""
+    """`compiled_create`, offered by every agent class: an `Agent`, or a composition with its own `create`."""
 
     @classmethod
     def compiled_create(cls, ex_observations, ex_actions, config):
-        """`seed -> cls.create(seed, ex_observations, ex_actions, config)`, the whole initialisation compiled as one
-        program without optimisations (the seed an argument: every seed reuses it). The same parameters, bit for bit,
-        as creating eagerly, where every initialiser op is compiled, fully optimised, as an executable of its own:
-        seconds for a program run once (docs/performance.md, "Start-up"). Files a `create` reads (a hierarchical
-        agent's stage1_checkpoint) are read while tracing: constants of the program."""
+        """`seed -> cls.create(seed, ex_observations, ex_actions, config)`, compiled once (the seed an argument) as one
+        program without XLA optimisations: bit for bit the agent that `create` run op by op makes, where every
+        initialiser op is compiled, optimised, on its own, seconds for a program run once (docs/performance.md,
+        "Start-up"). Files a `create` reads (a hierarchical agent's stage1_checkpoint) are read while tracing."""
         create = jax.jit(lambda seed, observations, actions: cls.create(seed, observations, actions, config))
         compiled = create.lower(np.int32(0), ex_observations, ex_actions).compile(FAST_COMPILE)
         return lambda seed: compiled(np.int32(seed), ex_observations, ex_actions)
@@ -191,6 +189,7 @@ class BCAgent(Agent):
 # ---------------------------------------------------------------------------------------------
 # How an update encodes a batch, and the encoder and actor head every representation agent builds.
 # ---------------------------------------------------------------------------------------------
+
 
 def encode_together(network, params, name, arrays):
     """{key: network(array, name=name)} for a dict of arrays, computed as ONE call on their concatenation along the

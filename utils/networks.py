@@ -1,10 +1,7 @@
 """The networks of the behavior-cloning and representation agents: MLPs, encoder and predictor ensembles, the
-Gaussian actor head (with its log-density and sampling), and `ModuleDict`.
-
-Everything here is a plain flax.linen module. Agents compose them inside a `ModuleDict`, so one parameter tree and
-one optimizer hold the whole agent, and gradient routing is decided by which loss touches which sub-tree (see
-`agents/`). The offline RL baselines' value networks are in utils/value_networks.py, the image encoders of pixel
-observations in utils/image_encoders.py.
+Gaussian actor head (with its log-density and sampling), and `ModuleDict`, in which an agent composes them: one
+parameter tree and one optimizer for the whole agent. Value networks are in utils/value_networks.py, the image
+encoders of pixel observations in utils/image_encoders.py.
 """
 
 from typing import Any, Callable, Optional, Sequence
@@ -40,19 +37,10 @@ class MLP(nn.Module):
 
 
 def ensemblize(module_cls, num_members: int):
-    """Lift `module_cls` to `num_members` independent copies evaluated in one vmapped call.
-
-    Parameters get a leading axis of size `num_members`; inputs are broadcast, outputs are stacked
-    on axis 0. Each member therefore receives only its own gradients.
-    """
-    return nn.vmap(
-        module_cls,
-        variable_axes={'params': 0},
-        split_rngs={'params': True},
-        in_axes=None,
-        out_axes=0,
-        axis_size=num_members,
-    )
+    """Lift `module_cls` to `num_members` independent copies evaluated in one vmapped call: parameters get a leading
+    axis of size `num_members`, inputs are broadcast, outputs stacked on axis 0; each member gets its own gradients."""
+    return nn.vmap(module_cls, variable_axes={'params': 0}, split_rngs={'params': True}, in_axes=None, out_axes=0,
+                   axis_size=num_members)
 
 
 class Encoder(nn.Module):
@@ -118,23 +106,14 @@ class EnsemblePredictor(nn.Module):
 
     @nn.compact
     def __call__(self, z, actions=None):
-        members = nn.vmap(
-            Predictor,
-            variable_axes={'params': 0},
-            split_rngs={'params': True},
-            in_axes=(0, None),
-            out_axes=0,
-            axis_size=self.num_members,
-        )(self.hidden_dims, self.out_dim, self.layer_norm)
-        return members(z, actions)
+        members = nn.vmap(Predictor, variable_axes={'params': 0}, split_rngs={'params': True}, in_axes=(0, None),
+                          out_axes=0, axis_size=self.num_members)
+        return members(self.hidden_dims, self.out_dim, self.layer_norm)(z, actions)
 
 
 class GaussianActor(nn.Module):
-    """Actor head: MLP trunk and a linear mean; a state-independent log-std (zero when `const_std`).
-
-    Returns (means, log_stds). The final layer is initialised small (scale 1e-2) so that the initial
-    policy is close to zero-mean, as in OGBench.
-    """
+    """Actor head -> (means, log_stds): MLP trunk and a linear mean, initialised small (scale 1e-2) so that the
+    initial policy is close to zero-mean, as in OGBench; a state-independent log-std (zero when `const_std`)."""
 
     hidden_dims: Sequence[int]
     action_dim: int
@@ -152,9 +131,6 @@ class GaussianActor(nn.Module):
         return means, log_stds
 
 
-# The diagonal Gaussian of every actor head: its log-density and its (temperature-scaled) samples.
-
-
 def gaussian_log_prob(means, log_stds, actions):
     """log N(actions; means, diag(exp(log_stds))^2), summed over the action dimension."""
     z = (actions - means) * jnp.exp(-log_stds)
@@ -168,11 +144,8 @@ def sample_gaussian(rng, means, log_stds, temperature: float = 1.0):
 
 
 class ModuleDict(nn.Module):
-    """Holds named sub-modules under one parameter tree.
-
-    `apply(params, *args, name='encoder')` runs one sub-module. Called without a name (only at
-    init), it runs every sub-module on its own example arguments given as {name: args_tuple}.
-    """
+    """Named sub-modules under one parameter tree. `apply(params, *args, name='encoder')` runs one; called without a
+    name (only at init), it runs each on its own example arguments, given as {name: args_tuple}."""
 
     modules: dict
 

@@ -1,12 +1,9 @@
 """Goal-conditioned batch sampler that runs on device, inside the jitted update (docs/method.md, section 3).
 
-The dataset lives on device as a `DeviceDataset` (flat arrays of every row, plus for each row the
-index of the last row of its episode). Every random choice is a `jax.random` draw, so a whole
-training step -- sample, update -- is one XLA program with no host round-trip.
-
-Index conventions: rows are states; row `i` is sampled only if it has a successor in its episode
-(`i < T`, where `T = episode_end[i]` is the episode's last row, itself a real state). Goals may be
-any row up to and including `T`.
+The dataset lives on device as a `DeviceDataset`; every random choice is a `jax.random` draw, so a whole training
+step -- sample, update -- is one XLA program with no host round-trip. Rows are states; row `i` is sampled only if
+it has a successor in its episode (`i < T`, where `T = episode_end[i]` is the episode's last row, itself a real
+state). Goals may be any row up to and including `T`.
 """
 
 import dataclasses
@@ -34,12 +31,8 @@ class DeviceDataset(flax.struct.PyTreeNode):
         episode_id = np.searchsorted(ends, np.arange(len(terminals)))
         episode_end = ends[episode_id].astype(np.int32)
         sample_idxs = np.nonzero(~terminals)[0].astype(np.int32)
-        return cls(
-            observations=jnp.asarray(observations),
-            actions=jnp.asarray(actions),
-            episode_end=jnp.asarray(episode_end),
-            sample_idxs=jnp.asarray(sample_idxs),
-        )
+        return cls(observations=jnp.asarray(observations), actions=jnp.asarray(actions),
+                   episode_end=jnp.asarray(episode_end), sample_idxs=jnp.asarray(sample_idxs))
 
     @property
     def size(self) -> int:
@@ -48,12 +41,9 @@ class DeviceDataset(flax.struct.PyTreeNode):
 
 @dataclasses.dataclass(frozen=True)
 class GoalMixture:
-    """Where a goal comes from: current state, the same trajectory's future, or a random state.
-
-    The trajectory part is geometric (`k ~ Geometric(1 - gamma)`) when `geom_sample`, else uniform over the rest of
-    the trajectory. The probabilities (and gamma) are checked where every config value is, in
-    `utils.config_checks.validate_config`.
-    """
+    """Where a goal comes from: current state, the same trajectory's future, or a random state. The trajectory part
+    is geometric (`k ~ Geometric(1 - gamma)`) when `geom_sample`, else uniform over the rest of the trajectory.
+    Every value is checked with the config (`utils.config_checks.validate_config`)."""
 
     p_curgoal: float = 0.0
     p_trajgoal: float = 1.0
@@ -85,10 +75,8 @@ class SamplerConfig:
 
     @classmethod
     def from_config(cls, config, goal_mixtures) -> 'SamplerConfig':
-        """The sampler of an agent config and the goal mixtures its agent declares. Each declared mixture's four
-        fields must be in the config (validate_config has checked that, and that the config holds no field nobody
-        reads); the other settings are features an agent turns on by having the field (`nstep`, `subgoal_steps`,
-        `frame_stack`, `p_aug`, `gc_negative`), else off. `discount` is needed once a mixture samples geometrically."""
+        """The sampler of an agent config and the goal mixtures its agent declares, whose fields validate_config
+        has found in the config. The other settings are features an agent turns on by having the field, else off."""
 
         def mixture(name):
             if name not in goal_mixtures:
@@ -97,18 +85,11 @@ class SamplerConfig:
             return GoalMixture(*(float(p) for p in fields[:3]), bool(fields[3]))
 
         get = lambda key, off: config[key] if key in config else off  # noqa: E731
-        return cls(
-            batch_size=int(config['batch_size']),
-            gamma=float(get('discount', 0.0)),
-            actor_goals=mixture('actor'),
-            value_goals=mixture('value'),
-            high_goals=mixture('high'),
-            nstep=int(get('nstep', 0)),
-            subgoal_steps=int(get('subgoal_steps', 0)),
-            frame_stack=int(get('frame_stack', 1)),
-            p_aug=float(get('p_aug', 0.0)),
-            gc_negative=bool(get('gc_negative', True)),
-        )
+        return cls(batch_size=int(config['batch_size']), gamma=float(get('discount', 0.0)),
+                   actor_goals=mixture('actor'), value_goals=mixture('value'), high_goals=mixture('high'),
+                   nstep=int(get('nstep', 0)), subgoal_steps=int(get('subgoal_steps', 0)),
+                   frame_stack=int(get('frame_stack', 1)), p_aug=float(get('p_aug', 0.0)),
+                   gc_negative=bool(get('gc_negative', True)))
 
 
 def geometric_offset(key, gamma: float, shape):
@@ -135,11 +116,8 @@ def sample_goal_indices(key, data: DeviceDataset, idxs, mixture: GoalMixture, ga
         traj_goals = uniform_future_index(key_traj, idxs, episode_end)
     random_goals = data.sample_idxs[jax.random.randint(key_random, idxs.shape, 0, data.sample_idxs.shape[0])]
     u = jax.random.uniform(key_choice, idxs.shape)
-    return jnp.where(
-        u < mixture.p_curgoal,
-        idxs,
-        jnp.where(u < mixture.p_curgoal + mixture.p_trajgoal, traj_goals, random_goals),
-    )
+    return jnp.where(u < mixture.p_curgoal, idxs,
+                     jnp.where(u < mixture.p_curgoal + mixture.p_trajgoal, traj_goals, random_goals))
 
 
 def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, jax.Array]:
@@ -208,8 +186,5 @@ def _hierarchical_goals(key, data: DeviceDataset, idxs, config: SamplerConfig):
     high_goal_idxs = sample_goal_indices(key, data, idxs, config.high_goals, config.gamma)
     in_episode = (data.episode_end[high_goal_idxs] == episode_end) & (high_goal_idxs >= idxs)
     high_target_idxs = jnp.where(in_episode, jnp.minimum(low_goal_idxs, high_goal_idxs), low_goal_idxs)
-    return dict(
-        low_goals=observations_at(data, low_goal_idxs, config.frame_stack),
-        high_goals=observations_at(data, high_goal_idxs, config.frame_stack),
-        high_targets=observations_at(data, high_target_idxs, config.frame_stack),
-    )
+    stacked = lambda rows: observations_at(data, rows, config.frame_stack)  # noqa: E731
+    return dict(low_goals=stacked(low_goal_idxs), high_goals=stacked(high_goal_idxs), high_targets=stacked(high_target_idxs))
