@@ -118,7 +118,8 @@ def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agen
     return flag_values
 
 
-def check_request(flags_class, flag_values: flags.FlagValues, config, get_agent_class: Callable[[str], type]) -> Request:
+def check_request(flags_class, flag_values: flags.FlagValues, config,
+                  get_agent_class: Callable[[str], type]) -> Request:
     """The Request of the parsed flags `flag_values` of the flags dataclass `flags_class` and of `config`, the agent
     config read from them (--agent, overrides applied), or ConfigError / StorageError naming the problem and its fix.
     `get_agent_class(agent_name)` finds an agent's class (or raises ConfigError)."""

@@ -186,5 +186,6 @@ def _hierarchical_goals(key, data: DeviceDataset, idxs, config: SamplerConfig):
     high_goal_idxs = sample_goal_indices(key, data, idxs, config.high_goals, config.gamma)
     in_episode = (data.episode_end[high_goal_idxs] == episode_end) & (high_goal_idxs >= idxs)
     high_target_idxs = jnp.where(in_episode, jnp.minimum(low_goal_idxs, high_goal_idxs), low_goal_idxs)
-    stacked = lambda rows: observations_at(data, rows, config.frame_stack)  # noqa: E731
-    return dict(low_goals=stacked(low_goal_idxs), high_goals=stacked(high_goal_idxs), high_targets=stacked(high_target_idxs))
+    observations = lambda rows: observations_at(data, rows, config.frame_stack)  # noqa: E731
+    return dict(low_goals=observations(low_goal_idxs), high_goals=observations(high_goal_idxs),
+                high_targets=observations(high_target_idxs))
