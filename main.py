@@ -5,12 +5,13 @@
 The flags are `Flags` below; their defaults follow the paper's protocol (1M steps, 50 evaluation episodes per task;
 the batch size, 1024, is the agent config's). A run:
 
-1. the command line, checked (runtime/request.py): every flag and config value judged before anything is touched;
+1. the command line: `Flags` and the agent config --agent (`define_flags`), parsed and checked (runtime/request.py):
+   every flag and config value judged before anything is touched;
 2. the run directories, one per seed, owned for the whole run (runtime/run_writer.RunSet): --resume checked against
    what they record;
 3. the data: found, downloaded or generated (runtime/dataset_files.py), validated, and put on the device;
 4. the agents: created, or restored from their checkpoints;
-5. the loop: chunks of jitted updates (utils/training.train_seeds, sampling included); around each chunk
+5. the loop: chunks of jitted updates (utils/multi_seed.train_seeds, sampling included); around each chunk
    runtime/schedule.Schedule logs, checkpoints, evaluates and stops, in one fixed order.
 
 docs/guarantees.md says what a run promises when something goes wrong.
@@ -18,6 +19,7 @@ docs/guarantees.md says what a run promises when something goes wrong.
 
 import dataclasses
 import logging as py_logging
+import os
 import sys
 import time
 
@@ -25,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
+from ml_collections import config_flags
 
 import datagen
 from agents import get_agent_class
@@ -32,7 +35,7 @@ from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
 from runtime.exits import EXIT_INTERRUPTED, named_error
-from runtime.request import HelpRequested, Request, check_request, flag
+from runtime.request import HelpRequested, Request, check_request, define_dataclass_flags, flag, parse_command_line
 from runtime.run_writer import RunSet
 from runtime.schedule import Schedule
 from runtime.stops import StopNow, Stopped, StopRequests, exit_at_once_on_sigterm
@@ -40,9 +43,14 @@ from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import NonFiniteLossError
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
 from utils.evaluation.scheduler import Evaluations
+from utils.multi_seed import stack_trees, train_seeds
+from utils.pixel_batches import example_observations
 from utils.progress import progress_bar
-from utils.sampler import DeviceDataset, example_observations
-from utils.training import compiled_create, first_nonfinite, stack_trees, train_seeds, validation_metrics
+from utils.sampler import DeviceDataset
+from utils.training import first_nonfinite, validation_metrics
+
+# The agent config when --agent is not given.
+DEFAULT_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs/presets.py:byol_gamma_a')
 
 # The gym-stepped envs of an evaluation (the native stepper holds any number of episodes): enough for one batch of
 # the paper's 50 episodes per task; more episodes run in successive batches.
@@ -51,8 +59,8 @@ GYM_EVAL_ENVS = 256
 
 @dataclasses.dataclass(frozen=True)
 class Flags:
-    """main.py's flags (and --agent, the agent config: runtime/request.py defines it). `resume_may_differ` marks the
-    flags --resume may change: they change neither what is computed nor what an evaluation number means."""
+    """main.py's flags besides --agent (`define_flags`). `resume_may_differ` marks the flags --resume may change: they
+    change neither what is computed nor what an evaluation number means."""
 
     env_name: str = flag('pointmaze-medium-stitch-v0', 'OGBench dataset name, e.g. antmaze-medium-stitch-v0.')
     seed: int = flag(0, 'Random seed (network init, sampling, evaluation).')
@@ -92,9 +100,23 @@ class Flags:
                         'was started with; --train_steps may change).', resume_may_differ=True)
 
 
+def define_flags(flag_values: flags.FlagValues, argv):
+    """main.py's flags, in `flag_values`: the fields of `Flags`, and --agent, the agent config, whose fields
+    --agent.<key>=<value> in `argv` override."""
+    define_dataclass_flags(Flags, flag_values)
+    config_flags.DEFINE_config_file(
+        'agent', DEFAULT_AGENT,
+        'Agent config: a preset, configs/presets.py:<name> (every method of the paper; README lists them), or an agent '
+        'file, agents/<name>.py. Any field is overridden with --agent.<key>=<value>.',
+        flag_values=flag_values, lock_config=True, sys_argv=list(argv))
+
+
 def request_of(argv) -> Request:
-    """main.py's command line `argv`, checked (ConfigError / StorageError naming the problem; nothing is touched)."""
-    return check_request(argv, Flags, get_agent_class)
+    """main.py's command line `argv`, parsed and checked (ConfigError / StorageError naming the problem; nothing is
+    touched)."""
+    flag_values = parse_command_line(argv, define_flags, DEFAULT_AGENT)
+    config = flag_values.agent  # the config file's get_config(), --agent.<key> overrides applied
+    return check_request(Flags, flag_values, config, get_agent_class)
 
 
 def main(argv):
@@ -165,7 +187,7 @@ class Data:
 def build_agents(request: Request, data: Data, runs: RunSet):
     """One agent per seed, exactly as a single-seed run with that seed would make it, restored from its checkpoint
     when resuming; stacked along a seed axis when there are several."""
-    create = compiled_create(request.agent_class, data.example_observations, data.example_actions, request.config)
+    create = request.agent_class.compiled_create(data.example_observations, data.example_actions, request.config)
     agents = []
     for writer in runs.writers:
         agent = create(writer.seed)
@@ -253,7 +275,7 @@ class TrainingLoop:
 
 
 def keep_argv(argv):
-    """app.run's flag parser: main.py's flags are parsed (purely) by check_request; absl's own keep their defaults."""
+    """app.run's flag parser: main.py's flags are parsed (purely) by request_of; absl's own keep their defaults."""
     flags.FLAGS.mark_as_parsed()
     return argv
 

@@ -1,25 +1,18 @@
-"""What every agent is (`Agent`), the behavior-cloning agents' objective (`BCAgent`), and the encoders they share.
+"""What every agent is (`Agent`), the behavior-cloning agents' objective (`BCAgent`), and the encoders they build.
 
-    Agent                      rng, network (parameters + optimizer), targets (EMA copies), config;
-    |                          `create` (checks the observations, then the agent's `build`), one jitted
-    |                          `update`, `metrics`, `from_modules`
+    Agent                      rng, network (parameters + optimizer), targets (EMA copies), config; `create`,
+    |                          one jitted `update`, `metrics`
     +-- BCAgent                L_BC + alpha * L_aux: agents/gcbc.py, byol_gamma.py, tra.py, tdsr.py
     +-- GoalConditionedRLAgent offline RL baselines (agents/rl_base.py): gcivl, gciql, qrl, crl, hiql
     +-- FBAgent                forward-backward RL (agents/fb.py)
 
-The hierarchical agents (agents/hierarchical.py) are no `Agent`: each is a composition of a high-level policy and a
-flat `BCAgent`, with the same small interface (`create`, `update`, `metrics`, `sample_actions`).
+The hierarchical agents (agents/hierarchical.py) compose a high-level policy and a flat `BCAgent` behind the same
+interface. Every config field has a rule kept by the class that reads it (`CONFIG_RULES`, utils/config_checks.py).
 
-The config contract (utils/config_checks.py): every field an agent's config holds has a rule, kept by the class
-that reads it (`CONFIG_RULES`, merged down the class hierarchy), and an agent declares the goal mixtures its sampler
-draws (`GOAL_MIXTURES`). A field nobody reads is an error before anything runs.
-
-Gradient routing is written at the call site. A loss receives the parameters it differentiates, `params`, and
-passes them to every network it trains: `self.network(x, name='encoder', params=params)`. A network it only reads is
-called with `frozen(params)` (stop-gradient). `TrainState.__call__` has no default parameters, so no call can forget
-to choose. Target networks are not part of the optimised tree: `targets` holds the EMA parameters of each online
-module that has one, read with `self.target(..., name=<online module>)` and moved towards the online parameters
-after every step.
+Gradient routing is written at the call site: a loss passes the parameters it differentiates to every network it
+trains, `self.network(x, name='encoder', params=params)`, and `frozen(params)` to a network it only reads
+(`TrainState.__call__` has no default). Target networks are outside the optimised tree: `targets` holds the EMA
+parameters of each online module that has one, read with `self.target(..., name=<online module>)`.
 """
 
 from typing import Any, Callable, Dict, Sequence, Tuple
@@ -29,29 +22,36 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from utils.config_checks import Rule, RuleOwner, at_least, is_finite_number, non_negative, one_of, probability, switch
-from utils.errors import ConfigError
-from utils.networks import (
-    VISUAL_ENCODERS,
-    EnsembleEncoder,
-    GaussianActor,
-    ModuleDict,
-    gaussian_log_prob,
-    sample_gaussian,
-)
+from utils.config_checks import ENCODER_RULES, Rule, RuleOwner, is_finite_number, non_negative
+from utils.image_encoders import VISUAL_ENCODERS, VISUAL_LATENT_DIM, check_encoder_fits_observations, is_image_batch
+from utils.networks import EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
 from utils.optimizers import for_backend
 from utils.training import TrainState, ema_update, nonpytree_field
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
 
-class Agent(flax.struct.PyTreeNode, RuleOwner):
-    """Parameters, optimizer state, target parameters and RNG of one agent, and its one gradient step.
+# Compiler options for programs that run once: no XLA optimisations (the same numbers, compiled in a fraction of the time).
+FAST_COMPILE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive_passes': True}
 
-    A family defines `loss_fn(batch, rng)` (the objective of one update as a function of the
-    parameters) and `sample_actions`, an agent `build`; agents with target networks keep a `tau`
-    config field.
-    """
+
+class CompiledCreate:
+    """`compiled_create`, offered by every agent class: an `Agent`, or a composition with its own `create`."""
+
+    @classmethod
+    def compiled_create(cls, ex_observations, ex_actions, config):
+        """`seed -> cls.create(seed, ex_observations, ex_actions, config)`, compiled once (the seed an argument) as one
+        program without XLA optimisations: bit for bit the agent that `create` run op by op makes, where every
+        initialiser op is compiled, optimised, on its own, seconds for a program run once (docs/performance.md,
+        "Start-up"). Files a `create` reads (a hierarchical agent's stage1_checkpoint) are read while tracing."""
+        create = jax.jit(lambda seed, observations, actions: cls.create(seed, observations, actions, config))
+        compiled = create.lower(np.int32(0), ex_observations, ex_actions).compile(FAST_COMPILE)
+        return lambda seed: compiled(np.int32(seed), ex_observations, ex_actions)
+
+
+class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
+    """Parameters, optimizer state, target parameters and RNG of one agent, and its one gradient step. A family
+    defines `loss_fn` and `sample_actions`, an agent `build`."""
 
     rng: Any
     network: TrainState
@@ -68,9 +68,8 @@ class Agent(flax.struct.PyTreeNode, RuleOwner):
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        """The untrained agent for observations and actions shaped like `ex_observations`, `ex_actions`
-        ([1, ...] each). What only the data can tell is checked here, once for every agent (an image
-        encoder needs image observations, a state encoder state vectors); then the agent's `build`."""
+        """The untrained agent for observations and actions shaped like `ex_observations`, `ex_actions` ([1, ...]
+        each): the agent's `build`, once the encoder is known to fit the observations."""
         check_encoder_fits_observations(config, ex_observations)
         return cls.build(seed, ex_observations, ex_actions, config)
 
@@ -126,32 +125,13 @@ def bc_loss(means, log_stds, actions):
     return -jnp.mean(gaussian_log_prob(means, log_stds, actions))
 
 
-# ---------------------------------------------------------------------------------------------
-# Behavior cloning plus an auxiliary representation loss: the paper's objective.
-# ---------------------------------------------------------------------------------------------
-
-# Rules on the fields of the agents that read observations through an encoder (BCAgent's family, FB and the
-# hierarchical agents include them): the image encoder (or 'none' for state vectors), phi's size and ensemble,
-# the layer norms, and the pixel pipeline's frame stacking and crop augmentation (read by the sampler).
-ENCODER_RULES = {
-    'encoder': one_of('none', *VISUAL_ENCODERS),
-    'latent_dim': non_negative(0),
-    'num_ensemble': at_least(1, 2),
-    'encoder_layer_norm': switch(True),
-    'actor_layer_norm': switch(False),
-    'frame_stack': at_least(1, 1),
-    'p_aug': probability(0.5),
-}
-
-
 class BCAgent(Agent):
     """Goal-conditioned behavior cloning with an auxiliary loss on the representation the actor reads:
 
         L = L_BC + alpha * L_aux,    L_BC = -E[log pi(a_t | s_t, g)]        (the paper's objective)
 
-    An agent file defines `build`, `encode`, `actor_input` and, for an auxiliary loss, `representation_loss`,
-    plus a module-level `get_config()`. `encode` is the update's one encoding cache: every encoder output both
-    losses read, computed once (and, with `encode_together`, in one call per encoder).
+    An agent file defines `build`, `encode`, `actor_input` and, for an auxiliary loss, `representation_loss`, plus
+    a module-level `get_config()`. `encode` computes once every encoder output both losses read.
     """
 
     CONFIG_RULES = {'alpha': non_negative(1.0), **ENCODER_RULES}
@@ -194,9 +174,8 @@ class BCAgent(Agent):
         return self.actor_input(batch, self.encode(batch, params))
 
     def representations(self, observations, actions, goals):
-        """(prediction for s, representation of g), ensemble means, as the paper's analyses compare
-        them (docs/method.md, section 5): psi(phi(s), a) or psi(s, a) against phi(g). Agents with a
-        representation override this."""
+        """(prediction for s, representation of g), ensemble means, as the paper's analyses compare them
+        (docs/method.md, section 5): psi(phi(s), a) or psi(s, a) against phi(g)."""
         raise NotImplementedError(f'{type(self).__name__} has no learned representation to analyse.')
 
     @jax.jit
@@ -208,12 +187,8 @@ class BCAgent(Agent):
 
 
 # ---------------------------------------------------------------------------------------------
-# The state encoders phi / psi and the actor head every representation agent builds, and how (state, goal)
-# becomes the actor's input.
+# How an update encodes a batch, and the encoder and actor head every representation agent builds.
 # ---------------------------------------------------------------------------------------------
-
-# The paper's encoder output size for pixel observations (its hyperparameter table: 64 for visual).
-VISUAL_LATENT_DIM = 64
 
 
 def encode_together(network, params, name, arrays):
@@ -231,52 +206,9 @@ def mean_concat(z_s, z_g):
     return jnp.concatenate([z_s.mean(axis=0), z_g.mean(axis=0)], axis=-1)
 
 
-def phi_policy_inputs(network, observations, goals, params, encoder_name='encoder'):
-    """concat(z(s), z(g)) where z is the ensemble-mean representation (phi_1 + phi_2) / 2."""
-    encoded = encode_together(network, params, encoder_name, {'s': observations, 'g': goals})
-    return mean_concat(encoded['s'], encoded['g'])
-
-
 def present(batch, keys):
     """{key: batch[key]} of those `keys` the batch holds (a batch of (s, g) at acting time holds two)."""
     return {key: batch[key] for key in keys if key in batch}
-
-
-def psi_inputs(observations, actions, action_conditioned: bool):
-    """The arguments of a state encoder psi (an `EnsembleEncoder`): (s,), or (s, a) for the action-conditioned (^a)
-    variants, where the encoder concatenates a to s (or to its image features)."""
-    return (observations, actions) if action_conditioned else (observations,)
-
-
-def is_image_batch(observations) -> bool:
-    """Observations [B, H, W, C] are images; [B, D] are state vectors."""
-    return observations.ndim >= 4
-
-
-def check_encoder_fits_observations(config, ex_observations):
-    """ConfigError unless the config's observation encoder fits the observations: an image encoder (`encoder` in
-    VISUAL_ENCODERS) for images [B, H, W, C], 'none' for state vectors [B, D]; a config without an `encoder` field
-    reads state vectors. Which names exist is a config rule (ENCODER_RULES); this is the one check that needs the
-    data, run by `Agent.create` for every agent."""
-    name = config['encoder'] if 'encoder' in config else None
-    images = is_image_batch(ex_observations)
-    shape = tuple(ex_observations.shape[1:])
-    if images and name is None:
-        raise ConfigError(
-            f'The observations are images (shape {shape}) but agent {config["agent_name"]!r} reads state vectors only '
-            f'(it has no --agent.encoder): use a state-based dataset, or an agent with an image encoder (e.g. '
-            f'--agent=configs/presets.py:byol_gamma_a_visual).'
-        )
-    if images and name not in VISUAL_ENCODERS:
-        raise ConfigError(
-            f'The observations are images (shape {shape}) but encoder={name!r} expects state vectors: pass '
-            f'--agent.encoder=impala_small (or a visual preset, e.g. --agent=configs/presets.py:byol_gamma_a_visual).'
-        )
-    if not images and name in VISUAL_ENCODERS:
-        raise ConfigError(
-            f'encoder={name!r} is an image encoder but the observations are state vectors (shape {shape}): use a '
-            f'visual-* dataset, or leave --agent.encoder at its default.'
-        )
 
 
 def latent_dim_for(config, ex_observations) -> int:
@@ -292,27 +224,13 @@ def latent_dim_for(config, ex_observations) -> int:
 
 def state_encoder(config, ex_observations):
     """(phi, d): the ensemble encoder of states (encoder_hidden_dims, encoder_layer_norm, num_ensemble), behind the
-    image encoder config.encoder when the observations are images. Every agent builds its phi / psi encoders here."""
+    image encoder config.encoder for images. Every agent builds its phi / psi encoders here."""
     d = latent_dim_for(config, ex_observations)
     encoder = EnsembleEncoder(config.encoder_hidden_dims, d, config.num_ensemble, config.encoder_layer_norm,
-                              visual_encoder=config.encoder)
+                              image_encoder=VISUAL_ENCODERS.get(config.encoder))
     return encoder, d
 
 
 def bc_actor(config, action_dim: int):
     """The Gaussian actor head of the behavior-cloning agents (actor_hidden_dims, actor_layer_norm)."""
     return GaussianActor(config.actor_hidden_dims, action_dim, layer_norm=config.actor_layer_norm)
-
-
-def two_encoder_modules(config, ex_observations, ex_actions):
-    """(modules, example_args) of an agent with two encoder ensembles of states and an actor on two of their
-    representations (TRA, TD-SR): phi ('encoder'), psi ('psi_encoder', a copy of phi's architecture that also reads
-    a_t when config.action_conditioned) and the actor ('actor') on concat(z_s, z_g), 2 * d inputs."""
-    encoder, d = state_encoder(config, ex_observations)
-    modules = {'encoder': encoder, 'psi_encoder': encoder.clone(), 'actor': bc_actor(config, ex_actions.shape[-1])}
-    example_args = {
-        'encoder': (ex_observations,),
-        'psi_encoder': psi_inputs(ex_observations, ex_actions, config.action_conditioned),
-        'actor': (jnp.zeros((1, 2 * d)),),
-    }
-    return modules, example_args

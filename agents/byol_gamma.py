@@ -4,22 +4,14 @@
     L_aux = f(psi_f(phi(s_t), a_t), sg phibar(s_{t+k})) + f(psi_b(phi(s_{t+k})), sg phibar(s_t)),
     k ~ Geometric(1 - gamma)                             (paper, eq. byolgbi)
 
-f(prediction, target) throughout (docs/method.md, section 4); the paper writes the backward term with its
-arguments swapped, which for f_CE would make the target the log-softmax side (see
-`byol_gamma_loss` below).
-
-phi is an ensemble of 2 encoders, each with its own psi_f / psi_b, trained independently by L_aux;
-the actor sees the ensemble mean. L_aux never reaches the actor head; L_BC flows into phi.
+f(prediction, target) throughout (docs/method.md, section 4; `byol_gamma_loss` says why the backward term differs
+from the paper's argument order). phi is an ensemble of 2 encoders, each with its own psi_f / psi_b, trained
+independently by L_aux; the actor sees the ensemble mean. L_aux never reaches the actor head; L_BC flows into phi.
 phibar is phi with stop-gradient (tau = 1) or an EMA copy (tau < 1).
 
-Every ablation is a config: BYOL (gamma=0, no psi_b, no action, f_l2), -a, f_l2, -psi_b, gamma=0;
-`nstep > 0` replaces the geometric term by recurrent n-step prediction with the actions
-(n-step BYOL): sum_j f(psi_f^j(phi(s_t), a_t..a_{t+j-1}), sg phibar(s_{t+j})).
-
-f_CE's log (`ce_eps`, `f_ce` below): the default 1e-6 is the authors' implementation,
--softmax(b) . log(softmax(a) + 1e-6), the same as the printed log-softmax (ce_eps = 0) for moderate
-logits but bounded, with vanishing gradients, where softmax(a) underflows as the representation
-scale grows.
+Every ablation is a config: BYOL (gamma=0, no psi_b, no action, f_l2), -a, f_l2, -psi_b, gamma=0; `nstep > 0`
+replaces the geometric term by n-step BYOL, recurrent prediction with the actions:
+sum_j f(psi_f^j(phi(s_t), a_t..a_{t+j-1}), sg phibar(s_{t+j})).
 """
 
 import jax
@@ -43,16 +35,11 @@ L2_NORM_EPS = 1e-12
 
 
 def f_ce(pred, target, eps=0.0):
-    """f_CE(a, b) = -softmax(b) . log softmax(a), per sample (paper eq. byolgbi, DINO-style).
-
-    The paper prints the loss without the minus sign; we add it so that it is a
-    cross-entropy to minimise. No stop-gradient here: callers decide what is a target.
-    `eps > 0` gives the authors' implementation, -softmax(b) . log(softmax(a) + eps): the same for
-    moderate logits, but bounded by -log(eps) per sample (and with vanishing gradients) where
-    softmax(a) underflows, i.e. once the representation scale has grown. eps = 0 is the printed form,
-    computed with log_softmax.
-    Returns an array with the leading (batch) axes of the inputs.
-    """
+    """f_CE(a, b) = -softmax(b) . log softmax(a), per sample (paper eq. byolgbi, DINO-style; the paper prints it
+    without the minus sign, we minimise a cross-entropy). No stop-gradient here: callers decide what is a target.
+    `eps > 0` is the authors' implementation, -softmax(b) . log(softmax(a) + eps): the same for moderate logits, but
+    bounded by -log(eps) per sample, with vanishing gradients, where softmax(a) underflows as the representation
+    scale grows. eps = 0 is the printed form, computed with log_softmax."""
     if eps == 0.0:
         log_probs = jax.nn.log_softmax(pred, axis=-1)
     else:
@@ -66,12 +53,8 @@ def _normalize(x):
 
 
 def f_l2(pred, target):
-    """f_l2(a, b) = || a/|a| - b/|b| ||^2, per sample (paper eq. byolgbi, BYOL's normalised L2).
-
-    Norms carry eps = 1e-12 under the square root (`L2_NORM_EPS`): a zero vector then counts as
-    the zero direction, so f_l2(0, b) = 1 for any non-zero b, with finite gradients. Values lie
-    in [0, 4] (0 for equal directions, 4 for opposite ones) and the loss is symmetric in a, b.
-    """
+    """f_l2(a, b) = || a/|a| - b/|b| ||^2, per sample (paper eq. byolgbi, BYOL's normalised L2), in [0, 4] and
+    symmetric. With `L2_NORM_EPS` a zero vector is the zero direction: f_l2(0, b) = 1, with finite gradients."""
     return jnp.sum(jnp.square(_normalize(pred) - _normalize(target)), axis=-1)
 
 
@@ -84,41 +67,22 @@ def _discrepancy(kind, ce_eps=0.0):
 
 
 def prediction_loss(pred, target, kind, ce_eps=0.0):
-    """E[f(a, sg b)] with f = f_CE (kind='ce') or f_l2 (kind='l2') (paper eqs. byol, byolgbi).
-
-    The mean runs over all leading axes (batch, and an ensemble axis if present). The target is
-    stop-gradiented here, so only `pred` (and what produced it) receives gradients. `ce_eps` is
-    f_CE's eps (0 = printed form; see `f_ce`); f_l2 ignores it.
-    """
+    """E[f(a, sg b)] with f = f_CE (kind='ce', its eps `ce_eps`) or f_l2 (kind='l2') (paper eqs. byol, byolgbi),
+    averaged over all leading axes (batch, and an ensemble axis if present)."""
     f = _discrepancy(kind, ce_eps)
     return jnp.mean(f(pred, jax.lax.stop_gradient(target)))
 
 
 def byol_gamma_loss(forward_pred, future_target, backward_pred=None, current_target=None, kind='ce', ce_eps=0.0):
-    """BYOL-gamma (paper eq. byolgbi, backward term with the prediction first, see below):
-        L = E[ f(psi_f(phi(s_t), a_t), sg phibar(s_+)) + f(psi_b(phi(s_+)), sg phibar(s_t)) ],
-    s_+ ~ M~pi(s_t, .), i.e. s_{t+k} with k ~ Geom(1 - gamma).
+    """BYOL-gamma's L_aux (paper eq. byolgbi), s_+ = s_{t+k} with k ~ Geom(1 - gamma):
+        L = E[ f(psi_f(phi(s_t), a_t), sg phibar(s_+)) + f(psi_b(phi(s_+)), sg phibar(s_t)) ].
+    The targets phibar(s_+), phibar(s_t) are stop-gradiented here. `backward_pred` None is the -psi_b ablation
+    (forward term only); otherwise `current_target` is required. Returns (loss, {'forward_loss', 'backward_loss'}).
 
-    Args:
-        forward_pred: psi_f(phi(s_t)[, a_t]).
-        future_target: phibar(s_+); stop-gradiented here.
-        backward_pred: psi_b(phi(s_+)), or None for the `-psi_b` ablation (forward term only).
-        current_target: phibar(s_t); stop-gradiented here; required with `backward_pred`.
-        kind: 'ce' or 'l2'.
-        ce_eps: f_CE's eps, 0 for the printed log-softmax (see `f_ce`).
-
-    Backward-term argument order: the paper writes f(phibar(s_t), psi_b(...)), which with its
-    f_CE(a, b) = softmax(b) . log softmax(a) would put the target on the log-softmax side and
-    the prediction on the softmax side. Minimising -sum_k p_k(psi_b) log q_k(target) over the
-    prediction is linear in p, so its optimum is a one-hot on argmax q rather than p = q: it
-    does not make psi_b predict phibar(s_t). We therefore follow the convention of docs/method.md (`a` =
-    prediction, `b` = target) and the paper's prose ("psi_b predicts a past representation"):
-    backward term = f(psi_b(phi(s_+)), sg phibar(s_t)), a proper DINO-style cross-entropy
-    towards a fixed target distribution. For f_l2 the order is immaterial
-    (symmetric); only the stop-gradient placement matters.
-
-    Returns:
-        (loss, {'forward_loss', 'backward_loss'}); backward_loss is 0 without a backward term.
+    The backward term puts the prediction first. The paper's f(phibar(s_t), psi_b(...)) would, with f_CE, put the
+    target on the log-softmax side: minimising -sum_k p_k(psi_b) log q_k(target), linear in p, drives psi_b to a
+    one-hot on argmax q, not to q. Prediction first is docs/method.md's convention and the paper's prose ("psi_b
+    predicts a past representation"); f_l2 is symmetric, so there only the stop-gradient placement matters.
     """
     forward = prediction_loss(forward_pred, future_target, kind, ce_eps)
     if backward_pred is None:
@@ -131,21 +95,10 @@ def byol_gamma_loss(forward_pred, future_target, backward_pred=None, current_tar
 
 
 def nstep_prediction_loss(predictions, targets, mask, kind, ce_eps=0.0):
-    """n-step BYOL (paper appendix "N-step BYOL"):
-        L = sum_{j=1..n} f(psi_f^j(phi(s_t), a_t, .., a_{t+j-1}), sg phibar(s_{t+j})),
-    where each step is averaged only over the samples in which s_{t+j} exists:
-        L = sum_j (sum_b m_bj f_bj) / max(sum_b m_bj, 1).
-
-    Args:
-        predictions, targets: [..., n, d]; index j along axis -2 is step j+1.
-        mask: [..., n], 1 where step j lies inside the sample's episode, 0 otherwise.
-        kind: 'ce' or 'l2'.
-        ce_eps: f_CE's eps, 0 for the printed log-softmax (see `f_ce`).
-
-    Returns:
-        (loss, info) with info['step_losses'] of shape [n] and scalar 'step{j}_loss' for
-        j = 1..n. A step whose mask is all zero contributes exactly 0.
-    """
+    """n-step BYOL (paper appendix "N-step BYOL"): L = sum_{j=1..n} f(psi_f^j(phi(s_t), a_t..a_{t+j-1}), sg
+    phibar(s_{t+j})), each step averaged over the samples where s_{t+j} exists: sum_j (sum_b m_bj f_bj) /
+    max(sum_b m_bj, 1). `predictions`, `targets` [..., n, d] (index j on axis -2 is step j+1); `mask` [..., n].
+    Returns (loss, info): info['step_losses'] [n] and scalar 'step{j}_loss'; an all-masked step contributes 0."""
     n = predictions.shape[-2]
     f = _discrepancy(kind, ce_eps)(predictions, jax.lax.stop_gradient(targets))
     f = f.reshape(-1, n)
@@ -175,8 +128,8 @@ class BYOLGammaAgent(BCAgent):
         return mean_concat(z['observations'], z['actor_goals'])
 
     def target_encode(self, x, params, online=None):
-        """phibar(x): the online encoder without gradient (tau = 1) or its EMA target (tau < 1).
-        `online`, phi(x) when already computed, is reused for tau = 1 instead of re-encoding x."""
+        """phibar(x): the online encoder without gradient (tau = 1; `online`, phi(x) if already computed, is reused)
+        or its EMA target (tau < 1)."""
         if self.config['tau'] == 1.0:
             online = self.network(x, name='encoder', params=params) if online is None else online
             return jax.lax.stop_gradient(online)

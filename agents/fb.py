@@ -52,10 +52,11 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import ENCODER_RULES, Agent, LossFn, bc_loss, latent_dim_for
-from utils.config_checks import Rule, at_least, non_negative, one_of, probability, switch
+from agents.base import Agent, LossFn, bc_loss, latent_dim_for
+from utils.config_checks import ENCODER_RULES, Rule, at_least, non_negative, one_of, probability, switch
+from utils.image_encoders import visual_encoder
 from utils.losses import forward_backward_loss, orthonormality_loss
-from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize, visual_encoder
+from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize
 from utils.training import frozen
 
 # Under the square root of the norm, so that projecting a zero vector gives 0 instead of NaN.

@@ -17,7 +17,7 @@ import optax
 
 from agents.base import BCAgent, bc_actor, encode_together, mean_concat, present, state_encoder
 from utils.config_checks import switch
-from utils.networks import visual_encoder
+from utils.image_encoders import visual_encoder
 
 
 class GCBCAgent(BCAgent):

@@ -47,7 +47,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from agents.base import bc_loss, phi_policy_inputs, state_encoder
+from agents.base import CompiledCreate, bc_loss, encode_together, mean_concat, state_encoder
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
@@ -56,6 +56,13 @@ from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_ne
 from utils.errors import ConfigError
 from utils.networks import GaussianActor, ModuleDict, sample_gaussian
 from utils.training import TrainState, frozen, nonpytree_field
+
+
+def phi_policy_inputs(network, observations, goals, params, encoder_name='encoder'):
+    """concat(z(s), z(g)) where z is the ensemble-mean representation (phi_1 + phi_2) / 2."""
+    encoded = encode_together(network, params, encoder_name, {'s': observations, 'g': goals})
+    return mean_concat(encoded['s'], encoded['g'])
+
 
 # ---------------------------------------------------------------------------------------------
 # The high level: pi_h(subgoal | s, g), a Gaussian BC policy with its own train state. It reads the low
@@ -190,7 +197,7 @@ class LowEncoderPolicy(LatentSubgoalPolicy):
 # ---------------------------------------------------------------------------------------------
 
 
-class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner):
+class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
     """`high` (a HighLevelPolicy) composed with `low` (a flat agent, whose target networks, if any, are
     its own). A variant names its low-level agent class and config, and its high-level policy class."""
 

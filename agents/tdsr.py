@@ -26,7 +26,8 @@ TD-SR command (and the paper's TD-SR appendix) turns them off, though their code
 import ml_collections
 import optax
 
-from agents.base import BCAgent, encode_together, mean_concat, present, psi_inputs, two_encoder_modules
+from agents.base import BCAgent, encode_together, mean_concat, present
+from agents.two_encoders import psi_inputs, two_encoder_modules
 from utils.config_checks import at_least, non_negative, one_of, switch
 from utils.losses import orthonormality_loss, td_sr_loss
 from utils.networks import length_normalize

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import BCAgent, encode_together, mean_concat, present, psi_inputs, two_encoder_modules
+from agents.base import BCAgent, encode_together, mean_concat, present
+from agents.two_encoders import psi_inputs, two_encoder_modules
 from utils.config_checks import non_negative, one_of, switch
 from utils.losses import LOSS_SCALES, check_choice
 

@@ -132,12 +132,12 @@ def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='auto'):
     vector ('flat'), per leaf ('leaf') or as main.py chooses for this backend ('auto')."""
     from agents import get_agent_class
     from configs.presets import get_config as preset_config
+    from utils.multi_seed import stack_trees
     from utils.optimizers import with_optimizer
-    from utils.training import compiled_create, stack_trees
 
     config = preset_config(preset)
     config.batch_size = batch_size
-    create = compiled_create(get_agent_class(config.agent_name), raw['observations'][:1], raw['actions'][:1], config)
+    create = get_agent_class(config.agent_name).compiled_create(raw['observations'][:1], raw['actions'][:1], config)
     agents = [create(s) for s in range(num_seeds)]
     if optimizer_layout != 'auto':
         agents = [with_optimizer(agent, one_vector=optimizer_layout == 'flat') for agent in agents]
@@ -150,7 +150,8 @@ def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='auto'
     import jax
 
     from benchmarks.hlo_stats import program_stats
-    from utils.training import train_steps, train_steps_multi
+    from utils.multi_seed import train_steps_multi
+    from utils.training import train_steps
 
     start = time.perf_counter()
     state = make_agents(preset, num_seeds, raw, args.batch_size, optimizer_layout)

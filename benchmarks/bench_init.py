@@ -1,5 +1,5 @@
 """Seconds to create an agent in a fresh process: `create` run op by op (eager) against the one
-unoptimised program main.py compiles (`utils.training.compiled_create`), side by side.
+unoptimised program main.py compiles (`agents.base.Agent.compiled_create`), side by side.
 
     python benchmarks/bench_init.py --presets=gcbc,byol_gamma_a --rounds=3
 
@@ -35,7 +35,6 @@ def time_one(mode: str, preset: str) -> float:
 
     from agents import get_agent_class
     from configs.presets import get_config
-    from utils.training import compiled_create
 
     config = get_config(preset)
     agent_class = get_agent_class(config.agent_name)
@@ -44,7 +43,7 @@ def time_one(mode: str, preset: str) -> float:
     if mode == 'eager':
         agent = agent_class.create(0, observations, actions, config)
     else:
-        agent = compiled_create(agent_class, observations, actions, config)(0)
+        agent = agent_class.compiled_create(observations, actions, config)(0)
     jax.block_until_ready(agent)
     return time.perf_counter() - start
 

@@ -51,7 +51,8 @@ def rendering_frames_per_second(num_frames):
 def training_steps_per_second(preset):
     from agents import get_agent_class
     from configs.presets import get_config
-    from utils.sampler import DeviceDataset, SamplerConfig, example_observations
+    from utils.pixel_batches import example_observations
+    from utils.sampler import DeviceDataset, SamplerConfig
     from utils.training import train_steps
 
     config = get_config(preset)

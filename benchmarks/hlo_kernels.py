@@ -4,10 +4,11 @@
     python benchmarks/hlo_kernels.py --presets byol_gamma_a --num_seeds 16 --top 20 --json out.json
 
 For each preset and seed count N this lowers and compiles exactly the program main.py runs
-(`utils.training.train_steps` for one seed, `train_steps_multi` for N vmapped seeds: `--steps_per_call` updates in one
-`lax.scan`, on-device sampling included) at batch `--batch_size` per seed, on the backend JAX sees, and prints from
-the compiled program (`benchmarks.hlo_stats`, which documents the counting rule): GFLOP per update (XLA's cost
-analysis), kernels per update (every kernel the scan's loop body launches), and where they come from.
+(`utils.training.train_steps` for one seed, `utils.multi_seed.train_steps_multi` for N vmapped seeds:
+`--steps_per_call` updates in one `lax.scan`, on-device sampling included) at batch `--batch_size` per seed, on the
+backend JAX sees, and prints from the compiled program (`benchmarks.hlo_stats`, which documents the counting rule):
+GFLOP per update (XLA's cost analysis), kernels per update (every kernel the scan's loop body launches), and where
+they come from.
 Nothing runs: the agents and the dataset are abstract shapes (`jax.eval_shape`), so this needs no data and
 takes one compilation per row.
 
@@ -43,9 +44,10 @@ from agents import get_agent_class
 from benchmarks.hlo_stats import format_counter, program_stats
 from configs.presets import get_config as preset_config
 from runtime.checkout import require_own_checkout
+from utils.multi_seed import train_steps_multi
 from utils.optimizers import with_optimizer
 from utils.sampler import DeviceDataset
-from utils.training import train_steps, train_steps_multi
+from utils.training import train_steps
 
 PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}
 # Observation and action sizes of the state-based datasets this project trains on (OGBench's).

@@ -1,8 +1,8 @@
 """Kernels per training step, read from the compiled, optimised HLO of a jitted program.
 
 `program_stats(compiled)` takes what `jax.jit(f).lower(...).compile()` returns for a program whose work is one
-`lax.scan` (main.py's fused update, `utils.training.train_steps` / `train_steps_multi`) and reports, for one
-iteration of that scan (one update):
+`lax.scan` (main.py's fused update, `utils.training.train_steps` / `utils.multi_seed.train_steps_multi`) and
+reports, for one iteration of that scan (one update):
 
   * `kernels`: how many separate kernels XLA launches (the counting rule below), with a breakdown `by_kind`
     (gemm, elementwise fusion, reduction, copy, ...) and `by_source` (which part of the program each kernel
@@ -237,7 +237,7 @@ def kind_of(module: HloModule, instruction: Instruction) -> str:
 # Where a kernel comes from: the first rule (in this order) that any frame of its source stack matches. jax.random's
 # own frames are not in the stack (JAX leaves its internals out), so random ops are told by their op_name.
 SOURCE_RULES = (
-    ('sampler', lambda f, fn: f.endswith('utils/sampler.py')),
+    ('sampler', lambda f, fn: f.endswith(('utils/sampler.py', 'utils/pixel_batches.py'))),
     ('EMA targets', lambda f, fn: fn.startswith(('ema_update', 'Agent.updated_targets', 'fused_ema'))),
     ('grad norm', lambda f, fn: fn in ('tree_norm', 'tree_sum', 'global_norm') or fn.startswith('grad_norm')),
     ('optimizer (Adam)', lambda f, fn: '/optax/' in f or fn.startswith(('TrainState.apply_gradients', 'TrainState._apply_gradients'))),
@@ -256,7 +256,7 @@ def source_of(module: HloModule, instruction: Instruction) -> str:
     for jax.random's hash (told by its op_name); else the innermost frame of this project's code, else 'other'."""
     frames = module.stack(instruction)
     op_name = instruction.metadata().get('op_name', '')
-    in_sampler = any(f.endswith('utils/sampler.py') for f, _ in frames)
+    in_sampler = any(f.endswith(('utils/sampler.py', 'utils/pixel_batches.py')) for f, _ in frames)
     if any(name in op_name for name in RNG_OP_NAMES):
         return 'sampler (rng)' if in_sampler else 'rng (jax.random)'
     if not frames:

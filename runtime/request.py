@@ -1,12 +1,11 @@
-"""What a `main.py` command line asks for, checked: `check_request(argv, Flags, get_agent_class) -> Request`, or a
-named error.
+"""What a `main.py` command line asks for, parsed and checked, or a named error.
 
-main.py declares its flags as a frozen dataclass (`main.Flags`), each field a `flag(default, help)`; this module
-turns such a class into absl flags, parses argv into a fresh flag set (nothing global), loads the agent config file,
-looks the environment up, and judges every flag and config value. It writes nothing, starts nothing and opens no
-run directory. Every rejection main.py makes before long work is made here, so it can be tested, and a sweep can
-check all of its commands before launching one. The agent classes come in as `get_agent_class`
-(`agents.get_agent_class`), since this machinery sits below the agents.
+main.py declares its flags (a frozen dataclass, `main.Flags`, each field a `flag(default, help)`, and the agent config
+flag --agent) and reads its command line in two steps: `parse_command_line` parses argv into a fresh flag set (nothing
+global), and `check_request` judges every flag and config value, looking the environment up, and returns the
+`Request`. Neither writes, starts or opens anything. Every rejection main.py makes before long work is made here, so
+it can be tested, and a sweep can check all of its commands before launching one. The agent classes come in as
+`get_agent_class` (`agents.get_agent_class`), since this machinery sits below the agents.
 """
 
 import dataclasses
@@ -27,7 +26,6 @@ from utils.errors import ConfigError, StorageError
 from utils.sampler import SamplerConfig
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_AGENT = 'configs/presets.py:byol_gamma_a'
 MAX_SEED = 2**31 - 1  # jax.random.PRNGKey keeps 32 bits: larger seeds would alias smaller ones
 # An --eval_max_steps beyond this many times the environment's own episode length is refused: an episode that never
 # reaches its goal would run that long.
@@ -52,8 +50,8 @@ def resume_may_differ(flags_class) -> frozenset:
     return frozenset(field.name for field in dataclasses.fields(flags_class) if field.metadata['resume_may_differ'])
 
 
-def define_flags(flags_class, flag_values: flags.FlagValues, argv: Sequence[str]):
-    """The absl flags of `flags_class`'s fields, and `--agent` (the agent config file), in `flag_values`."""
+def define_dataclass_flags(flags_class, flag_values: flags.FlagValues):
+    """The absl flags of `flags_class`'s fields, in `flag_values`."""
     definers = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, str: flags.DEFINE_string}
     for field in dataclasses.fields(flags_class):
         help, choices = field.metadata['help'], field.metadata['choices']
@@ -61,11 +59,6 @@ def define_flags(flags_class, flag_values: flags.FlagValues, argv: Sequence[str]
             flags.DEFINE_enum(field.name, field.default, list(choices), help, flag_values=flag_values)
         else:
             definers[type(field.default)](field.name, field.default, help, flag_values=flag_values)
-    config_flags.DEFINE_config_file(
-        'agent', os.path.join(REPO_ROOT, DEFAULT_AGENT),
-        'Agent config: a preset, configs/presets.py:<name> (every method of the paper; README lists them), or an agent '
-        'file, agents/<name>.py. Any field is overridden with --agent.<key>=<value>.',
-        flag_values=flag_values, lock_config=True, sys_argv=list(argv))
 
 
 class HelpRequested(Exception):
@@ -77,7 +70,7 @@ class Request:
     """What the command line asks for, checked."""
 
     flags: Any  # the flags dataclass (main.Flags) with every value checked; wandb_mode is the one that will be used
-    config: Any  # the agent's ml_collections ConfigDict, overrides applied
+    config: Any  # the agent config main.py read from --agent (an ml_collections ConfigDict, overrides applied)
     config_defaults: Mapping[str, object]  # the config file's own values, before --agent.<key> overrides
     agent_class: type
     sampler: SamplerConfig  # what the sampler draws for this agent and config (utils/training.batch_config)
@@ -103,28 +96,36 @@ def plain(value):
     return json.loads(json.dumps(value, default=str))
 
 
-def check_request(argv: Sequence[str], flags_class, get_agent_class: Callable[[str], type]) -> Request:
-    """The Request of `argv` (main.py's argv, program name first) for the flags dataclass `flags_class`, or
-    ConfigError / StorageError naming the problem and its fix; HelpRequested for --help. `get_agent_class(agent_name)`
-    finds an agent's class (or raises ConfigError)."""
+def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agent: str) -> flags.FlagValues:
+    """`argv` (main.py's, program name first) parsed into a fresh flag set, whose flags `define_flags(flag_values,
+    argv)` defines (main.define_flags: the agent config flag --agent, default `default_agent`, reads its
+    --agent.<key> overrides from argv). ConfigError for an unknown flag, --agent.<key> or a stray argument;
+    HelpRequested for --help."""
     argv = resolve_agent_path(list(argv))
     flag_values = flags.FlagValues()
     if any(arg in ('-h', '--help', '--helpshort', '--helpfull', '-?') for arg in argv[1:]):
-        define_flags(flags_class, flag_values, argv[:1])
+        define_flags(flag_values, argv[:1])
         raise HelpRequested(f'python main.py [--flag=value ...]: train and evaluate one agent on one OGBench dataset.\n'
                             f'{flag_values.get_help()}')
-    check_override_keys(argv[1:], os.path.join(REPO_ROOT, DEFAULT_AGENT))
-    define_flags(flags_class, flag_values, argv)
+    check_override_keys(argv[1:], default_agent)
+    define_flags(flag_values, argv)
     try:
         rest = flag_values(argv)
     except flags.Error as e:
         raise ConfigError(f'{e}. `python main.py --help` lists every flag.') from None
     if len(rest) > 1:
         raise ConfigError(f'Unexpected argument(s) {" ".join(rest[1:])!r}: every setting is a flag, --name=value.')
+    return flag_values
+
+
+def check_request(flags_class, flag_values: flags.FlagValues, config,
+                  get_agent_class: Callable[[str], type]) -> Request:
+    """The Request of the parsed flags `flag_values` of the flags dataclass `flags_class` and of `config`, the agent
+    config read from them (--agent, overrides applied), or ConfigError / StorageError naming the problem and its fix.
+    `get_agent_class(agent_name)` finds an agent's class (or raises ConfigError)."""
     values = {name: flag_values[name].value for name in flag_defaults(flags_class)}
     eval_tasks = check_flags(values)
     values['wandb_mode'] = effective_wandb_mode(values['wandb_mode'])
-    config = flag_values.agent
     defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
     check_types(config, defaults)
     agent_class = get_agent_class(config.agent_name)

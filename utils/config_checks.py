@@ -6,6 +6,7 @@ import os
 import re
 
 from utils.errors import ConfigError
+from utils.image_encoders import VISUAL_ENCODERS
 from utils.sampler import MIXTURE_FIELDS
 
 
@@ -68,7 +69,7 @@ def check_types(config, defaults):
 # value and a valid example, instead of a traceback (or, worse, a NaN loss thousands of steps later).
 # The rules are data, each kept by its owner: COMMON_RULES below for the fields every agent's config
 # has, and an agent class's `CONFIG_RULES` for the fields it reads (a family's shared fields on the
-# family's base class, or in a shared dict its owners include, e.g. agents.base.ENCODER_RULES).
+# family's base class, or in a shared dict its owners include, e.g. ENCODER_RULES below).
 # A key that is a tuple of field names is a rule on those fields together (its check receives their
 # values in that order). Every field of an agent's config has a rule, so a field no rule owns is one nothing
 # reads: an error. The fields of a goal mixture the agent declares (GOAL_MIXTURES) have theirs, and
@@ -126,6 +127,19 @@ COMMON_RULES = {
     'agent_name': text('gcbc'),
     'lr': positive(3e-4),
     'batch_size': at_least(1, 1024),
+}
+
+# The fields of the agents that read observations through an encoder (BCAgent's family, FB and the hierarchical
+# agents include them): the image encoder (or 'none' for state vectors), phi's size and ensemble, the layer norms,
+# and the pixel pipeline's frame stacking and crop augmentation (read by the sampler).
+ENCODER_RULES = {
+    'encoder': one_of('none', *VISUAL_ENCODERS),
+    'latent_dim': non_negative(0),
+    'num_ensemble': at_least(1, 2),
+    'encoder_layer_norm': switch(True),
+    'actor_layer_norm': switch(False),
+    'frame_stack': at_least(1, 1),
+    'p_aug': probability(0.5),
 }
 
 # The sampler's hierarchical goals (low_goals, high_goals, high_targets), read by the agents that have

@@ -1,12 +1,9 @@
 """The networks of the behavior-cloning and representation agents: MLPs, encoder and predictor ensembles, the
-Gaussian actor head (with its log-density and sampling), the image encoders, and `ModuleDict`.
-
-Everything here is a plain flax.linen module. Agents compose them inside a `ModuleDict`, so one parameter tree and
-one optimizer hold the whole agent, and gradient routing is decided by which loss touches which sub-tree (see
-`agents/`). The offline RL baselines' value networks are in utils/value_networks.py.
+Gaussian actor head (with its log-density and sampling), and `ModuleDict`, in which an agent composes them: one
+parameter tree and one optimizer for the whole agent. Value networks are in utils/value_networks.py, the image
+encoders of pixel observations in utils/image_encoders.py.
 """
 
-import functools
 from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
@@ -41,19 +38,10 @@ class MLP(nn.Module):
 
 
 def ensemblize(module_cls, num_members: int):
-    """Lift `module_cls` to `num_members` independent copies evaluated in one vmapped call.
-
-    Parameters get a leading axis of size `num_members`; inputs are broadcast, outputs are stacked
-    on axis 0. Each member therefore receives only its own gradients.
-    """
-    return nn.vmap(
-        module_cls,
-        variable_axes={'params': 0},
-        split_rngs={'params': True},
-        in_axes=None,
-        out_axes=0,
-        axis_size=num_members,
-    )
+    """Lift `module_cls` to `num_members` independent copies evaluated in one vmapped call: parameters get a leading
+    axis of size `num_members`, inputs are broadcast, outputs stacked on axis 0; each member gets its own gradients."""
+    return nn.vmap(module_cls, variable_axes={'params': 0}, split_rngs={'params': True}, in_axes=None, out_axes=0,
+                   axis_size=num_members)
 
 
 class Encoder(nn.Module):
@@ -72,8 +60,8 @@ class Encoder(nn.Module):
 class EnsembleEncoder(nn.Module):
     """An ensemble of `num_members` encoders; returns all members' outputs, shape [M, ..., latent].
 
-    `visual_encoder` (a name in VISUAL_ENCODERS, or 'none') puts one image encoder in front of the
-    members, shared by them: x is then images. `actions`, if given, are concatenated to the (image
+    `image_encoder` (pixels: a module class of utils.image_encoders.VISUAL_ENCODERS) puts one image encoder in
+    front of the members, shared by them: x is then images. `actions`, if given, are concatenated to the (image
     features or raw) input of the members: the action-conditioned psi(s, a).
     """
 
@@ -81,12 +69,12 @@ class EnsembleEncoder(nn.Module):
     latent_dim: int
     num_members: int = 2
     layer_norm: bool = True
-    visual_encoder: str = 'none'
+    image_encoder: Optional[Callable[[], nn.Module]] = None
 
     @nn.compact
     def __call__(self, x, actions=None):
-        if self.visual_encoder != 'none':
-            x = visual_encoder(self.visual_encoder)(x)
+        if self.image_encoder is not None:
+            x = self.image_encoder()(x)
         if actions is not None:
             x = jnp.concatenate([x, actions], axis=-1)
         members = ensemblize(Encoder, self.num_members)(self.hidden_dims, self.latent_dim, self.layer_norm)
@@ -119,23 +107,14 @@ class EnsemblePredictor(nn.Module):
 
     @nn.compact
     def __call__(self, z, actions=None):
-        members = nn.vmap(
-            Predictor,
-            variable_axes={'params': 0},
-            split_rngs={'params': True},
-            in_axes=(0, None),
-            out_axes=0,
-            axis_size=self.num_members,
-        )(self.hidden_dims, self.out_dim, self.layer_norm)
-        return members(z, actions)
+        members = nn.vmap(Predictor, variable_axes={'params': 0}, split_rngs={'params': True}, in_axes=(0, None),
+                          out_axes=0, axis_size=self.num_members)
+        return members(self.hidden_dims, self.out_dim, self.layer_norm)(z, actions)
 
 
 class GaussianActor(nn.Module):
-    """Actor head: MLP trunk and a linear mean; a state-independent log-std (zero when `const_std`).
-
-    Returns (means, log_stds). The final layer is initialised small (scale 1e-2) so that the initial
-    policy is close to zero-mean, as in OGBench.
-    """
+    """Actor head -> (means, log_stds): MLP trunk and a linear mean, initialised small (scale 1e-2) so that the
+    initial policy is close to zero-mean, as in OGBench; a state-independent log-std (zero when `const_std`)."""
 
     hidden_dims: Sequence[int]
     action_dim: int
@@ -153,9 +132,6 @@ class GaussianActor(nn.Module):
         return means, log_stds
 
 
-# The diagonal Gaussian of every actor head: its log-density and its (temperature-scaled) samples.
-
-
 def gaussian_log_prob(means, log_stds, actions):
     """log N(actions; means, diag(exp(log_stds))^2), summed over the action dimension."""
     z = (actions - means) * jnp.exp(-log_stds)
@@ -169,11 +145,8 @@ def sample_gaussian(rng, means, log_stds, temperature: float = 1.0):
 
 
 class ModuleDict(nn.Module):
-    """Holds named sub-modules under one parameter tree.
-
-    `apply(params, *args, name='encoder')` runs one sub-module. Called without a name (only at
-    init), it runs every sub-module on its own example arguments given as {name: args_tuple}.
-    """
+    """Named sub-modules under one parameter tree. `apply(params, *args, name='encoder')` runs one; called without a
+    name (only at init), it runs each on its own example arguments, given as {name: args_tuple}."""
 
     modules: dict
 
@@ -185,61 +158,6 @@ class ModuleDict(nn.Module):
                 raise ValueError(f'Init needs example arguments for exactly {sorted(self.modules)}.')
             return {key: self.modules[key](*example_args[key]) for key in self.modules}
         return self.modules[name](*args, **kwargs)
-
-
-class ResidualStack(nn.Module):
-    """One IMPALA stage: a 3x3 conv, a 3x3 max-pool with stride 2, then `num_blocks` residual
-    blocks x + conv(relu(conv(relu(x)))) (Espeholt et al. 2018, as in OGBench's encoder)."""
-
-    num_features: int
-    num_blocks: int
-
-    @nn.compact
-    def __call__(self, x):
-        conv = lambda: nn.Conv(self.num_features, (3, 3), strides=1, padding='SAME', kernel_init=nn.initializers.xavier_uniform())
-        x = conv()(x)
-        x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding='SAME')
-        for _ in range(self.num_blocks):
-            x = x + conv()(nn.relu(conv()(nn.relu(x))))
-        return x
-
-
-class ImpalaEncoder(nn.Module):
-    """IMPALA CNN: images [..., H, W, C] (uint8 0..255 or floats in that range) -> features [..., mlp_hidden_dims[-1]].
-
-    The uint8 -> float conversion happens here, inside the jitted computation, so datasets stay uint8
-    on device (4x less memory than float32 frames). Stages of widths `stack_sizes`, a final ReLU,
-    flatten, and an MLP with activated output.
-    """
-
-    stack_sizes: Sequence[int] = (16, 32, 32)
-    num_blocks: int = 2
-    mlp_hidden_dims: Sequence[int] = (512,)
-    layer_norm: bool = False
-
-    @nn.compact
-    def __call__(self, x):
-        batch_shape = x.shape[:-3]
-        x = x.astype(jnp.float32).reshape((-1, *x.shape[-3:])) / 255.0
-        for width in self.stack_sizes:
-            x = ResidualStack(width, self.num_blocks)(x)
-        x = nn.relu(x)
-        if self.layer_norm:
-            x = nn.LayerNorm()(x)
-        x = x.reshape((*batch_shape, -1))
-        return MLP(self.mlp_hidden_dims, activate_final=True, layer_norm=self.layer_norm)(x)
-
-
-# Image encoders by name (`--agent.encoder`). impala_small is OGBench's: one residual block per stage.
-VISUAL_ENCODERS = {
-    'impala': ImpalaEncoder,
-    'impala_small': functools.partial(ImpalaEncoder, num_blocks=1),
-    'impala_debug': functools.partial(ImpalaEncoder, stack_sizes=(4, 4), num_blocks=1),  # OGBench's, for tests
-}
-
-
-def visual_encoder(name: str) -> nn.Module:
-    return VISUAL_ENCODERS[name]()
 
 
 def length_normalize(x):

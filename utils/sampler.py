@@ -1,12 +1,9 @@
 """Goal-conditioned batch sampler that runs on device, inside the jitted update (docs/method.md, section 3).
 
-The dataset lives on device as a `DeviceDataset` (flat arrays of every row, plus for each row the
-index of the last row of its episode). Every random choice is a `jax.random` draw, so a whole
-training step -- sample, update -- is one XLA program with no host round-trip.
-
-Index conventions: rows are states; row `i` is sampled only if it has a successor in its episode
-(`i < T`, where `T = episode_end[i]` is the episode's last row, itself a real state). Goals may be
-any row up to and including `T`.
+The dataset lives on device as a `DeviceDataset`; every random choice is a `jax.random` draw, so a whole training
+step -- sample, update -- is one XLA program with no host round-trip. Rows are states; row `i` is sampled only if
+it has a successor in its episode (`i < T`, where `T = episode_end[i]` is the episode's last row, itself a real
+state). Goals may be any row up to and including `T`.
 """
 
 import dataclasses
@@ -16,6 +13,8 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from utils.pixel_batches import AUGMENT_STREAM, augment_batch, stacked_observations
 
 
 class DeviceDataset(flax.struct.PyTreeNode):
@@ -32,12 +31,8 @@ class DeviceDataset(flax.struct.PyTreeNode):
         episode_id = np.searchsorted(ends, np.arange(len(terminals)))
         episode_end = ends[episode_id].astype(np.int32)
         sample_idxs = np.nonzero(~terminals)[0].astype(np.int32)
-        return cls(
-            observations=jnp.asarray(observations),
-            actions=jnp.asarray(actions),
-            episode_end=jnp.asarray(episode_end),
-            sample_idxs=jnp.asarray(sample_idxs),
-        )
+        return cls(observations=jnp.asarray(observations), actions=jnp.asarray(actions),
+                   episode_end=jnp.asarray(episode_end), sample_idxs=jnp.asarray(sample_idxs))
 
     @property
     def size(self) -> int:
@@ -46,12 +41,9 @@ class DeviceDataset(flax.struct.PyTreeNode):
 
 @dataclasses.dataclass(frozen=True)
 class GoalMixture:
-    """Where a goal comes from: current state, the same trajectory's future, or a random state.
-
-    The trajectory part is geometric (`k ~ Geometric(1 - gamma)`) when `geom_sample`, else uniform over the rest of
-    the trajectory. The probabilities (and gamma) are checked where every config value is, in
-    `utils.config_checks.validate_config`.
-    """
+    """Where a goal comes from: current state, the same trajectory's future, or a random state. The trajectory part
+    is geometric (`k ~ Geometric(1 - gamma)`) when `geom_sample`, else uniform over the rest of the trajectory.
+    Every value is checked with the config (`utils.config_checks.validate_config`)."""
 
     p_curgoal: float = 0.0
     p_trajgoal: float = 1.0
@@ -83,10 +75,8 @@ class SamplerConfig:
 
     @classmethod
     def from_config(cls, config, goal_mixtures) -> 'SamplerConfig':
-        """The sampler of an agent config and the goal mixtures its agent declares. Each declared mixture's four
-        fields must be in the config (validate_config has checked that, and that the config holds no field nobody
-        reads); the other settings are features an agent turns on by having the field (`nstep`, `subgoal_steps`,
-        `frame_stack`, `p_aug`, `gc_negative`), else off. `discount` is needed once a mixture samples geometrically."""
+        """The sampler of an agent config and the goal mixtures its agent declares, whose fields validate_config
+        has found in the config. The other settings are features an agent turns on by having the field, else off."""
 
         def mixture(name):
             if name not in goal_mixtures:
@@ -95,18 +85,11 @@ class SamplerConfig:
             return GoalMixture(*(float(p) for p in fields[:3]), bool(fields[3]))
 
         get = lambda key, off: config[key] if key in config else off  # noqa: E731
-        return cls(
-            batch_size=int(config['batch_size']),
-            gamma=float(get('discount', 0.0)),
-            actor_goals=mixture('actor'),
-            value_goals=mixture('value'),
-            high_goals=mixture('high'),
-            nstep=int(get('nstep', 0)),
-            subgoal_steps=int(get('subgoal_steps', 0)),
-            frame_stack=int(get('frame_stack', 1)),
-            p_aug=float(get('p_aug', 0.0)),
-            gc_negative=bool(get('gc_negative', True)),
-        )
+        return cls(batch_size=int(config['batch_size']), gamma=float(get('discount', 0.0)),
+                   actor_goals=mixture('actor'), value_goals=mixture('value'), high_goals=mixture('high'),
+                   nstep=int(get('nstep', 0)), subgoal_steps=int(get('subgoal_steps', 0)),
+                   frame_stack=int(get('frame_stack', 1)), p_aug=float(get('p_aug', 0.0)),
+                   gc_negative=bool(get('gc_negative', True)))
 
 
 def geometric_offset(key, gamma: float, shape):
@@ -133,11 +116,8 @@ def sample_goal_indices(key, data: DeviceDataset, idxs, mixture: GoalMixture, ga
         traj_goals = uniform_future_index(key_traj, idxs, episode_end)
     random_goals = data.sample_idxs[jax.random.randint(key_random, idxs.shape, 0, data.sample_idxs.shape[0])]
     u = jax.random.uniform(key_choice, idxs.shape)
-    return jnp.where(
-        u < mixture.p_curgoal,
-        idxs,
-        jnp.where(u < mixture.p_curgoal + mixture.p_trajgoal, traj_goals, random_goals),
-    )
+    return jnp.where(u < mixture.p_curgoal, idxs,
+                     jnp.where(u < mixture.p_curgoal + mixture.p_trajgoal, traj_goals, random_goals))
 
 
 def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, jax.Array]:
@@ -156,18 +136,18 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
     idxs = data.sample_idxs[jax.random.randint(keys[0], (B,), 0, data.sample_idxs.shape[0])]
     episode_end = data.episode_end[idxs]
     batch = dict(
-        observations=stacked_observations(data, idxs, config.frame_stack),
+        observations=observations_at(data, idxs, config.frame_stack),
         actions=data.actions[idxs],
-        next_observations=stacked_observations(data, idxs + 1, config.frame_stack),
+        next_observations=observations_at(data, idxs + 1, config.frame_stack),
         next_actions=data.actions[idxs + 1],
     )
     if config.actor_goals is not None:
         actor_goal_idxs = sample_goal_indices(keys[1], data, idxs, config.actor_goals, config.gamma)
-        batch['actor_goals'] = stacked_observations(data, actor_goal_idxs, config.frame_stack)
+        batch['actor_goals'] = observations_at(data, actor_goal_idxs, config.frame_stack)
     if config.value_goals is not None:
         value_goal_idxs = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma)
         same_episode = data.episode_end[value_goal_idxs] == episode_end
-        batch['value_goals'] = stacked_observations(data, value_goal_idxs, config.frame_stack)
+        batch['value_goals'] = observations_at(data, value_goal_idxs, config.frame_stack)
         batch['value_offsets'] = jnp.where(same_episode, value_goal_idxs - idxs, 0)
         batch.update(goal_rewards(idxs, value_goal_idxs, config.gc_negative))
     if config.nstep > 0:
@@ -175,13 +155,19 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
         batch['nstep_mask'] = (target_idxs <= episode_end[:, None]).astype(jnp.float32)
         # Past the episode end the window is clamped (and masked out) so it never reads another episode.
         target_idxs = jnp.minimum(target_idxs, episode_end[:, None])
-        batch['nstep_observations'] = stacked_observations(data, target_idxs, config.frame_stack)
+        batch['nstep_observations'] = observations_at(data, target_idxs, config.frame_stack)
         batch['nstep_actions'] = data.actions[target_idxs - 1]
     if config.subgoal_steps > 0:
         batch.update(_hierarchical_goals(keys[3], data, idxs, config))
     if config.p_aug > 0.0 and data.observations.ndim == 4:
         batch = augment_batch(jax.random.fold_in(key, AUGMENT_STREAM), batch, config.p_aug)
     return batch
+
+
+def observations_at(data: DeviceDataset, rows, frame_stack: int):
+    """The observations of `rows` (any shape); with frame stacking (pixels, utils/pixel_batches.py) each the
+    channel-wise stack of its last `frame_stack` frames."""
+    return data.observations[rows] if frame_stack == 1 else stacked_observations(data, rows, frame_stack)
 
 
 def goal_rewards(idxs, goal_idxs, gc_negative: bool):
@@ -200,71 +186,6 @@ def _hierarchical_goals(key, data: DeviceDataset, idxs, config: SamplerConfig):
     high_goal_idxs = sample_goal_indices(key, data, idxs, config.high_goals, config.gamma)
     in_episode = (data.episode_end[high_goal_idxs] == episode_end) & (high_goal_idxs >= idxs)
     high_target_idxs = jnp.where(in_episode, jnp.minimum(low_goal_idxs, high_goal_idxs), low_goal_idxs)
-    return dict(
-        low_goals=stacked_observations(data, low_goal_idxs, config.frame_stack),
-        high_goals=stacked_observations(data, high_goal_idxs, config.frame_stack),
-        high_targets=stacked_observations(data, high_target_idxs, config.frame_stack),
-    )
-
-
-def stacked_observations(data: DeviceDataset, rows, frame_stack: int):
-    """Observations of `rows` (any shape S), each the channel-wise stack [o_{i-F+1}, ..., o_i] of its
-    last F = `frame_stack` frames; frames before the episode's first row repeat that first row (as
-    OGBench's frame stacking, and as an evaluation episode starts). F = 1 is a plain gather.
-
-    Row i - j lies in i's episode iff it has the same episode end; once a step back leaves the
-    episode every further one does too, so holding the last in-episode row gives max(i - j, start).
-    """
-    if frame_stack <= 1:
-        return data.observations[rows]
-    frames = [rows]
-    for j in range(1, frame_stack):
-        candidate = jnp.maximum(rows - j, 0)
-        frames.append(jnp.where(data.episode_end[candidate] == data.episode_end[rows], candidate, frames[-1]))
-    return jnp.concatenate([data.observations[r] for r in reversed(frames)], axis=-1)
-
-
-# Random-crop augmentation (OGBench's): pad every image by CROP_PADDING pixels, repeating its edge,
-# and cut a window of the original size at a uniformly random offset in {0, ..., 2 * CROP_PADDING}^2.
-CROP_PADDING = 3
-AUGMENT_STREAM = 0x61756720  # fold_in constant: the augmentation's randomness is its own stream
-
-
-def crop_images(images, offsets, padding: int = CROP_PADDING):
-    """images [B, ..., H, W, C] cropped at per-sample `offsets` [B, 2] (row, column) into the
-    edge-padded images; the same offset for all of a sample's leading axes. Offset (padding,
-    padding) is the identity."""
-    pad = [(0, 0)] * (images.ndim - 3) + [(padding, padding), (padding, padding), (0, 0)]
-    padded = jnp.pad(images, pad, mode='edge')
-
-    def crop_one(image, offset):
-        start = (0,) * (image.ndim - 3) + (offset[0], offset[1], 0)
-        return jax.lax.dynamic_slice(image, start, images.shape[1:])
-
-    return jax.vmap(crop_one)(padded, offsets)
-
-
-def augment_batch(key, batch, p_aug: float):
-    """With probability `p_aug` (one draw per batch, as OGBench), random-crop every image in the batch:
-    one offset per sample, shared by all of that sample's images (state, next state, goals), so their
-    relative geometry is kept. Image entries are those with at least 4 axes ([B, ..., H, W, C])."""
-    coin_key, offset_key = jax.random.split(key)
-    image_keys = [k for k, v in batch.items() if v.ndim >= 4]
-    batch_size = batch[image_keys[0]].shape[0]
-    offsets = jax.random.randint(offset_key, (batch_size, 2), 0, 2 * CROP_PADDING + 1)
-
-    def crop(images):
-        return {k: crop_images(v, offsets) for k, v in images.items()}
-
-    images = {k: batch[k] for k in image_keys}
-    if p_aug < 1.0:
-        images = jax.lax.cond(jax.random.uniform(coin_key) < p_aug, crop, lambda x: x, images)
-    else:
-        images = crop(images)
-    return dict(batch, **images)
-
-
-def example_observations(observations, frame_stack: int):
-    """An example input [1, ...] of the agent's networks: the first row stacked `frame_stack` times, the
-    shape of every observation the sampler (and evaluation) will feed it."""
-    return np.concatenate([np.asarray(observations[:1])] * max(frame_stack, 1), axis=-1)
+    observations = lambda rows: observations_at(data, rows, config.frame_stack)  # noqa: E731
+    return dict(low_goals=observations(low_goal_idxs), high_goals=observations(high_goal_idxs),
+                high_targets=observations(high_target_idxs))

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from agents.base import encode_together, phi_policy_inputs, two_encoder_modules
+from agents.base import encode_together
+from agents.hierarchical import phi_policy_inputs
+from agents.two_encoders import two_encoder_modules
 from configs.presets import METHODS, PRESETS
 from configs.presets import get_config as preset_config
 from tests.helpers import (
@@ -24,7 +26,7 @@ from tests.helpers import (
     toy_dataset,
 )
 from utils.sampler import sample_batch
-from utils.training import compiled_create, train_steps
+from utils.training import train_steps
 
 
 @pytest.fixture(scope='module')
@@ -150,7 +152,7 @@ def test_compiled_create_is_the_eager_create_bit_for_bit(preset):
     EMA targets, and a hierarchical composition)."""
     config = small(preset_config(preset))
     ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
-    create = compiled_create(get_agent_class(config.agent_name), ex_obs, ex_act, config)
+    create = get_agent_class(config.agent_name).compiled_create(ex_obs, ex_act, config)
     for seed in (0, 2**31 - 1):
         compiled, eager = jax.tree_util.tree_leaves_with_path(create(seed)), jax.tree_util.tree_leaves_with_path(make_agent(config, seed))
         assert [path for path, _ in compiled] == [path for path, _ in eager]
@@ -203,7 +205,7 @@ def test_encoding_arrays_together_equals_encoding_each_alone():
 
 @pytest.mark.parametrize('action_conditioned', [False, True])
 def test_two_encoder_modules_are_phi_psi_and_an_actor_on_two_representations(action_conditioned):
-    """TRA and TD-SR build their networks with agents.base.two_encoder_modules: phi and psi are
+    """TRA and TD-SR build their networks with agents.two_encoders.two_encoder_modules: phi and psi are
     ensembles of the same architecture, psi also reads a_t in the ^a variants, and the actor reads 2 * d."""
     config = small(preset_config('tra'))
     config.action_conditioned = action_conditioned

@@ -542,7 +542,7 @@ def test_videos_to_wandb():
 def test_seeds_policy_acts_with_each_seeds_agent():
     from configs.presets import get_config
     from tests.helpers import make_agent, small
-    from utils.training import stack_trees
+    from utils.multi_seed import stack_trees
 
     config = small(get_config('gcbc'))
     agents = [make_agent(config, seed) for seed in (0, 1, 2)]
@@ -562,7 +562,7 @@ def test_seeds_policy_acts_with_each_seeds_agent():
 def test_seeds_policy_runs_each_seeds_own_stateful_policy():
     from configs.presets import get_config
     from tests.helpers import make_agent, small
-    from utils.training import stack_trees
+    from utils.multi_seed import stack_trees
 
     config = small(get_config('hgcbc'))
     config.replan_every = 4

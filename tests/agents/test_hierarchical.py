@@ -16,8 +16,9 @@ from runtime.checkpoints import load_checkpoint, save_checkpoint
 from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, small, toy_dataset
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
+from utils.multi_seed import stack_trees, train_steps_multi
 from utils.sampler import sample_batch
-from utils.training import stack_trees, train_steps, train_steps_multi
+from utils.training import train_steps
 
 pytestmark = pytest.mark.xdist_group('test_hierarchical')  # its module fixtures are built once, in one worker
 

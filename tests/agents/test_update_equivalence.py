@@ -16,8 +16,9 @@ import pytest
 from configs.presets import get_config as preset_config
 from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from tests.helpers import ROOT, make_agent, small, toy_dataset
+from utils.multi_seed import stack_trees, train_steps_multi
 from utils.optimizers import OneVector, ravel_leaves, unravel_like, with_optimizer
-from utils.training import stack_trees, train_steps, train_steps_multi
+from utils.training import train_steps
 
 STEPS = 10
 

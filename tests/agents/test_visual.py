@@ -20,16 +20,10 @@ from utils.config_checks import validate_config
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import ConfigError, DatasetError
 from utils.evaluation import FrameStackPolicy, evaluate, make_eval_envs
-from utils.networks import MLP, visual_encoder
-from utils.sampler import (
-    CROP_PADDING,
-    DeviceDataset,
-    augment_batch,
-    crop_images,
-    example_observations,
-    sample_batch,
-    stacked_observations,
-)
+from utils.image_encoders import visual_encoder
+from utils.networks import MLP
+from utils.pixel_batches import CROP_PADDING, augment_batch, crop_images, example_observations, stacked_observations
+from utils.sampler import DeviceDataset, sample_batch
 from utils.training import train_steps
 
 pytestmark = pytest.mark.xdist_group('test_visual')  # its module fixtures are built once, in one worker

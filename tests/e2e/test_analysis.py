@@ -34,7 +34,6 @@ def tiny_run(dataset_dir, tmp_path_factory):
     from main import request_of
     from runtime.checkpoints import save_checkpoint
     from runtime.run_dir import RunDir
-    from utils.training import compiled_create
 
     save_dir = str(tmp_path_factory.mktemp('runs'))
     request = request_of(['main.py', f'--env_name={ENV}', f'--dataset_dir={dataset_dir}', f'--save_dir={save_dir}',
@@ -44,8 +43,8 @@ def tiny_run(dataset_dir, tmp_path_factory):
     os.makedirs(run_dir.path)
     run_dir.write_metadata(request.seed_flags(0), request.config_record())
     env = make_env(ENV)
-    create = compiled_create(get_agent_class(request.config.agent_name), analysis.example_batch(env.observation_space),
-                             analysis.example_batch(env.action_space), request.config)
+    create = request.agent_class.compiled_create(analysis.example_batch(env.observation_space),
+                                                 analysis.example_batch(env.action_space), request.config)
     save_checkpoint(run_dir.path, create(0), 100)
     return run_dir.path
 
