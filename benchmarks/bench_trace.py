@@ -185,7 +185,8 @@ def trace_one(preset, num_seeds, raw, data, args, device_pattern, activations='f
 
     from benchmarks.bench_gpu import make_agents
     from benchmarks.hlo_stats import program_stats
-    from utils.training import train_steps, train_steps_multi
+    from utils.multi_seed import train_steps_multi
+    from utils.training import train_steps
 
     state = make_agents(preset, num_seeds, raw, args.batch_size)
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
