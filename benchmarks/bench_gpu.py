@@ -9,9 +9,10 @@ Measures, in one process and in this order (each table is printed as soon as it 
 still leaves every finished figure on the screen):
   1. training, per agent (GCBC, GCBC-phi, BYOL-gamma^a, TRA, TD-SR^a) at batch 1024 per seed with the fused update
      main.py runs (`--steps_per_call` updates in one jitted lax.scan; metrics fetched after every call as main.py
-     does), for N = 1, 4, 16 seeds vmapped in one process (main.py's --num_seeds): total seed-steps/s, and from the
-     compiled program itself (benchmarks/hlo_stats.py, which documents the counting rule) GFLOP per update (XLA's cost
-     analysis), kernels per update (what the scan's loop body launches), the achieved TFLOP/s, and each agent's
+     does), for N = 1, 4, 16 seeds vmapped in one process (main.py's --num_seeds): total seed-steps/s, GFLOP per
+     update (XLA's cost analysis of the unoptimised program, the same on every backend), and from the compiled program
+     itself (benchmarks/hlo_stats.py, which documents the counting rule) kernels per update (what the scan's loop
+     body launches), the achieved TFLOP/s, and each agent's
      time per update relative to GCBC's. The data are a synthetic dataset with `--train_env`'s observation and
      action sizes (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not
      depend on the values, so no dataset is needed. `--layouts auto leaf` also times the per-leaf optimizer

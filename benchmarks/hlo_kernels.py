@@ -7,7 +7,7 @@ For each preset and seed count N this lowers and compiles exactly the program ma
 (`utils.training.train_steps` for one seed, `utils.multi_seed.train_steps_multi` for N vmapped seeds:
 `--steps_per_call` updates in one `lax.scan`, on-device sampling included) at batch `--batch_size` per seed, on the
 backend JAX sees, and prints from the compiled program (`benchmarks.hlo_stats`, which documents the counting rule):
-GFLOP per update (XLA's cost analysis), kernels per update (every kernel the scan's loop body launches), and where
+GFLOP per update (XLA's cost analysis of the unoptimised program), kernels per update (every kernel the scan's loop body launches), and where
 they come from.
 Nothing runs: the agents and the dataset are abstract shapes (`jax.eval_shape`), so this needs no data and
 takes one compilation per row.
