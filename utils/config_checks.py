@@ -10,14 +10,25 @@ from utils.image_encoders import VISUAL_ENCODERS
 from utils.sampler import MIXTURE_FIELDS
 
 
+# Config files already executed in this process, by (absolute path, source bytes): a request check reads its file
+# twice, and a sweep checks many commands of one file, so each is executed once, not once per read.
+_CONFIG_MODULES = {}
+
+
 def load_config_file(spec: str):
-    """Load `path[:arg]` the way ml_collections' config flag does: get_config() or get_config(arg)."""
+    """Load `path[:arg]` the way ml_collections' config flag does: get_config() or get_config(arg). Each call gets a
+    config of its own; a file is executed again only when its bytes change."""
     path, _, arg = spec.partition(':')
     if not os.path.exists(path):
         raise ConfigError(f'Agent config file {path!r} not found. Use --agent=agents/<name>.py (e.g. agents/byol_gamma.py) or --agent=configs/presets.py:<preset>.')
-    module_spec = importlib.util.spec_from_file_location('agent_config', path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    with open(path, 'rb') as f:
+        key = (os.path.abspath(path), f.read())
+    module = _CONFIG_MODULES.get(key)
+    if module is None:
+        module_spec = importlib.util.spec_from_file_location('agent_config', path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        _CONFIG_MODULES[key] = module
     return module.get_config(arg) if arg else module.get_config()
 
 
