@@ -710,7 +710,7 @@ class MainCommand:
             # Poll rather than wait(): wait() would hold the lock that `checkpoint` (a signal handler
             # running in this thread) needs to see the process exit.
             while self._process.poll() is None:
-                time.sleep(1)
+                time.sleep(0.25)
         returncode = self._process.returncode
         log_end = os.path.getsize(log_path)
         if returncode == EXIT_TIME_LIMIT:
@@ -823,7 +823,7 @@ def submitit_outcome(job: Job, handle) -> JobOutcome:
         return JobOutcome(job, status, error=text)
 
 
-def wait_submitit(jobs: Sequence[Job], handles: Sequence, cluster: str, out=None, poll_s: float = 1.0,
+def wait_submitit(jobs: Sequence[Job], handles: Sequence, cluster: str, out=None, poll_s: float = 0.25,
                   squeue_every_s: float = 2.0, result_grace_s: float = 15.0) -> List[JobOutcome]:
     """Wait for every submitted job, printing one line as each ends (`summarize_submitit` adds the details).
 

@@ -113,10 +113,17 @@ def slurm(*args, env):
     return subprocess.run(args, capture_output=True, text=True, timeout=60, env=env, check=True).stdout
 
 
-def job_record(job_id, env):
-    """Slurm's record of a job (it keeps ended jobs for MinJobAge): its state and how often it was requeued."""
-    record = slurm('scontrol', '--oneliner', 'show', 'job', job_id, env=env)
-    return re.search(r'JobState=(\S+)', record).group(1), int(re.search(r'Restarts=(\d+)', record).group(1))
+def job_record(job_id, env, timeout=30):
+    """Slurm's record of a job (it keeps ended jobs for MinJobAge): its state and how often it was requeued. A job
+    whose result the sweep has already read may still be COMPLETING (its processes ending): its final state is
+    waited for."""
+    deadline = time.time() + timeout
+    while True:
+        record = slurm('scontrol', '--oneliner', 'show', 'job', job_id, env=env)
+        state = re.search(r'JobState=(\S+)', record).group(1)
+        if state != 'COMPLETING' or time.time() > deadline:
+            return state, int(re.search(r'Restarts=(\d+)', record).group(1))
+        time.sleep(0.1)
 
 
 def read_csv(path):
