@@ -11,9 +11,12 @@ updates with `jax.profiler.trace`. From the trace's device events it prints, per
   * wall: the traced calls' wall time over their updates;
   * busy: the time at least one kernel ran (the union of the kernels' intervals), and idle = wall - busy. A device
     idle for most of the wall time waits on the host: launches, the loop's per-iteration host round trip;
-  * kernels: how many ran, and their time by kind and by source (gemm / reduction / elementwise ...; sampler,
-    Dense, LayerNorm, Adam ... backward), each kernel matched to its instruction in the compiled program and
-    attributed by benchmarks/hlo_stats.py's rules; the slowest kernels by name.
+  * kernels: how many ran, and their time by kind, by source and by network (gemm / reduction / elementwise ...;
+    sampler, Dense, LayerNorm, Adam ... backward; encoder, predictors, actor), each kernel matched to its instruction
+    in the compiled program and attributed by benchmarks/hlo_stats.py's rules; the slowest kernels by name;
+  * XLA's estimate of the update's FLOPs and bytes, and the device's memory bandwidth, measured.
+
+`--activations` adds a what-if: the same update with the MLPs' activations in bfloat16 (not a training option).
 
 Each run leaves, under `--out`, the profiler's perfetto trace (open it in ui.perfetto.dev), the optimised HLO and a
 JSON summary. Figures are for the machine it runs on; docs/performance.md gives the command behind each.
@@ -90,7 +93,7 @@ def busy_time(intervals):
 
 
 def labels_of(name, args, index):
-    """(kind, source) of a device event: its kernel matched to the instruction it runs. XLA names a fusion's kernel
+    """(kind, source, network) of a device event: its kernel matched to the instruction it runs. XLA names a fusion's kernel
     after its instruction ('.' written '_'; instructions that share code share the first one's name); the profiler's
     `hlo_op` names the instruction, or the command buffer (CUDA graph) that ran the kernel, which tells nothing, so
     the kernel name comes first. A library kernel (cuBLAS, cutlass) inside a command buffer matches neither."""
