@@ -38,7 +38,6 @@ there are) and the direction of a change; absolute numbers and ratios must be me
 
 import collections
 import dataclasses
-import json
 import re
 from typing import Dict, List, Optional
 
@@ -427,7 +426,3 @@ def format_counter(counter, total=None, top=8) -> str:
     if rest > 0.5:
         parts.append(f'others {rest:.0f}')
     return ', '.join(parts)
-
-
-def to_json(stats: ProgramStats) -> str:
-    return json.dumps(stats.summary(top=50), indent=1)

@@ -20,7 +20,7 @@ and its test (docs/adding_a_method.md).
 
 import dataclasses
 import importlib
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping
 
 from utils.errors import ConfigError
 
@@ -181,10 +181,6 @@ def rl_preset(agent: str, dataset_name: str) -> str:
 def method_of(preset: str) -> str:
     """The table column of a preset (a preset's own name when unregistered, e.g. an agent name)."""
     return PRESETS[preset].method if preset in PRESETS else preset
-
-
-def method_info(name: str) -> Optional[Method]:
-    return METHODS.get(method_of(name))
 
 
 def methods_of_kind(*kinds: str):
