@@ -145,32 +145,43 @@ def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='auto'):
     return agents[0] if num_seeds == 1 else stack_trees(agents)
 
 
+def compile_training(preset, num_seeds, raw, data, batch_size, steps_per_call, optimizer_layout='auto'):
+    """main.py's training call for `num_seeds` seeds of `preset`, compiled once ahead of time: (agents, `run`,
+    lowered, compiled), where `run(agents) -> (agents, metrics)` makes the next call, `steps_per_call` updates on."""
+    import jax
+
+    from utils.multi_seed import train_steps_multi
+    from utils.training import train_steps
+
+    state = make_agents(preset, num_seeds, raw, batch_size, optimizer_layout)
+    keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
+    key = keys[0] if num_seeds == 1 else keys
+    step_fn = train_steps if num_seeds == 1 else train_steps_multi  # exactly main.py's calls
+    lowered = step_fn.lower(state, data, key, 0, steps_per_call)
+    compiled = lowered.compile()
+    step = [0]
+
+    def run(state):
+        out = compiled(state, data, key, step[0])
+        step[0] += steps_per_call
+        return out
+
+    return state, run, lowered, compiled
+
+
 def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='auto'):
     """main.py's training call for `num_seeds` seeds of `preset`, compiled once ahead of time: dict of the total
     seed-steps/s, start-up seconds (agent creation + compilation) and the compiled program's ProgramStats."""
     import jax
 
     from benchmarks.hlo_stats import program_stats
-    from utils.multi_seed import train_steps_multi
-    from utils.training import train_steps
 
     start = time.perf_counter()
-    state = make_agents(preset, num_seeds, raw, args.batch_size, optimizer_layout)
-    keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
-    key = keys[0] if num_seeds == 1 else keys
-    step_fn = train_steps if num_seeds == 1 else train_steps_multi  # exactly main.py's calls
-    lowered = step_fn.lower(state, data, key, 0, args.steps_per_call)
-    compiled = lowered.compile()
+    state, run, lowered, compiled = compile_training(preset, num_seeds, raw, data, args.batch_size, args.steps_per_call,
+                                                     optimizer_layout)
     jax.block_until_ready(state)
     startup_s = time.perf_counter() - start
     stats = program_stats(compiled, lowered)
-    step = [0]
-
-    def run(state):
-        out = compiled(state, data, key, step[0])
-        step[0] += args.steps_per_call
-        return out
-
     state, _, _ = timed_chunks(run, state, 0.0)  # a warm call (allocator, autotuning)
     state, calls, wall = timed_chunks(run, state, args.seconds)
     return dict(rate=num_seeds * calls * args.steps_per_call / wall, startup_s=startup_s, stats=stats)

@@ -186,33 +186,24 @@ def activations_in(which):
 def trace_one(preset, num_seeds, raw, data, args, device_pattern, activations='float32'):
     import jax
 
-    from benchmarks.bench_gpu import make_agents
+    from benchmarks.bench_gpu import compile_training, timed_chunks
     from benchmarks.hlo_stats import program_stats
-    from utils.multi_seed import train_steps_multi
-    from utils.training import train_steps
 
-    state = make_agents(preset, num_seeds, raw, args.batch_size)
-    keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
-    key = keys[0] if num_seeds == 1 else keys
-    step_fn = train_steps if num_seeds == 1 else train_steps_multi
-    lowered = step_fn.lower(state, data, key, 0, args.steps_per_call)
-    compiled = lowered.compile()
+    state, run, lowered, compiled = compile_training(preset, num_seeds, raw, data, args.batch_size, args.steps_per_call)
     name = f'{preset}_n{num_seeds}' + ('' if activations == 'float32' else f'_{activations}')
+    hlo = compiled.as_text()
     with open(os.path.join(args.out, f'{name}.hlo.txt'), 'w') as f:
-        f.write(compiled.as_text())
-    step = 0
-    state, infos = compiled(state, data, key, step)  # warm: allocator, autotuning results loaded
-    jax.device_get(infos)
+        f.write(hlo)
+    state, _, _ = timed_chunks(run, state, 0.0)  # a warm call (allocator, autotuning results loaded)
     folder = os.path.join(args.out, f'{name}.profile')
     with jax.profiler.trace(folder, create_perfetto_trace=True):
         start = time.perf_counter()
         for _ in range(args.calls):
-            step += args.steps_per_call
-            state, infos = compiled(state, data, key, step)
+            state, infos = run(state)
             jax.device_get(infos)
         wall_us = (time.perf_counter() - start) * 1e6
     path, events = load_trace(folder)
-    index = instruction_index(compiled.as_text())
+    index = instruction_index(hlo)
     device = device_events(events, device_pattern)
     if jax.default_backend() == 'cpu':  # the host's events nest Python frames and runtime calls: keep the program's ops
         device = [event for event in device if labels_of(event[2], event[3], index)[0] != 'unmatched']
@@ -221,8 +212,7 @@ def trace_one(preset, num_seeds, raw, data, args, device_pattern, activations='f
     stats = program_stats(compiled, lowered)  # XLA's cost analysis counts the scan's body once: one update (all seeds)
     summary.update(gflop=stats.flops / 1e9, mbytes=stats.bytes_accessed / 1e6)
     summary.update(preset=preset, num_seeds=num_seeds, activations=activations, updates=updates, trace=path,
-                   seed_steps_per_s=num_seeds * updates / (wall_us / 1e6),
-                   sample_event_args=[dict(name=n, args=a) for _, _, n, a in device[:5]])
+                   seed_steps_per_s=num_seeds * updates / (wall_us / 1e6))
     with open(os.path.join(args.out, f'{name}.summary.json'), 'w') as f:
         json.dump(summary, f, indent=1)
     return summary
