@@ -11,14 +11,13 @@ import numpy as np
 def stacked_observations(data, rows, frame_stack: int):
     """Observations of `rows` (any shape S), each the channel-wise stack [o_{i-F+1}, ..., o_i] of its
     last F = `frame_stack` frames; frames before the episode's first row repeat that first row (as
-    OGBench's frame stacking, and as an evaluation episode starts). F = 1 is a plain gather.
+    OGBench's frame stacking, and as an evaluation episode starts). The sampler gathers F = 1 itself
+    (`utils.sampler.observations_at`).
 
     `data` is a `utils.sampler.DeviceDataset`. Row i - j lies in i's episode iff it has the same episode end;
     once a step back leaves the episode every further one does too, so holding the last in-episode row gives
     max(i - j, start).
     """
-    if frame_stack <= 1:
-        return data.observations[rows]
     frames = [rows]
     for j in range(1, frame_stack):
         candidate = jnp.maximum(rows - j, 0)
