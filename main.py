@@ -39,6 +39,7 @@ from runtime.request import HelpRequested, Request, check_request, define_datacl
 from runtime.run_writer import RunSet
 from runtime.schedule import Schedule
 from runtime.stops import StopNow, Stopped, StopRequests, exit_at_once_on_sigterm
+from runtime.training_metrics import TrainingMetrics
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import NonFiniteLossError
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
@@ -46,6 +47,7 @@ from utils.evaluation.scheduler import Evaluations
 from utils.multi_seed import stack_trees, train_seeds
 from utils.pixel_batches import example_observations
 from utils.progress import progress_bar
+from utils.random_streams import stream_key
 from utils.sampler import DeviceDataset
 from utils.training import first_nonfinite, validation_metrics
 
@@ -160,9 +162,9 @@ def train(request: Request, started: float):
         record = provenance.dataset_record(flags.env_name, train_path, val_path)
         runs.check_dataset(record)
         data = Data(request, train_path, val_path)
-        state = build_agents(request, data, runs)  # the config's last checks (against the data) come before any write
+        state, extras = build_agents(request, data, runs)  # the config's last checks (against the data) come before any write
         runs.begin(record)
-        TrainingLoop(request, data, runs, state, started).run()
+        TrainingLoop(request, data, runs, state, started, extras).run()
         runs.finish()
         for writer in runs.writers:
             logging.info(f'Finished: {writer.dir}')
@@ -186,31 +188,35 @@ class Data:
 
 def build_agents(request: Request, data: Data, runs: RunSet):
     """One agent per seed, exactly as a single-seed run with that seed would make it, restored from its checkpoint
-    when resuming; stacked along a seed axis when there are several."""
+    when resuming; stacked along a seed axis when there are several. Also what the checkpoints carried besides (one
+    dict per seed; empty for a new run)."""
     create = request.agent_class.compiled_create(data.example_observations, data.example_actions, request.config)
-    agents = []
+    agents, extras = [], []
     for writer in runs.writers:
-        agent = create(writer.seed)
+        agent, extra = create(writer.seed), {}
         if runs.start_step:
-            agent, step, _ = load_checkpoint(writer.checkpoint_path, agent)
+            agent, step, extra = load_checkpoint(writer.checkpoint_path, agent)
             logging.info(f'Resumed {writer.dir} from step {step}.')
         agents.append(agent)
-    return stack_trees(agents) if len(agents) > 1 else agents[0]
+        extras.append(extra)
+    return (stack_trees(agents) if len(agents) > 1 else agents[0]), extras
 
 
 class TrainingLoop:
     """Chunks of fused updates up to --train_steps, each ending where a log, checkpoint or evaluation falls due; the
-    training metrics of a chunk (and a check that none is non-finite); everything else around a chunk is the
-    Schedule's."""
+    training metrics (kept on the device until a row, runtime/training_metrics.py, and checked finite per chunk);
+    everything else around a chunk is the Schedule's."""
 
-    def __init__(self, request: Request, data: Data, runs: RunSet, state, started: float):
+    def __init__(self, request: Request, data: Data, runs: RunSet, state, started: float, extras):
         self.request, self.flags, self.data, self.runs, self.state = request, request.flags, data, runs, state
         self.step = runs.start_step
-        keys = np.stack([np.asarray(jax.random.split(jax.random.PRNGKey(seed), 3)) for seed in request.seeds])  # [N, 3, 2]
-        self.data_keys, self.val_keys, self.eval_seed_keys = (jnp.asarray(keys[:, i]) for i in range(3))
+        self.metrics = TrainingMetrics.resumed(self.step, extras)
+        seed_keys = lambda name: jnp.stack([stream_key(seed, name) for seed in request.seeds])  # noqa: E731  [N, 2]
+        self.data_keys, self.val_keys, self.eval_seed_keys = (seed_keys(n) for n in ('sampling', 'validation', 'evaluation'))
         self.stops = StopRequests(self.flags.time_limit, started)
         evaluations = Evaluations(self.evaluate, request.eval_asynchronously(jax.default_backend()), self.stops.requested)
-        self.schedule = Schedule(runs, self.flags, evaluations, self.stops, on_stop=self.close_progress)
+        self.schedule = Schedule(runs, self.flags, evaluations, self.stops, on_stop=self.close_progress,
+                                 checkpoint_extras=lambda step: self.metrics.checkpoint_extras(step, len(runs.writers)))
         self.longest_chunk_s = 0.0
 
     def run(self):
@@ -222,9 +228,11 @@ class TrainingLoop:
         try:
             self.schedule.start(self.state, self.step)
             while self.step < flags.train_steps:
-                infos = self.train_chunk()
+                self.train_chunk()
                 if self.step % flags.log_interval == 0 or self.step == flags.train_steps:
-                    self.log_training(infos)
+                    self.log_training()
+                if self.step % flags.eval_interval == 0 or self.step == flags.train_steps:
+                    self.metrics.keep_for_checkpoint()  # a stop during this step's evaluation saves this step
                 self.schedule.after_chunk(self.state, self.step, next_chunk_s=2 * self.longest_chunk_s)
             self.schedule.finish(self.state, self.step)
         finally:
@@ -240,8 +248,9 @@ class TrainingLoop:
                    *(step // interval * interval + interval for interval in
                      (flags.log_interval, flags.eval_interval, flags.save_interval)))
         self.state, infos = train_seeds(self.state, self.data.train, self.data_keys, step, stop - step)
+        finite = self.metrics.add(infos)
         for k, writer in enumerate(self.runs.writers):
-            bad = first_nonfinite({key: v[k] for key, v in infos.items()})
+            bad = None if finite[k] else first_nonfinite({key: np.asarray(v[k]) for key, v in infos.items()})
             if bad is not None:
                 raise NonFiniteLossError(
                     f'Non-finite {bad[1]} at step {step + bad[0] + 1} (seed {writer.seed}): training stopped. The last '
@@ -252,19 +261,19 @@ class TrainingLoop:
         self.progress.update(stop - step)
         self.step = stop
         self.longest_chunk_s = max(self.longest_chunk_s, time.time() - started)
-        return infos
 
-    def log_training(self, infos):
+    def log_training(self):
         steps_per_second = (self.step - self.chunk_start_step) / max(time.time() - self.chunk_start_time, 1e-9)
         self.chunk_start_time, self.chunk_start_step = time.time(), self.step
+        rows = self.metrics.row()
         for k, writer in enumerate(self.runs.writers):
-            metrics = {f'training/{key}': float(np.mean(v[k])) for key, v in infos.items()}
+            metrics = {f'training/{key}': v for key, v in rows[k].items()}
             val_info = validation_metrics(self.runs.seed_agent(self.state, k), self.data.val,
                                           jax.random.fold_in(self.val_keys[k], self.step))
             metrics.update({f'validation/{key}': float(v) for key, v in val_info.items()})
             metrics['time/steps_per_second'] = steps_per_second
             writer.log_train(metrics, self.step)
-        self.progress.set_postfix(loss=f"{np.mean(infos['total_loss'][:, -1]):.3f}")
+        self.progress.set_postfix(loss=f"{np.mean([row['total_loss'] for row in rows]):.3f}")
 
     def evaluate(self, state, step: int, cancel):
         flags = self.flags

@@ -26,6 +26,7 @@ from utils.config_checks import ENCODER_RULES, Rule, RuleOwner, is_finite_number
 from utils.image_encoders import VISUAL_ENCODERS, VISUAL_LATENT_DIM, check_encoder_fits_observations, is_image_batch
 from utils.networks import EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
 from utils.optimizers import for_backend
+from utils.random_streams import stream_key, update_keys
 from utils.training import TrainState, ema_update, nonpytree_field
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
@@ -98,8 +99,8 @@ class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
 
     @jax.jit
     def update(self, batch):
-        new_rng, rng = jax.random.split(self.rng)
-        network, info = self.network.apply_loss_fn(self.loss_fn(batch, rng))
+        new_rng, noise_key = update_keys(self.rng)
+        network, info = self.network.apply_loss_fn(self.loss_fn(batch, noise_key))
         return self.replace(network=network, targets=self.updated_targets(network), rng=new_rng), info
 
     def metrics(self, batch) -> Dict[str, jax.Array]:
@@ -111,13 +112,12 @@ class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
         """Initialise a ModuleDict of `modules` on `example_args`, wrap it in a train state (its optimizer over one
         vector on an accelerator, `utils.optimizers.for_backend`), and start the target network of each module named
         in `targets` as an exact copy of it."""
-        rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
         model = ModuleDict(modules)
-        params = model.init(init_rng, example_args)['params']
+        params = model.init(stream_key(seed, 'init'), example_args)['params']
         # Real copies: sharing buffers with the online parameters would break buffer donation.
         target_params = {name: jax.tree_util.tree_map(jnp.copy, params[f'modules_{name}']) for name in targets}
         network = TrainState.create(model, params, for_backend(optimizer))
-        return cls(rng=rng, network=network, targets=target_params, config=flax.core.FrozenDict(config.to_dict()))
+        return cls(rng=stream_key(seed, 'update'), network=network, targets=target_params, config=flax.core.FrozenDict(config.to_dict()))
 
 
 def bc_loss(means, log_stds, actions):

@@ -55,6 +55,7 @@ from runtime.checkpoints import load_checkpoint
 from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive, text
 from utils.errors import ConfigError
 from utils.networks import GaussianActor, ModuleDict, sample_gaussian
+from utils.random_streams import stream_key
 from utils.training import TrainState, frozen, nonpytree_field
 
 
@@ -313,9 +314,8 @@ class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
         """The low level, created (and so checked against the observations) as the flat agent it is, then
         the high level on it; with `stage1_checkpoint`, the low level restored from that file."""
         low = cls.LOW_AGENT.create(seed, ex_observations, ex_actions, cls.low_config(config))
-        rng, init_rng = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1))
-        high = cls.HIGH_LEVEL.create(init_rng, config, ex_observations, low)
-        agent = cls(rng=rng, high=high, low=low, config=flax.core.FrozenDict(config.to_dict()))
+        high = cls.HIGH_LEVEL.create(stream_key(seed, 'high/init'), config, ex_observations, low)
+        agent = cls(rng=stream_key(seed, 'high/acting'), high=high, low=low, config=flax.core.FrozenDict(config.to_dict()))
         if config.stage1_checkpoint:
             agent = agent.replace(low=load_low_level(config.stage1_checkpoint, agent))
         return agent

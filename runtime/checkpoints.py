@@ -13,7 +13,8 @@ import numpy as np
 from runtime.atomic_io import atomic_write_bytes
 from runtime.provenance import project_version
 from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX
-from utils.errors import ConfigError, RunDirError
+from utils.errors import ConfigError, ResumeMismatchError, RunDirError
+from utils.random_streams import NAMED_STREAMS_SINCE
 from utils.optimizers import uses_one_vector, with_optimizer
 
 
@@ -56,6 +57,29 @@ def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
 def checkpoint_step(path: str) -> int:
     """The step a checkpoint was saved at (ConfigError if it is unreadable), without an agent to restore into."""
     return _read_state(path)[0]['step']
+
+
+def check_resumable(path: str):
+    """A ResumeMismatchError if the checkpoint at `path` was written before the random streams were named
+    (utils/random_streams.py): continuing it would draw other random numbers than the run it belongs to."""
+    version = _read_state(path)[0].get('version')
+    if not version or _version_tuple(version) < _version_tuple(NAMED_STREAMS_SINCE):
+        written_by = f'version {version}' if version else 'a version before 0.4.0'
+        folder = os.path.dirname(os.path.abspath(path))
+        raise ResumeMismatchError(
+            f'Checkpoint {path} was written by {written_by} of this project, which derived its random streams '
+            f'(initialisation, sampling, update noise, validation, evaluation) by position; since version '
+            f'{NAMED_STREAMS_SINCE} they are derived by name, so --resume cannot continue that run with the random '
+            f'numbers it started with. Finish it with the version that started it (git checkout of that version), or '
+            f'move the directory away (mv {folder} {folder}.old) and start the run over with this version.'
+        )
+
+
+def _version_tuple(version: str):
+    try:
+        return tuple(int(part) for part in str(version).split('.')[:3])
+    except ValueError:
+        return (0,)  # an unparsable version ('unknown') is treated as old
 
 
 def load_checkpoint(path: str, agent_template) -> Tuple[Any, int, Dict[str, Any]]:

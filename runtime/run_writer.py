@@ -22,7 +22,7 @@ import numpy as np
 import tqdm
 
 from runtime import provenance
-from runtime.checkpoints import checkpoint_step, save_checkpoint
+from runtime.checkpoints import check_resumable, checkpoint_step, save_checkpoint
 from runtime.loggers import CsvLogger, WandbLogger
 from runtime.request import Request, flag_defaults, plain, resume_may_differ
 from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten, lock_all
@@ -70,6 +70,8 @@ class RunWriter:
             return 0
         self.start_step = checkpoint_step(self.checkpoint_path)
         self.check_same_run()
+        if self.request.flags.train_steps > self.start_step:  # a finished run is read, not continued
+            check_resumable(self.checkpoint_path)
         return self.start_step
 
     def check_same_run(self):
@@ -213,9 +215,9 @@ class RunWriter:
         self.evaluated_steps.add(step)
         self.wandb.log(metrics, step)
 
-    def save_checkpoint(self, agent, step: int):
+    def save_checkpoint(self, agent, step: int, extra=None):
         self.lock.verify()
-        save_checkpoint(self.dir, agent, step)
+        save_checkpoint(self.dir, agent, step, extra)
 
     def close(self):
         """End this seed's wandb run (its CSV logs are written row by row)."""
@@ -280,9 +282,10 @@ class RunSet:
         """Seed k's agent of `state` (stacked along a leading seed axis when there are several seeds)."""
         return jax.tree_util.tree_map(lambda x: x[k], state) if len(self.writers) > 1 else state
 
-    def save_checkpoints(self, state, step: int):
+    def save_checkpoints(self, state, step: int, extras=None):
+        """Each seed's checkpoint of `step`, with its entry of `extras` (one dict per seed) beside the agent."""
         for k, writer in enumerate(self.writers):
-            writer.save_checkpoint(self.seed_agent(state, k), step)
+            writer.save_checkpoint(self.seed_agent(state, k), step, extras[k] if extras else None)
 
     def log_evaluation(self, step: int, per_seed, seconds: float):
         """Each seed's evaluation metrics of `step` (a seed that logged that step already, when a resumed run owed

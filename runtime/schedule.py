@@ -30,10 +30,13 @@ def due(step: int, interval: int, last: int) -> bool:
 
 
 class Schedule:
-    def __init__(self, runs, flags, evaluations: Evaluations, stops: StopRequests, on_stop=lambda: None):
+    def __init__(self, runs, flags, evaluations: Evaluations, stops: StopRequests, on_stop=lambda: None,
+                 checkpoint_extras=lambda step: None):
         """`runs`: the RunSet (writers, checkpoints, logs); `flags`: main.py's (intervals, --train_steps);
-        `on_stop()`: called before the stop message (main.py closes its progress bar there)."""
+        `on_stop()`: called before the stop message (main.py closes its progress bar there); `checkpoint_extras(step)`:
+        what each seed's checkpoint of `step` carries besides the agent (the training metrics of its unfinished row)."""
         self.runs, self.flags, self.evaluations, self.stops, self.on_stop = runs, flags, evaluations, stops, on_stop
+        self.checkpoint_extras = checkpoint_extras
         self.saved_step = runs.start_step if runs.start_step else None  # a resumed run's checkpoint is at its start
         self.trained = False  # whether this process has trained a chunk yet
 
@@ -102,7 +105,7 @@ class Schedule:
         """The checkpoint of `step` from `state` (the live agents, or the parameters an evaluation of `step` was
         given), unless that step is saved already."""
         if self.saved_step != step:
-            self.runs.save_checkpoints(state, step)
+            self.runs.save_checkpoints(state, step, self.checkpoint_extras(step))
             self.saved_step = step
 
     def _stop_if_asked(self, state, step: int, next_chunk_s: float):

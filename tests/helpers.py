@@ -201,11 +201,18 @@ def distinct_presets():
 
 
 # Every agent's numbers stay what they were: the per-step metrics (losses, gradient norms, ...) of the first
-# RECORDED_STEPS fused updates at seed 0 of a preset of each code path, recorded in tests/data/agent_metrics.json.
+# RECORDED_STEPS fused updates at seed 0 (main.py's streams: `sampling_key`) of a preset of each code path, recorded in tests/data/agent_metrics.json.
 # Record again only for a change that is meant to change the numbers, and say so in its commit:
 #     JAX_PLATFORMS=cpu JAX_DISABLE_MOST_OPTIMIZATIONS=1 python -m tests.agents.test_regression --record
 RECORD = os.path.join(ROOT, 'tests', 'data', 'agent_metrics.json')
 RECORDED_STEPS = 10
+
+
+def sampling_key(seed=0):
+    """The batch stream of the run seeded `seed`, as main.py derives it."""
+    from utils.random_streams import stream_key
+
+    return stream_key(seed, 'sampling')
 
 
 def regression_config(preset):

@@ -31,11 +31,11 @@ def train_steps_multi(agents, data: DeviceDataset, data_keys, start_step, num_st
 
 
 def train_seeds(agents, data: DeviceDataset, data_keys, start_step, num_steps: int):
-    """`train_steps_multi` for N > 1 seeds, `train_steps` for one (whose agent is not stacked); the metrics come back
-    on the host as [N, num_steps] either way (one transfer per call)."""
+    """`train_steps_multi` for N > 1 seeds, `train_steps` for one (whose agent is not stacked); the metrics stay on
+    the device, [N, num_steps] either way."""
     if len(data_keys) > 1:
         agents, infos = train_steps_multi(agents, data, data_keys, start_step, num_steps)
     else:
         agents, infos = train_steps(agents, data, data_keys[0], start_step, num_steps)
         infos = jax.tree_util.tree_map(lambda x: x[None], infos)
-    return agents, jax.device_get(infos)
+    return agents, infos

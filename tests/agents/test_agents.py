@@ -43,11 +43,11 @@ TRAINED_PRESETS = [p for p in distinct_presets() if PRESETS[p].family != 'visual
 
 @pytest.mark.parametrize('preset', TRAINED_PRESETS)
 def test_preset_trains_with_finite_decreasing_loss(preset, data):
-    from tests.helpers import assert_recorded_metrics
+    from tests.helpers import assert_recorded_metrics, sampling_key
 
     config = small(preset_config(preset))
     agent = make_agent(config)
-    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, 200)
+    agent, infos = train_steps(agent, data, sampling_key(0), 0, 200)
     infos = jax.tree_util.tree_map(np.asarray, infos)
     assert_recorded_metrics(preset, infos)  # its first updates compute what they always did (tests/helpers.py)
     for key, values in infos.items():

@@ -11,7 +11,6 @@ records every preset of a code path (a new method's preset included), keeping th
 import json
 import sys
 
-import jax
 import numpy as np
 import pytest
 
@@ -24,6 +23,7 @@ from tests.helpers import (
     make_agent,
     recorded_metrics,
     regression_config,
+    sampling_key,
     toy_dataset,
 )
 from utils.training import train_steps
@@ -36,7 +36,7 @@ TRAINED = {p for p in PRESETS_CHECKED if METHODS[PRESETS[p].method].kind in ('bc
 def metrics_of(preset):
     """{metric: [value at each of the RECORDED_STEPS updates]} of `preset` trained from seed 0."""
     config = regression_config(preset)
-    _, infos = train_steps(make_agent(config, seed=0), toy_dataset(), jax.random.PRNGKey(0), 0, RECORDED_STEPS)
+    _, infos = train_steps(make_agent(config, seed=0), toy_dataset(), sampling_key(0), 0, RECORDED_STEPS)
     return {key: np.asarray(values, np.float64).tolist() for key, values in sorted(infos.items())}
 
 

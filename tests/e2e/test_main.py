@@ -77,11 +77,12 @@ def test_gcbc_learns_on_generated_pointmaze(dataset_dir, tmp_path):
     assert (run_dir / 'DONE').exists() and (run_dir / 'flags.json').exists() and (run_dir / 'config.json').exists()
 
 
-# GCBC: which agent is stopped does not matter to what this chain checks, and GCBC compiles fast. Batch 1024 (about
+# GCBC: which agent is stopped does not matter to what this chain checks, and GCBC compiles fast. Two chunks per
+# training row: a stop may land inside a row, whose steps so far the checkpoint carries. Batch 1024 (about
 # 850 steps/s on a 2-core CPU) leaves about a second between the checkpoint a stop waits for and the end of the run.
 RESUME_FLAGS = ['--agent=agents/gcbc.py', '--agent.actor_hidden_dims=(64,64)', '--agent.batch_size=1024',
                 '--train_steps=800', '--log_interval=50', '--save_interval=200', '--eval_interval=400',
-                '--eval_episodes=3', '--eval_max_steps=60', '--steps_per_call=50', '--run_name=r']
+                '--eval_episodes=3', '--eval_max_steps=60', '--steps_per_call=25', '--run_name=r']
 
 
 def wait_for(predicate, process, timeout=300):
@@ -119,7 +120,7 @@ def test_preempted_then_killed_run_resumes_to_the_uninterrupted_result(dataset_d
     assert process.wait(timeout=120) == 143  # preemption: a checkpoint of the current step, then exit
     preempted = checkpoint_step(checkpoint)
     assert not (run_dir / 'DONE').exists(), 'the run finished before it could be stopped'
-    assert preempted == int(read_csv(run_dir / 'train.csv')[-1]['step'])
+    assert int(read_csv(run_dir / 'train.csv')[-1]['step']) == preempted // 50 * 50
 
     process = start([*args, '--resume'], env=OPTIMIZED_XLA_ENV)
     wait_for(lambda: checkpoint_step(checkpoint) > preempted, process)
@@ -128,6 +129,18 @@ def test_preempted_then_killed_run_resumes_to_the_uninterrupted_result(dataset_d
     assert not (run_dir / 'DONE').exists(), 'the run finished before it could be killed'
     run_main(*args, '--resume', env=OPTIMIZED_XLA_ENV)
     assert_same_logs(run_dir, uninterrupted_run)
+
+
+def test_training_rows_do_not_depend_on_steps_per_call(dataset_dir, tmp_path, uninterrupted_run):
+    """A training row averages every step since the last row: two chunks of 25 steps per row or one of 50 (or 50 cut
+    at 13-step chunks) log the same rows."""
+    for steps_per_call in (50, 13):
+        save_dir = tmp_path / str(steps_per_call)
+        run_main(*main_args(dataset_dir, save_dir, *RESUME_FLAGS, f'--steps_per_call={steps_per_call}'),
+                 env=OPTIMIZED_XLA_ENV)
+        rows = without_timing(read_csv(save_dir / 'default' / 'r' / 'train.csv'))
+        assert rows == without_timing(read_csv(uninterrupted_run / 'train.csv')), steps_per_call
+        assert len(rows) == 16
 
 
 def test_time_limit_checkpoints_exits_75_and_resumes_exactly(dataset_dir, tmp_path):
@@ -286,3 +299,11 @@ def test_existing_run_is_never_overwritten_and_presets_do_not_collide(dataset_di
     assert result.returncode == 1 and '--resume' in result.stderr and 'already holds a finished run' in result.stderr
     result = run_main(*main_args(dataset_dir, tmp_path, '--agent=configs/presets.py:gcbc', *tiny, '--run_name=new', '--resume'))
     assert 'has no checkpoint, so this starts a new run there' in result.stderr
+    # A checkpoint of version 0.4.0 drew its random streams by position: --resume refuses to continue it.
+    checkpoint = tmp_path / 'default' / names['gcbc'] / CHECKPOINT_NAME
+    state = flax.serialization.msgpack_restore(checkpoint.read_bytes())
+    checkpoint.write_bytes(flax.serialization.msgpack_serialize(dict(state, version='0.4.0')))
+    gcbc_longer = [a.replace('--train_steps=20', '--train_steps=40') for a in gcbc]
+    result = run_main(*gcbc_longer, '--resume', check=False)
+    assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+    assert 'written by version 0.4.0' in result.stderr and 'derived by name' in result.stderr

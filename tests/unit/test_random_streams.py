@@ -1,0 +1,122 @@
+"""A run's random streams are derived from its seed by name (utils/random_streams.py): no two streams of a run, nor
+of runs with other seeds, nor the per-step keys drawn from them, coincide, under either threefry layout; the agents
+take their streams from there; and a checkpoint written before the streams were named cannot be resumed."""
+
+import itertools
+import os
+
+import flax.serialization
+import jax
+import numpy as np
+import pytest
+
+from runtime.checkpoints import CHECKPOINT_NAME, check_resumable
+from utils.errors import ResumeMismatchError
+from utils.random_streams import NAMED_STREAMS_SINCE, STREAMS, run_streams, stream_key, update_keys
+
+SEEDS = range(4)
+STEPS = range(4)
+
+
+@pytest.fixture(params=[True, False], ids=['partitionable', 'classic'])
+def threefry_layout(request):
+    """Both of JAX's threefry layouts (in the partitionable one, split(k, n)[i] == fold_in(k, i))."""
+    before = jax.config.jax_threefry_partitionable
+    jax.config.update('jax_threefry_partitionable', request.param)
+    yield request.param
+    jax.config.update('jax_threefry_partitionable', before)
+
+
+def key_bytes(key):
+    return np.asarray(jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key).tobytes()
+
+
+def assert_pairwise_distinct(named_keys):
+    seen = {}
+    for name, key in named_keys:
+        data = key_bytes(key)
+        assert data not in seen, f'{name} and {seen[data]} are the same key'
+        seen[data] = name
+
+
+def per_step_keys(seed):
+    """What a run draws from its streams in its first steps: the batch, validation and evaluation keys of each step
+    (and the sampler's sub-keys of a batch), and the agent's update-noise keys (and FB's sub-keys of them)."""
+    streams = run_streams(seed)
+    keys = [(f'seed {seed} {name}', key) for name, key in streams.items()]
+    rng = streams['update']
+    for step in STEPS:
+        for name in ('sampling', 'validation', 'evaluation'):
+            step_key = jax.random.fold_in(streams[name], step)
+            keys.append((f'seed {seed} {name} step {step}', step_key))
+        batch_key = jax.random.fold_in(streams['sampling'], step)
+        keys += [(f'seed {seed} batch sub-key {i} step {step}', k) for i, k in enumerate(jax.random.split(batch_key, 5))]
+        rng, noise_key = update_keys(rng)
+        keys.append((f'seed {seed} update noise step {step}', noise_key))
+        keys += [(f'seed {seed} FB sub-key {i} step {step}', k) for i, k in enumerate(jax.random.split(noise_key, 3))]
+    return keys
+
+
+def test_no_two_streams_of_a_run_or_of_its_seeds_coincide(threefry_layout):
+    assert_pairwise_distinct(itertools.chain.from_iterable(per_step_keys(seed) for seed in SEEDS))
+
+
+def test_the_positional_derivation_did_coincide():
+    """The defect the names fix: under the partitionable layout (JAX's default) the old data key,
+    split(PRNGKey(seed), 3)[0], was the agent's update stream, split(PRNGKey(seed))[0]: both fold_in(PRNGKey(seed), 0)."""
+    assert jax.config.jax_threefry_partitionable
+    root = jax.random.PRNGKey(0)
+    assert key_bytes(jax.random.split(root, 3)[0]) == key_bytes(jax.random.split(root)[0]) == key_bytes(jax.random.fold_in(root, 0))
+
+
+def test_unknown_stream_names_are_refused():
+    with pytest.raises(ValueError, match='unknown random stream'):
+        stream_key(0, 'data')
+
+
+def test_agents_take_their_streams_by_name():
+    """A flat agent's rng is its update stream; a hierarchy's acting seed is its own, its low level's the flat one's;
+    FB's update noise (its latents and smoothing noise) never reuses a key of the batch draw."""
+    from configs.presets import get_config
+    from tests.helpers import make_agent, sampling_key, small, toy_dataset
+    from utils.sampler import sample_batch
+    from utils.training import batch_config
+
+    for seed in (0, 1):
+        fb = make_agent(small(get_config('fb')), seed)
+        assert key_bytes(fb.rng) == key_bytes(stream_key(seed, 'update'))
+    hierarchical = make_agent(small(get_config('hbyol_gamma_a')), 1)
+    assert key_bytes(hierarchical.rng) == key_bytes(stream_key(1, 'high/acting'))
+    assert key_bytes(hierarchical.low.rng) == key_bytes(stream_key(1, 'update'))
+    # FB's update: the noise key of each step is update_keys of the agent's rng, and never a key the sampler used.
+    data, fb = toy_dataset(), make_agent(small(get_config('fb')), 0)
+    batch_keys = []
+    for step in STEPS:
+        batch_key = jax.random.fold_in(sampling_key(0), step)
+        batch_keys += [batch_key, *jax.random.split(batch_key, 5)]
+        next_rng, noise_key = update_keys(fb.rng)
+        fb, _ = fb.update(sample_batch(batch_key, data, batch_config(fb)))
+        assert key_bytes(fb.rng) == key_bytes(next_rng)
+        noise_keys = [noise_key, *jax.random.split(noise_key, 3)]
+        assert not {key_bytes(k) for k in noise_keys} & {key_bytes(k) for k in batch_keys}
+
+
+@pytest.mark.parametrize('version', [None, '0.3.0', '0.4.0'])
+def test_a_checkpoint_from_before_named_streams_is_not_resumed(tmp_path, version):
+    state = {'agent': {}, 'step': 10, 'extra': {}}
+    if version:
+        state['version'] = version
+    path = os.path.join(tmp_path, CHECKPOINT_NAME)
+    with open(path, 'wb') as f:
+        f.write(flax.serialization.msgpack_serialize(state))
+    with pytest.raises(ResumeMismatchError, match=f'since version {NAMED_STREAMS_SINCE}') as error:
+        check_resumable(path)
+    assert (f'version {version}' if version else 'before 0.4.0') in str(error.value)
+    state['version'] = NAMED_STREAMS_SINCE
+    with open(path, 'wb') as f:
+        f.write(flax.serialization.msgpack_serialize(state))
+    check_resumable(path)
+
+
+def test_every_stream_is_listed_once():
+    assert len(set(STREAMS)) == len(STREAMS) == len(run_streams(0))
