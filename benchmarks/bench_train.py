@@ -59,7 +59,6 @@ class HostSampler:
         batch = dict(
             observations=self.obs[idxs], actions=self.actions[idxs], next_observations=self.obs[idxs + 1],
             next_actions=self.actions[idxs + 1], actor_goals=self.obs[actor_goals], value_goals=self.obs[value_goals],
-            value_offsets=value_goals - idxs,
         )
         if self.config.nstep:
             steps = np.minimum(idxs[:, None] + np.arange(1, self.config.nstep + 1), ends[:, None])

@@ -14,8 +14,8 @@ environment and reports the best, without listing the winners; each preset start
 method's sweep set (BYOL-gamma {1, 6, 40, 100}, TRA {10, 40, 60, 100}, TD-SR {0.001, 0.005, 0.01,
 0.05}) and `scripts/` sweeps the rest.
 
-Adding a method: its agent file in agents/ (with `get_config()` and `AGENTS`), one `Method` entry below,
-and its test (docs/adding_a_method.md).
+Adding a method touches four places (docs/adding_a_method.md): its agent file in agents/ (with `get_config()` and
+`AGENTS`), one `Method` entry below, its test, and the record of its first updates' numbers.
 """
 
 import dataclasses

@@ -1,6 +1,8 @@
 """The successor-measure losses TD-SR and FB share (a TD loss on psi^T phi, an orthonormality regulariser), pure
 functions whose docstrings give the equations they implement (paper; docs/method.md, section 4). A loss of one
-method only lives in that agent's file, beside its objective."""
+representation method lives in that agent's file, beside its objective. The offline RL baselines' losses are the
+exception: they are kept together in utils/rl_losses.py, some shared (AWR, expectile value) and some of one agent,
+because they port one reference (OGBench's agents) and are tested together against its equations."""
 
 import jax
 import jax.numpy as jnp

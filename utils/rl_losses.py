@@ -1,5 +1,9 @@
 """Pure losses of the offline goal-conditioned RL baselines (GCIVL, GCIQL, QRL, CRL, HIQL).
 
+Kept in one file, those one agent uses included, unlike the representation methods' losses (which live in their
+agent files): they port one reference, OGBench's agents, and tests/unit/test_rl_losses.py checks them together
+against its equations.
+
 Each function's docstring gives the equation it implements, in the notation of the OGBench paper
 (Park et al. 2024, "OGBench: Benchmarking Offline Goal-Conditioned RL", arXiv:2410.20092, appendix on
 the reference agents). Conventions: values and Q-values are arrays whose leading axes are batch (or

@@ -124,8 +124,7 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
     """One training batch. Keys:
 
     observations, actions, next_observations, next_actions: (s_t, a_t, s_{t+1}, a_{t+1});
-    actor_goals: goals for the BC loss; value_goals: goals for the representation loss
-    (`value_offsets` = their distance in steps, 0 for random goals from other episodes);
+    actor_goals: goals for the BC loss; value_goals: goals for the representation loss;
     with `nstep`: nstep_observations [B, n, ...] = s_{t+1..t+n}, nstep_actions [B, n, A] = a_{t..t+n-1}
     and nstep_mask [B, n] (1 where t + j <= T, i.e. the target state exists in the episode);
     with `subgoal_steps`: low_goals, high_goals, high_targets (hierarchical sampler);
@@ -146,9 +145,7 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
         batch['actor_goals'] = observations_at(data, actor_goal_idxs, config.frame_stack)
     if config.value_goals is not None:
         value_goal_idxs = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma)
-        same_episode = data.episode_end[value_goal_idxs] == episode_end
         batch['value_goals'] = observations_at(data, value_goal_idxs, config.frame_stack)
-        batch['value_offsets'] = jnp.where(same_episode, value_goal_idxs - idxs, 0)
         batch.update(goal_rewards(idxs, value_goal_idxs, config.gc_negative))
     if config.nstep > 0:
         target_idxs = idxs[:, None] + jnp.arange(1, config.nstep + 1)[None, :]

@@ -95,3 +95,20 @@ def test_no_folder_outside_tests_holds_more_than_20_python_files():
         if name.endswith('.py') and not name.startswith('tests/'):
             counts[os.path.dirname(name)] = counts.get(os.path.dirname(name), 0) + 1
     assert max(counts.values()) <= 20, {folder: n for folder, n in counts.items() if n > 20}
+
+
+def test_license_and_citation_agree_with_the_package():
+    with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+        project = tomllib.load(f)['project']
+    with open(os.path.join(ROOT, 'LICENSE')) as f:
+        license_text = f.read()
+    with open(os.path.join(ROOT, 'CITATION.cff')) as f:
+        citation = f.read()
+    assert project['license'] == 'MIT' and project['license-files'] == ['LICENSE']
+    assert license_text.startswith('MIT License\n') and 'Permission is hereby granted, free of charge' in license_text
+    assert re.search(r'^license: MIT$', citation, re.M), 'CITATION.cff: license'
+    assert re.search(rf'^version: {re.escape(project["version"])}$', citation, re.M), 'CITATION.cff: version'
+    with open(os.path.join(ROOT, 'README.md')) as f:
+        readme = f.read()
+    for needle in ('arXiv:2506.10137', '@inproceedings{park2025ogbench', 'MIT ([LICENSE](LICENSE))', '## Credits'):
+        assert needle in readme, needle

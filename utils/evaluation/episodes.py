@@ -287,7 +287,7 @@ class _Outcome:
 
 class EpisodeBatch:
     """What every stepper of a lockstep batch keeps per episode row and reports back: `start` calls `_begin(n)`,
-    `step` updates the rows of live episodes, `results` returns them (the contract `_run_episodes` and the
+    `step` updates the rows of live episodes, `results` returns them (the contract `_run_batch` and the
     worker processes read)."""
 
     def _begin(self, n, frames):
