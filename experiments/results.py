@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from scipy import stats
 
 from configs.presets import METHODS, method_of, methods_of_kind
 from runtime import atomic_io
@@ -67,6 +68,7 @@ class SeedResult:
     task_values: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     eval_interval: Optional[int] = None
     data_source: str = 'unrecorded'  # provenance label of the dataset it trained on (runtime/provenance.py)
+    protocol: Tuple[Tuple[str, object], ...] = ()  # its PROTOCOL_FLAGS values: what its numbers measure
 
     def expected_evaluations(self) -> Optional[int]:
         """How many evaluations its flags imply: one per --eval_interval, and one at --train_steps."""
@@ -192,8 +194,12 @@ def read_eval_rows(path: str, metric: str, warn=lambda message: None) -> List[di
 
 
 def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequence[int]] = None,
-              warn=lambda message: None) -> List[SeedResult]:
-    """Every seed run under `roots` (optionally only the given seeds), sorted by (env, method, seed)."""
+              warn=lambda message: None, where: Optional[Dict[str, str]] = None) -> List[SeedResult]:
+    """Every seed run under `roots` (optionally only the given seeds, and only runs whose protocol flags have the
+    values in `where`, compared as text), sorted by (env, method, seed)."""
+    unknown = sorted(set(where or {}) - set(PROTOCOL_FLAGS))
+    if unknown:
+        raise ValueError(f'Cannot select runs by {", ".join(unknown)}: the protocol flags are {", ".join(PROTOCOL_FLAGS)}.')
     runs, seen = [], {}
     for root in roots:
         for directory in eval_dirs(root):
@@ -211,7 +217,9 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
             env = re.sub(r'-v\d+$', '', flags['env_name'])
             method = method_of(config.get('preset') or config['agent_name'])
             setting = {k: hashable(v) for k, v in flatten(config).items() if k.split('.')[0] not in NON_SETTING_CONFIG}
-            setting.update({k: hashable(flags[k]) for k in PROTOCOL_FLAGS if k in flags})
+            protocol = tuple((k, hashable(flags[k])) for k in PROTOCOL_FLAGS if k in flags)
+            if any(str(dict(protocol).get(k)) != str(v) for k, v in (where or {}).items()):
+                continue
             by_seed = defaultdict(list)
             for row in rows:
                 by_seed[int(row['seed']) if 'seed' in row else int(flags['seed'])].append(row)
@@ -234,7 +242,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                     raise ValueError(f'{directory}/eval.csv: unreadable row ({type(e).__name__}: {e}); '
                                      f'expected integer `step` and numeric {metric!r} columns.') from e
                 run = SeedResult(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'),
-                                 task_values, flags.get('eval_interval'), data_source)
+                                 task_values, flags.get('eval_interval'), data_source, protocol)
                 key = (env, method, tuple(sorted(setting.items())), seed)
                 if key in seen:
                     raise ValueError(
@@ -253,39 +261,31 @@ def seed_score(run: SeedResult, last_n: int = 3, scale: float = 100.0) -> Option
     return float(np.mean(run.values[-last_n:])) * scale
 
 
-def _resampled_means(scores: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """Means of `resamples` resamples of the seeds, drawn with replacement."""
-    return scores[rng.integers(0, scores.size, size=(resamples, scores.size))].mean(axis=1)
-
-
-def _percentile_interval(samples: np.ndarray, confidence: float) -> Tuple[float, float]:
-    tail = (1.0 - confidence) / 2
-    low, high = np.quantile(samples, [tail, 1.0 - tail])
-    return float(low), float(high)
-
-
-def bootstrap_ci(scores, confidence: float = 0.95, resamples: int = 10000, seed: int = 0) -> Tuple[float, float]:
-    """Percentile bootstrap confidence interval of the mean over seeds: resample the seeds with
-    replacement `resamples` times (seeded, so a table is reproducible), take each resample's mean, and
-    return the (1 - confidence) / 2 and (1 + confidence) / 2 quantiles. NaN without scores; a single
-    seed gives the degenerate interval (score, score), which says nothing about seed variance."""
+def t_interval(scores, confidence: float = 0.95) -> Tuple[float, float]:
+    """Student's t confidence interval of the mean over seeds: mean ± t_{(1+c)/2, n-1} s / sqrt(n), s the sample
+    standard deviation (ddof=1). Exact coverage when seed scores are normal, whatever n (a percentile bootstrap of 4
+    seeds covers well below its level); NaN for fewer than 2 seeds, where no interval exists."""
     scores = np.asarray(scores, dtype=np.float64)
-    if scores.size == 0:
+    if scores.size < 2:
         return float('nan'), float('nan')
-    return _percentile_interval(_resampled_means(scores, np.random.default_rng(seed), resamples), confidence)
+    half = stats.t.ppf((1.0 + confidence) / 2, scores.size - 1) * np.std(scores, ddof=1) / np.sqrt(scores.size)
+    return float(np.mean(scores) - half), float(np.mean(scores) + half)
 
 
-def bootstrap_difference_ci(scores, baseline, confidence: float = 0.95, resamples: int = 10000,
-                            seed: int = 0) -> Tuple[float, float]:
-    """Percentile bootstrap confidence interval of mean(scores) - mean(baseline). The two groups are
-    resampled independently (seeds of two methods are independent runs, so nothing pairs them); an
-    interval that excludes 0 is the evidence that one method beats the other at this budget."""
-    scores, baseline = (np.asarray(x, dtype=np.float64) for x in (scores, baseline))
-    if scores.size == 0 or baseline.size == 0:
+def welch_interval(scores, baseline, confidence: float = 0.95) -> Tuple[float, float]:
+    """Welch's t confidence interval of mean(scores) - mean(baseline): the two methods' seeds are independent runs
+    with their own variances, df by Welch-Satterthwaite. An interval that excludes 0 separates the two methods at
+    this budget. NaN when either has fewer than 2 seeds."""
+    a, b = (np.asarray(x, dtype=np.float64) for x in (scores, baseline))
+    if a.size < 2 or b.size < 2:
         return float('nan'), float('nan')
-    rng = np.random.default_rng(seed)
-    differences = _resampled_means(scores, rng, resamples) - _resampled_means(baseline, rng, resamples)
-    return _percentile_interval(differences, confidence)
+    difference = np.mean(a) - np.mean(b)
+    va, vb = np.var(a, ddof=1) / a.size, np.var(b, ddof=1) / b.size
+    if va + vb == 0:
+        return float(difference), float(difference)
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = stats.t.ppf((1.0 + confidence) / 2, df) * np.sqrt(va + vb)
+    return float(difference - half), float(difference + half)
 
 
 def task_scores(runs: Sequence[SeedResult], last_n: int = 3, scale: float = 100.0) -> Dict[str, np.ndarray]:
@@ -304,9 +304,35 @@ def setting_sort_key(setting):
     return tuple((k, (0, v, '') if isinstance(v, (int, float)) else (1, 0, repr(v))) for k, v in setting)
 
 
+def check_protocols(runs: Sequence[SeedResult]):
+    """A ValueError if the runs of one dataset were run at different protocols (PROTOCOL_FLAGS): a protocol is not a
+    setting to select over, and numbers at different budgets or evaluations are not compared in one row."""
+    by_env = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        by_env[run.env][run.protocol].append(run)
+    for env, protocols in sorted(by_env.items()):
+        if len(protocols) < 2:
+            continue
+        differing = [k for k in PROTOCOL_FLAGS if len({dict(p).get(k) for p in protocols}) > 1]
+        groups = []
+        for protocol, group in protocols.items():
+            values = ', '.join(f'{k}={dict(protocol).get(k)}' for k in differing)
+            who = ', '.join(sorted({f'{run.method} seed {run.seed}' for run in group}))
+            groups.append(f'{values} ({who})')
+        example = differing[0]
+        raise ValueError(
+            f'{env}: runs at different evaluation protocols would be compared ({", ".join(differing)} differ): '
+            f'{"; ".join(groups)}. A protocol is not a setting to pick the best of, and a row compares one protocol. '
+            f'Select one with --{example}={dict(next(iter(protocols))).get(example)} (results.py filters on every '
+            f'protocol flag), or pass each protocol\'s runs as separate --runs in separate calls.'
+        )
+
+
 def group_cells(runs: Sequence[SeedResult], last_n: int = 3, scale: float = 100.0) -> Dict[Tuple[str, str], List[Cell]]:
-    """(env, method) -> one Cell per setting. A setting is alpha (when the config has one) plus every
-    config entry or protocol flag that differs between that method's runs on that dataset."""
+    """(env, method) -> one Cell per setting. A setting is alpha (when the config has one) plus every config entry
+    that differs between that method's runs on that dataset. The runs of a dataset share one protocol
+    (`check_protocols`)."""
+    check_protocols(runs)
     by_method = defaultdict(list)
     for run in runs:
         by_method[(run.env, run.method)].append(run)
@@ -373,10 +399,11 @@ class Table:
     averages: List[Tuple[str, Dict[str, float]]]  # (row name, method -> mean over its datasets).
     rl_methods: frozenset
     seed_count: int  # The most seeds in any cell; cells with fewer are marked.
+    last_n: int = 3  # Evaluations a seed's score averages; cells whose seeds have fewer are marked 'last k'.
 
 
 def build_table(best: Dict[Tuple[str, str], Cell], methods: Optional[Sequence[str]] = None,
-                rl_methods=RL_METHODS) -> Table:
+                rl_methods=RL_METHODS, last_n: int = 3) -> Table:
     envs = ordered({env for env, _ in best}, ENV_ORDER)
     present = {method for _, method in best}
     if methods:
@@ -399,7 +426,7 @@ def build_table(best: Dict[Tuple[str, str], Cell], methods: Optional[Sequence[st
                 row[method] = float(np.mean(means)) if len(means) == len(group) else float('nan')
             averages.append(('average' if len(groups) == 1 else f'average-{name}', row))
     seed_count = max((cell.n for cell in best.values()), default=0)
-    return Table(envs, columns, dict(best), averages, frozenset(rl_methods), seed_count)
+    return Table(envs, columns, dict(best), averages, frozenset(rl_methods), seed_count, last_n)
 
 
 def _number(value: float, decimals: int) -> str:
@@ -407,21 +434,27 @@ def _number(value: float, decimals: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class BootstrapOptions:
-    """How `bootstrap_ci` is called for tables: confidence level, resamples, RNG seed."""
+class Intervals:
+    """The tables' intervals: a t-interval of a cell's mean (`t_interval`), Welch's of a difference (`welch_interval`)."""
 
     confidence: float = 0.95
-    resamples: int = 10000
-    seed: int = 0
 
     def interval(self, scores) -> Tuple[float, float]:
-        return bootstrap_ci(scores, self.confidence, self.resamples, self.seed)
+        return t_interval(scores, self.confidence)
 
     def difference_interval(self, scores, baseline) -> Tuple[float, float]:
-        return bootstrap_difference_ci(scores, baseline, self.confidence, self.resamples, self.seed)
+        return welch_interval(scores, baseline, self.confidence)
+
+    def describe(self) -> str:
+        return f'{self.confidence:.0%} Student-t interval of the mean over seeds'
+
+    def describe_difference(self) -> str:
+        return f"{self.confidence:.0%} Welch t-interval of the difference (the two methods' seeds independent)"
 
 
 def format_interval(low: float, high: float, decimals: int) -> str:
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return '[n<2]'  # one seed: no interval
     return f'[{_number(low, decimals)}, {_number(high, decimals)}]'
 
 
@@ -432,17 +465,22 @@ def _signed(value: float, decimals: int) -> str:
     return ('+' if value > 0 else '') + text
 
 
+def seeds_text(cell: Cell, last_n: int) -> str:
+    """The seed count of a cell, with '(last k)' when its scores average fewer evaluations than last_n."""
+    return ' '.join([str(cell.n)] + [f'({note})' for note in short_note(cell, last_n)])
+
+
 def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, decimals: int = 0,
-                      ci: Optional[BootstrapOptions] = None, methods: Optional[Sequence[str]] = None) -> str:
+                      ci: Optional[Intervals] = None, methods: Optional[Sequence[str]] = None, last_n: int = 3) -> str:
     """Every setting of every method against `baseline` on each dataset that has it (at the baseline's
-    best setting): seeds, mean and bootstrap CI, then the difference of means and its bootstrap CI.
+    best setting): seeds, mean and t-interval, then the difference of means and its Welch interval.
     Listing every setting, not only the best, keeps the choice of alpha visible."""
-    ci = ci or BootstrapOptions()
+    ci = ci or Intervals()
     if not any(method == baseline for _, method in cells):
         found = sorted({method for _, method in cells})
         raise ValueError(f'Baseline {baseline!r} has no runs here; methods found: {", ".join(found)}.')
-    level = f'{ci.confidence:.0%} CI'
-    lines = [f'| dataset | method | setting | seeds | mean | {level} | − {method_label(baseline)} | {level} of the difference |',
+    level = f'{ci.confidence:.0%} t-interval'
+    lines = [f'| dataset | method | setting | seeds | mean | {level} | − {method_label(baseline)} | {ci.confidence:.0%} Welch interval |',
              '|---|---|---|---|---|---|---|---|']
     for env in sorted({env for env, _ in cells}):
         if (env, baseline) not in cells:
@@ -455,16 +493,25 @@ def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, d
             for cell in cells[(env, method)]:
                 if not cell.n or (method == baseline and cell is not reference):
                     continue
-                row = (f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {cell.n} | '
+                row = (f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {seeds_text(cell, last_n)} | '
                        f'{_number(cell.mean, decimals)} | {format_interval(*ci.interval(cell.scores), decimals)} | ')
                 if method == baseline:
                     row += '(baseline) | |'
                 else:
                     low, high = ci.difference_interval(cell.scores, reference.scores)
-                    row += (f'{_signed(cell.mean - reference.mean, decimals)} | '
-                            f'[{_signed(low, decimals)}, {_signed(high, decimals)}] |')
+                    interval = (f'[{_signed(low, decimals)}, {_signed(high, decimals)}]' if np.isfinite(low)
+                                else '[n<2]')
+                    row += f'{_signed(cell.mean - reference.mean, decimals)} | {interval} |'
                 lines.append(row)
     return '\n'.join(lines)
+
+
+def short_note(cell: Cell, last_n: int) -> Tuple[str, ...]:
+    """('last k',) when some seed of the cell has only k < last_n evaluations, so its score averages fewer than the
+    table's header says; () otherwise."""
+    counts = [len(run.values) for run in cell.runs if len(run.values)]
+    fewest = min(counts, default=last_n)
+    return (f'last {fewest}',) if fewest < last_n else ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -476,7 +523,7 @@ class Entry:
     std: Optional[float]  # None in average rows
     scores: Tuple[float, ...]
     mark: str  # 'best', 'bold' (within BOLD_FRACTION of the best non-RL mean) or ''
-    notes: Tuple[str, ...] = ()  # 'n=<seeds>' (fewer than the table's most), 'unfinished', 'mixed data'
+    notes: Tuple[str, ...] = ()  # 'n=<seeds>' (fewer than the table's most), 'last <k>', 'unfinished', 'mixed data'
 
 
 def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
@@ -492,8 +539,8 @@ def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
             if cell is None:
                 entries.append(Entry(method, float('nan'), None, (), ''))
                 continue
-            notes = ((f'n={cell.n}',) if cell.n < table.seed_count else ()) + (('unfinished',) if cell.unfinished else ()) \
-                + (('mixed data',) if len(cell.data_sources) > 1 else ())
+            notes = ((f'n={cell.n}',) if cell.n < table.seed_count else ()) + short_note(cell, table.last_n) \
+                + (('unfinished',) if cell.unfinished else ()) + (('mixed data',) if len(cell.data_sources) > 1 else ())
             entries.append(Entry(method, cell.mean, cell.std, tuple(cell.scores), marks[method], notes))
         rows.append((env, False, entries))
     for name, row in table.averages:
@@ -506,8 +553,8 @@ MARKDOWN_NOTES = {'unfinished': ' †', 'mixed data': ' ‡'}
 LATEX_NOTES = {'unfinished': r'\dagger', 'mixed data': r'\ddagger'}
 
 
-def format_markdown(table: Table, decimals: int = 0, ci: Optional[BootstrapOptions] = None) -> str:
-    """The paper's table; cells are mean ± std over seeds, or mean [bootstrap CI] with `ci`."""
+def format_markdown(table: Table, decimals: int = 0, ci: Optional[Intervals] = None) -> str:
+    """The paper's table; cells are mean ± std over seeds, or mean [t-interval] with `ci`."""
     lines = ['| dataset | ' + ' | '.join(method_label(m) for m in table.methods) + ' |',
              '|---|' + '---|' * len(table.methods)]
     for label, average, entries in table_rows(table):
@@ -556,10 +603,10 @@ def format_latex(table: Table, decimals: int = 0) -> str:
 
 
 def format_task_table(table: Table, last_n: int = 3, scale: float = 100.0, decimals: int = 0,
-                      ci: Optional[BootstrapOptions] = None) -> str:
-    """Long form, one row per (dataset, method) at the table's chosen setting: seeds, mean, bootstrap
+                      ci: Optional[Intervals] = None) -> str:
+    """Long form, one row per (dataset, method) at the table's chosen setting: seeds, mean, t-interval
     CI of the mean over seeds, then each task's mean over seeds (its last `last_n` evaluations)."""
-    ci = ci or BootstrapOptions()
+    ci = ci or Intervals()
     rows = []
     for env in table.envs:
         for method in table.methods:
@@ -567,21 +614,21 @@ def format_task_table(table: Table, last_n: int = 3, scale: float = 100.0, decim
                 cell = table.cells[(env, method)]
                 rows.append((env, method, cell, task_scores(cell.runs, last_n, scale)))
     tasks = ordered({t for *_, per_task in rows for t in per_task}, [str(i) for i in range(1, 100)])
-    level = f'{ci.confidence:.0%} CI'
+    level = f'{ci.confidence:.0%} t-interval'
     lines = ['| dataset | method | setting | seeds | mean | ' + level + ' | ' + ' | '.join(f'task {t}' for t in tasks) + ' |',
              '|---|---|---|---|---|---|' + '---|' * len(tasks)]
     for env, method, cell, per_task in rows:
         task_entries = [_number(float(np.mean(per_task[t])), decimals) if t in per_task and per_task[t].size else '·'
                         for t in tasks]
-        lines.append(f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {cell.n} | '
+        lines.append(f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {seeds_text(cell, last_n)} | '
                      f'{_number(cell.mean, decimals)} | {format_interval(*ci.interval(cell.scores), decimals)} | '
                      + ' | '.join(task_entries) + ' |')
     return '\n'.join(lines)
 
 
-def curve_interval(runs: Sequence[SeedResult], scale: float = 100.0, ci: Optional[BootstrapOptions] = None):
-    """Steps (union over seeds) and the bootstrap CI of the mean over the seeds evaluated at each step."""
-    ci = ci or BootstrapOptions()
+def curve_interval(runs: Sequence[SeedResult], scale: float = 100.0, ci: Optional[Intervals] = None):
+    """Steps (union over seeds) and the t-interval of the mean over the seeds evaluated at each step."""
+    ci = ci or Intervals()
     steps = np.unique(np.concatenate([run.steps for run in runs])) if runs else np.zeros(0, dtype=np.int64)
     lows, highs = [], []
     for step in steps:

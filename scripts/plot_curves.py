@@ -1,9 +1,9 @@
 """Learning curves: one PNG per dataset, one line per method (mean over seeds, shaded ± std or a
-bootstrap confidence interval of the mean with --band=ci) vs gradient steps.
+Student-t confidence interval of the mean with --band=ci) vs gradient steps.
 
     python scripts/plot_curves.py --runs=runs/state --out=plots/curves.png      # plots/curves_<dataset>.png
     python scripts/plot_curves.py --runs=runs/state --out='plots/{env}.png' --all_settings
-    python scripts/plot_curves.py --runs=runs/stitch --out=plots/stitch.png --band=ci   # 95% bootstrap CI bands
+    python scripts/plot_curves.py --runs=runs/stitch --out=plots/stitch.png --band=ci   # 95% t-interval bands
 
 Each method is drawn at its best setting (the one scripts/results.py reports: highest mean of the
 last 3 evaluations); --all_settings draws every setting (alpha, ...) instead.
@@ -35,9 +35,9 @@ def output_path(template: str, env: str) -> str:
     return f'{stem}_{env}{extension or ".png"}'
 
 
-def plot_environment(env, method_cells, path, metric, scale, bootstrap=None):
+def plot_environment(env, method_cells, path, metric, scale, intervals=None):
     """method_cells: [(method, [Cell, ...])] in legend order; writes one PNG. Bands: ± std over seeds,
-    or with `bootstrap` (R.BootstrapOptions) the bootstrap CI of the mean over seeds at each step."""
+    or with `intervals` (R.Intervals) the t-interval of the mean over seeds at each step."""
     lines = sum(len(cells) for _, cells in method_cells)
     outside = lines > 4  # a legend inside the axes would cover the bands
     figure, axes = plt.subplots(figsize=(8.6 if outside else 6.4, 4.2))
@@ -52,12 +52,12 @@ def plot_environment(env, method_cells, path, metric, scale, bootstrap=None):
             label += f' ({setting}, n={cell.n})' if setting else f' (n={cell.n})'
             style = LINE_STYLES[style_index % len(LINE_STYLES)]
             axes.plot(steps, mean, style, color=color, label=label, marker='o' if len(steps) <= 10 else None)
-            if bootstrap is None:
+            if intervals is None:
                 low, high = mean - std, mean + std
             else:
-                _, low, high = R.curve_interval(cell.runs, scale, bootstrap)
+                _, low, high = R.curve_interval(cell.runs, scale, intervals)
             axes.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
-    band = 'shaded: ± std over seeds' if bootstrap is None else f'shaded: {bootstrap.confidence:.0%} bootstrap CI of the mean'
+    band = 'shaded: ± std over seeds' if intervals is None else f'shaded: {intervals.confidence:.0%} t-interval of the mean'
     axes.set_title(f'{env} ({band})', fontsize='medium')
     axes.set_xlabel('gradient steps')
     axes.set_ylabel(f'{metric.split("/")[-1].replace("_", " ")}' + (' (%)' if scale == 100 else ''))
@@ -84,23 +84,21 @@ def main(argv=None):
     parser.add_argument('--methods', default='', help='Comma-separated presets to draw, in legend order (default: all).')
     parser.add_argument('--seeds', default='', help='Only these seeds, e.g. 0-3.')
     parser.add_argument('--all_settings', action='store_true', help='Draw every setting, not only the best.')
-    parser.add_argument('--band', choices=['std', 'ci'], default='std', help='Shaded band: ± std over seeds, or bootstrap CI of the mean.')
+    parser.add_argument('--band', choices=['std', 'ci'], default='std', help='Shaded band: ± std over seeds, or the t-interval of the mean.')
     parser.add_argument('--confidence', type=float, default=0.95, help='--band=ci: confidence level.')
-    parser.add_argument('--ci_resamples', type=int, default=10000, help='--band=ci: bootstrap resamples of the seeds.')
-    parser.add_argument('--ci_seed', type=int, default=0, help='--band=ci: RNG seed of the bootstrap.')
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if not 0.0 < args.confidence < 1.0 or args.ci_resamples < 1:
-        parser.error(f'--confidence must lie in (0, 1) and --ci_resamples be >= 1, got {args.confidence}, {args.ci_resamples}.')
-    bootstrap = R.BootstrapOptions(args.confidence, args.ci_resamples, args.ci_seed) if args.band == 'ci' else None
+    if not 0.0 < args.confidence < 1.0:
+        parser.error(f'--confidence must lie in (0, 1), got {args.confidence}.')
+    intervals = R.Intervals(args.confidence) if args.band == 'ci' else None
     try:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         runs = R.load_runs([r.strip() for r in args.runs.split(',') if r.strip()], args.metric, seeds,
                            warn=lambda m: print(f'Warning: {m}', file=sys.stderr))
         if not runs:
             raise ValueError(f'No run directories (folders with eval.csv) under {args.runs}.')
+        cells = R.group_cells(runs, args.last_n, args.scale)
     except (ValueError, FileNotFoundError, ConfigError) as e:
         sys.exit(f'Error: {e}')
-    cells = R.group_cells(runs, args.last_n, args.scale)
     best = R.best_cells(cells)
     wanted = [m.strip() for m in args.methods.split(',') if m.strip()]
     for env in R.ordered({env for env, _ in cells}, R.ENV_ORDER):
@@ -117,7 +115,7 @@ def main(argv=None):
             print(f'Warning: nothing to draw for {env}.', file=sys.stderr)
             continue
         path = output_path(args.out, env)
-        plot_environment(env, method_cells, path, args.metric, args.scale, bootstrap)
+        plot_environment(env, method_cells, path, args.metric, args.scale, intervals)
         print(path)
     return 0
 

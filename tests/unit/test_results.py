@@ -13,6 +13,7 @@ from scripts import results as results_cli
 
 MAZE = 'antmaze-medium-stitch-v0'
 HUMANOID = 'humanoidmaze-medium-stitch-v0'
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def write_run(root, env, preset, seed, successes, alpha=None, done=True, steps=None, seed_column=None,
@@ -252,7 +253,7 @@ def test_runs_without_their_final_evaluation_are_marked(tmp_path, capsys):
     assert len(cells[(('antmaze-medium-stitch'), 'gcbc')][0].unfinished) == 2
     assert results_cli.main([f'--runs={root}']) == 0
     out = capsys.readouterr().out
-    assert '| antmaze-medium-stitch | **20** ± 0 † |' in out
+    assert '| antmaze-medium-stitch | **20** ± 0 (last 2) † |' in out
     assert 'gcbc_antmaze-medium-stitch-v0_sd1 (seed 1): finished, last evaluation at step 200 of 300, 2 evaluation(s) ' \
            '(fewer than 3); no final evaluation (step 300)' in out
 
@@ -285,21 +286,78 @@ def test_data_sources_per_row_and_mixed_cells(tmp_path, capsys):
 
 
 
-# ---- bootstrap confidence intervals and per-task success ---------------------------------------
+def test_a_cell_of_runs_with_2_evaluations_says_last_2(tmp_path, capsys):
+    """Complete runs with only 2 evaluations (200 steps, one every 100): their scores average 2, not the header's
+    3, and every view of the cell says so, with the legend defining the mark."""
+    for seed in range(3):
+        write_run(str(tmp_path), MAZE, 'gcbc', seed, [0.1, 0.3 + seed / 10], train_steps=200, eval_interval=100)
+        write_run(str(tmp_path), MAZE, 'gcbc_phi', seed, [0.2, 0.2, 0.2], train_steps=200, eval_interval=100,
+                  steps=[100, 150, 200])
+    assert results_cli.main([f'--runs={tmp_path}', '--ci', '--baseline=gcbc_phi', '--per_task']) == 0
+    out = capsys.readouterr().out
+    gcbc_row = next(line for line in out.splitlines() if line.startswith('| antmaze-medium-stitch | **'))
+    assert gcbc_row.count('(last 2)') == 1 and '†' not in gcbc_row, gcbc_row
+    assert '(last k): its seeds have only k < 3 evaluations' in out
+    assert '| antmaze-medium-stitch | GCBC | - | 3 (last 2) | 25 |' in out
+    assert '| antmaze-medium-stitch | GCBC-φ | - | 3 | 20 |' in out
 
 
-def test_bootstrap_ci_matches_the_exact_bootstrap_distribution():
-    """Seeds [0, 0, 0, 100]: a resample's mean is 25 k, k ~ Binomial(4, 1/4), so P(k = 0) = 0.32 > 2.5%
-    and P(k <= 2) = 0.949 < 97.5% < P(k <= 3) = 0.996: the exact 95% interval is [0, 75]."""
-    assert R.bootstrap_ci([0.0, 0.0, 0.0, 100.0], 0.95, 10000, seed=0) == (0.0, 75.0)
-    # Two seeds 0, 100: means 0 / 50 / 100 with probabilities 1/4, 1/2, 1/4; the 40% interval is [50, 50].
-    assert R.bootstrap_ci([0.0, 100.0], 0.4, 10000, seed=1) == (50.0, 50.0)
-    assert R.bootstrap_ci([40.0, 40.0, 40.0]) == (40.0, 40.0)
-    assert all(np.isnan(R.bootstrap_ci([])))
-    scores = np.random.default_rng(0).normal(50, 10, size=8)
-    assert R.bootstrap_ci(scores, seed=3) == R.bootstrap_ci(scores, seed=3)  # seeded: reproducible
-    low, high = R.bootstrap_ci(scores)
-    assert low < np.mean(scores) < high
+# ---- confidence intervals and per-task success ---------------------------------------------------
+
+# Two-sided 95% quantiles of Student's t (from statistical tables): df 1, 3, 7.
+T_975 = {1: 12.7062047, 3: 3.18244631, 7: 2.36462425}
+
+
+def test_t_interval_is_the_textbook_interval():
+    """mean ± t_{0.975, n-1} s / sqrt(n), against hand-computed values: [0, 0, 0, 100] has mean 25, s = 50, so
+    25 ± 3.182 * 25; two seeds 40, 60 give 50 ± 12.706 * 10 / sqrt(2) * sqrt(2)."""
+    low, high = R.t_interval([0.0, 0.0, 0.0, 100.0])
+    assert (low, high) == pytest.approx((25 - T_975[3] * 25, 25 + T_975[3] * 25), abs=1e-6)
+    assert R.t_interval([40.0, 60.0]) == pytest.approx((50 - T_975[1] * 10, 50 + T_975[1] * 10), abs=1e-6)
+    assert R.t_interval([40.0, 40.0, 40.0]) == (40.0, 40.0)
+    assert all(np.isnan(R.t_interval([]))) and all(np.isnan(R.t_interval([55.0])))
+
+
+def test_t_interval_covers_at_its_level_with_4_seeds():
+    """Statistical check: 4 normal seeds, 4000 experiments: the 95% t-interval covers the true mean 95% of the time
+    (binomial s.e. 0.35%); a percentile bootstrap of the same seeds would cover about 82%."""
+    rng = np.random.default_rng(0)
+    scores = rng.normal(50, 10, size=(4000, 4))
+    covered = [low <= 50 <= high for low, high in map(R.t_interval, scores)]
+    assert 0.935 <= np.mean(covered) <= 0.965, np.mean(covered)
+
+
+def test_welch_interval_is_the_textbook_interval():
+    """Welch: difference ± t_{0.975, df} sqrt(s_a^2 / n_a + s_b^2 / n_b), df by Welch-Satterthwaite; with equal
+    sizes and variances df = 2n - 2 (here 8 seeds each: df 14, t 2.1448)."""
+    a, b = np.array([1.0, 3, 5, 7, 9, 11, 13, 15]), np.array([0.0, 2, 4, 6, 8, 10, 12, 14])
+    standard_error = np.sqrt(a.var(ddof=1) / 8 + b.var(ddof=1) / 8)
+    assert R.welch_interval(a, b) == pytest.approx((1 - 2.14478669 * standard_error, 1 + 2.14478669 * standard_error),
+                                                   abs=1e-6)
+    # Unequal variances: df = (va + vb)^2 / (va^2 / 3 + vb^2 / 7), computed here by hand.
+    a, b = np.array([0.0, 0.0, 0.0, 100.0]), np.full(8, 10.0) + np.arange(8)
+    va, vb = 2500.0 / 4, b.var(ddof=1) / 8
+    df = (va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 7)
+    low, high = R.welch_interval(a, b)
+    assert df == pytest.approx(3.0, abs=0.05) and high - low == pytest.approx(2 * T_975[3] * np.sqrt(va + vb), rel=0.01)
+    assert R.welch_interval([10.0, 20.0], [0.0, 0.0])[0] < 15 < R.welch_interval([10.0, 20.0], [0.0, 0.0])[1]
+    assert all(np.isnan(R.welch_interval([], [1.0, 2.0]))) and all(np.isnan(R.welch_interval([1.0, 2.0], [3.0])))
+
+
+def test_welch_interval_covers_the_true_difference():
+    """Statistical check: 8 seeds against 8, true difference 5, 2000 experiments: the 95% interval covers 5 at its
+    level; it excludes 0 in most experiments only when the difference is large (20 = 4 standard errors)."""
+    rng = np.random.default_rng(1)
+
+    def coverage_and_power(true_difference):
+        a, b = rng.normal(50 + true_difference, 10, size=(2000, 8)), rng.normal(50, 10, size=(2000, 8))
+        intervals = np.array([R.welch_interval(x, y) for x, y in zip(a, b)])
+        return np.mean((intervals[:, 0] <= true_difference) & (true_difference <= intervals[:, 1])), np.mean(intervals[:, 0] > 0)
+
+    coverage, power_small = coverage_and_power(5.0)
+    assert 0.935 <= coverage <= 0.965, coverage
+    _, power_large = coverage_and_power(20.0)
+    assert power_large > 0.9 > power_small, (power_small, power_large)
 
 
 def write_task_run(root, seed, task_rows):
@@ -321,56 +379,21 @@ def test_per_task_table_and_ci_in_the_cli(tmp_path, capsys):
     assert list(scores) == ['1', '2'] and scores['1'].tolist() == pytest.approx([20.0, 40.0])
     assert results_cli.main([f'--runs={root}', '--ci', '--per_task']) == 0
     out = capsys.readouterr().out
-    low, high = R.bootstrap_ci([60.0, 50.0])
+    low, high = R.t_interval([60.0, 50.0])
     assert f'| antmaze-medium-stitch | **55** [{low:.0f}, {high:.0f}] |' in out
-    assert '| antmaze-medium-stitch | GCBC | - | 2 | 55 | [50, 60] | 30 | 80 |' in out
+    assert f'| antmaze-medium-stitch | GCBC | - | 2 | 55 | [{low:.0f}, {high:.0f}] | 30 | 80 |' in out
+    assert '95% Student-t interval of the mean over seeds' in out
 
 
 def test_plot_curves_with_ci_bands(sweep_dir, tmp_path, capsys):
-    assert plot_curves.main([f'--runs={sweep_dir}', f'--out={tmp_path}/{{env}}.png', '--band=ci', '--ci_resamples=200']) == 0
+    assert plot_curves.main([f'--runs={sweep_dir}', f'--out={tmp_path}/{{env}}.png', '--band=ci']) == 0
     assert os.path.getsize(tmp_path / 'antmaze-medium-stitch.png') > 10_000
-    steps, low, high = R.curve_interval(R.load_runs([sweep_dir])[:3], ci=R.BootstrapOptions(resamples=200))
-    assert np.all(low <= high)
-
-
-def test_bootstrap_difference_ci_matches_the_exact_bootstrap_distribution():
-    """[0, 0, 0, 100] against a constant 10: the difference is 25 k - 10 with k ~ Binomial(4, 1/4), so the
-    exact 95% interval is [0, 75] - 10; swapping the groups negates it."""
-    assert R.bootstrap_difference_ci([0.0, 0.0, 0.0, 100.0], [10.0, 10.0, 10.0]) == (-10.0, 65.0)
-    assert R.bootstrap_difference_ci([10.0, 10.0, 10.0], [0.0, 0.0, 0.0, 100.0]) == (-65.0, 10.0)
-    assert all(np.isnan(R.bootstrap_difference_ci([], [1.0])))
-    assert all(np.isnan(R.bootstrap_difference_ci([1.0], [])))
-
-
-def test_bootstrap_difference_ci_agrees_with_the_normal_interval_for_many_seeds():
-    rng = np.random.default_rng(0)
-    a, b = rng.normal(60, 10, size=400), rng.normal(50, 20, size=300)
-    half_width = 1.959964 * np.sqrt(a.var() / a.size + b.var() / b.size)
-    low, high = R.bootstrap_difference_ci(a, b, resamples=20000)
-    difference = a.mean() - b.mean()
-    assert low == pytest.approx(difference - half_width, abs=0.25)
-    assert high == pytest.approx(difference + half_width, abs=0.25)
-
-
-def test_bootstrap_difference_ci_covers_the_true_difference():
-    """Statistical check: 8 seeds against 8, true difference 5, over 300 independent experiments the 95%
-    interval contains 5 about 90-95% of the time (the percentile bootstrap is slightly narrow at n = 8);
-    it excludes 0 in most experiments only when the difference is large (20 = 4 standard errors)."""
-    rng = np.random.default_rng(1)
-
-    def coverage_and_power(true_difference):
-        hits = excludes_zero = 0
-        for trial in range(300):
-            a, b = rng.normal(50 + true_difference, 10, size=8), rng.normal(50, 10, size=8)
-            low, high = R.bootstrap_difference_ci(a, b, resamples=2000, seed=trial)
-            hits += low <= true_difference <= high
-            excludes_zero += low > 0
-        return hits / 300, excludes_zero / 300
-
-    coverage, power_small = coverage_and_power(5.0)
-    assert 0.85 <= coverage <= 0.99, coverage
-    _, power_large = coverage_and_power(20.0)
-    assert power_large > 0.9 > power_small, (power_small, power_large)
+    runs = R.load_runs([sweep_dir])[:3]
+    steps, low, high = R.curve_interval(runs, ci=R.Intervals())
+    for step, step_low, step_high in zip(steps, low, high):
+        values = [run.values[run.steps == step][-1] * 100 for run in runs if np.any(run.steps == step)]
+        expected = R.t_interval(values)
+        assert (step_low, step_high) == pytest.approx(expected, nan_ok=True) and len(values) > 1 or np.isnan(step_low)
 
 
 def test_comparison_against_a_baseline_in_the_cli(tmp_path, capsys):
@@ -385,15 +408,16 @@ def test_comparison_against_a_baseline_in_the_cli(tmp_path, capsys):
     assert results_cli.main([f'--runs={root}', '--baseline=gcbc']) == 0
     out = capsys.readouterr().out
     reference = 100 * np.array(gcbc)
-    assert '| antmaze-medium-stitch | GCBC | - | 4 | 18 | [12, 22] | (baseline) | |' in out
+    gcbc_low, gcbc_high = R.t_interval(reference)
+    assert f'| antmaze-medium-stitch | GCBC | - | 4 | 18 | [{gcbc_low:.0f}, {gcbc_high:.0f}] | (baseline) | |' in out
     for alpha, values in byol.items():  # every alpha is listed, not only the best one
         scores = 100 * np.array(values)
-        low, high = R.bootstrap_difference_ci(scores, reference)
+        low, high = R.welch_interval(scores, reference)
         difference = scores.mean() - reference.mean()
-        ci_low, ci_high = R.bootstrap_ci(scores)
+        ci_low, ci_high = R.t_interval(scores)
         assert (f'| antmaze-medium-stitch | BYOL-γ^a | α={alpha} | 4 | {scores.mean():.0f} | [{ci_low:.0f}, {ci_high:.0f}] | '
                 f'{difference:+.0f} | [{low:+.0f}, {high:+.0f}] |') in out
-    assert R.bootstrap_difference_ci(100 * np.array(byol[1]), reference)[0] > 0  # alpha 1 separates from GCBC
+    assert R.welch_interval(100 * np.array(byol[1]), reference)[0] > 0  # alpha 1 separates from GCBC
     with pytest.raises(SystemExit, match="Baseline 'tra' has no runs here; methods found: byol_gamma_a, gcbc"):
         results_cli.main([f'--runs={root}', '--baseline=tra'])
 
@@ -411,3 +435,33 @@ def test_hierarchical_bc_alpha_is_not_a_setting(tmp_path, capsys):
 def test_signed_differences_never_print_minus_zero():
     assert [R._signed(v, 0) for v in (-0.2, 0.2, 0.6, -1.4)] == ['0', '0', '+1', '-1']
     assert R._signed(-0.04, 1) == '0.0' and R._signed(0.06, 1) == '+0.1'
+
+
+def test_runs_at_different_protocols_are_never_compared(tmp_path):
+    """A protocol (budget, evaluation) is not a setting: a cell whose seeds ran at two budgets, or a row whose
+    columns did, is refused naming the flags that differ and the filter that selects one; the filter then gives
+    the cell of that protocol only. Run as a user runs it."""
+    import subprocess
+    import sys
+
+    root = str(tmp_path)
+    write_run(root, MAZE, 'gcbc', 0, [0.1] * 3, train_steps=1000, run_name='gcbc_sd0')
+    write_run(root, MAZE, 'gcbc', 1, [0.9] * 3, train_steps=2000, run_name='gcbc_sd1')
+
+    def results(*args):
+        return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'results.py'), f'--runs={root}', *args],
+                              capture_output=True, text=True, cwd=ROOT)
+
+    refused = results()
+    assert refused.returncode == 1 and 'Traceback' not in refused.stderr, refused.stderr
+    assert 'different evaluation protocols' in refused.stderr and 'train_steps differ' in refused.stderr
+    assert 'train_steps=1000 (gcbc seed 0)' in refused.stderr and '--train_steps=' in refused.stderr
+    selected = results('--train_steps=2000', '--per_seed')
+    assert selected.returncode == 0, selected.stderr
+    assert '| antmaze-medium-stitch | **90** ± 0 |' in selected.stdout and '| 1: 90 |' in selected.stdout
+    # A row: GCBC at 2000 steps and 50 episodes against GCBC-phi at 1000 steps: refused, --baseline alike.
+    os.rename(os.path.join(root, 'gcbc_sd0'), os.path.join(str(tmp_path), '..', 'set_aside_sd0'))
+    write_run(root, MAZE, 'gcbc_phi', 0, [0.5] * 3, train_steps=1000)
+    for args in ((), ('--baseline=gcbc',)):
+        refused = results(*args)
+        assert refused.returncode == 1 and 'gcbc_phi seed 0' in refused.stderr and 'gcbc seed 1' in refused.stderr
