@@ -95,7 +95,8 @@ class Flags:
     generate_dataset: bool = flag(False, "When the dataset files are missing, generate them with this project's "
                                   'generator (datagen/) instead of downloading. Only pointmaze is generated unasked; '
                                   "generated antmaze, scene and visual data are NOT OGBench's.", resume_may_differ=True)
-    wandb_mode: str = flag('online', 'wandb mode (online falls back to offline without an API key).',
+    wandb_mode: str = flag('online', 'wandb mode (online falls back to offline without an API key). Not given: wandb\'s '
+                           'own WANDB_MODE decides when it is set.',
                            choices=('online', 'offline', 'disabled'), resume_may_differ=True)
     wandb_project: str = flag('byol-gamma', 'wandb project.', resume_may_differ=True)
     resume: bool = flag(False, 'Continue from the checkpoint in the run directory if there is one (with the settings it '

@@ -90,11 +90,30 @@ def has_wandb_credentials() -> bool:
     return os.path.exists(netrc) and 'api.wandb.ai' in open(netrc).read()
 
 
-def effective_wandb_mode(mode: str) -> str:
-    """The mode a run logs in: online without credentials falls back to offline (said once, here)."""
+# wandb's own switch (WANDB_MODE) and the modes it names, as main.py's --wandb_mode means them.
+WANDB_ENV_MODES = {'online': 'online', 'run': 'online', 'offline': 'offline', 'dryrun': 'offline',
+                   'disabled': 'disabled'}
+
+
+def effective_wandb_mode(mode: str, flag_given: bool = True) -> str:
+    """The mode a run logs in, said once: an explicit --wandb_mode wins; without it wandb's own WANDB_MODE decides,
+    and without either the flag's default (online). Online without credentials falls back to offline."""
+    from utils.errors import ConfigError
+
+    source = '--wandb_mode'
+    environment = os.environ.get('WANDB_MODE', '').strip()
+    if not flag_given and environment:
+        if environment.lower() not in WANDB_ENV_MODES:
+            raise ConfigError(f'WANDB_MODE={environment} is not a wandb mode: set it to one of '
+                              f'{", ".join(sorted(set(WANDB_ENV_MODES)))}, unset it, or pass --wandb_mode.')
+        mode, source = WANDB_ENV_MODES[environment.lower()], f'WANDB_MODE={environment}'
+    elif not flag_given:
+        source = "--wandb_mode's default"
     if mode == 'online' and not has_wandb_credentials():
-        logging.info('No wandb API key found (WANDB_API_KEY or `wandb login`): logging to wandb offline.')
+        logging.info(f'wandb: online ({source}), but no API key found (WANDB_API_KEY or `wandb login`): logging to '
+                     f'wandb offline.')
         return 'offline'
+    logging.info(f'wandb: {mode} ({source}).')
     return mode
 
 

@@ -125,7 +125,7 @@ def check_request(flags_class, flag_values: flags.FlagValues, config,
     `get_agent_class(agent_name)` finds an agent's class (or raises ConfigError)."""
     values = {name: flag_values[name].value for name in flag_defaults(flags_class)}
     eval_tasks = check_flags(values)
-    values['wandb_mode'] = effective_wandb_mode(values['wandb_mode'])
+    values['wandb_mode'] = effective_wandb_mode(values['wandb_mode'], flag_given=bool(flag_values['wandb_mode'].present))
     defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
     check_types(config, defaults)
     agent_class = get_agent_class(config.agent_name)

@@ -117,3 +117,21 @@ def test_each_seed_logs_its_own_wandb_run_and_resume_continues_it(tmp_path, poin
         assert len(files) == 2 and {r.run_id for r in runs} == {ids[seed]}  # the same wandb run, continued
         assert sorted(training_rows(rows)) == [10, 20, 30, 40, 50, 60]
         assert training_rows(rows) == pytest.approx(csv_losses(run_dir))
+
+
+def test_wandb_mode_from_the_environment_unless_the_flag_is_given(tmp_path, pointmaze_data_dir):
+    """wandb's own switch: WANDB_MODE=disabled without --wandb_mode writes no wandb run and says so; the run records
+    the mode it used. (An explicit --wandb_mode=offline beside WANDB_MODE=offline is the test above.)"""
+    args = [sys.executable, os.path.join(ROOT, 'main.py'), '--agent=configs/presets.py:gcbc', f'--env_name={ENV}',
+            f'--dataset_dir={pointmaze_data_dir}', f'--save_dir={tmp_path}', '--nodownload', '--agent.batch_size=16',
+            '--agent.actor_hidden_dims=(32,32)', '--train_steps=10', '--log_interval=10', '--eval_interval=10',
+            '--eval_episodes=1', '--eval_max_steps=3', '--eval_tasks=1', '--run_name=r']
+    env = dict(os.environ, WANDB_MODE='disabled', WANDB_API_KEY='')
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / 'default' / 'r'
+    assert 'wandb: disabled (WANDB_MODE=disabled)' in result.stderr
+    assert not (run_dir / 'wandb').exists() and json.loads((run_dir / 'flags.json').read_text())['wandb_mode'] == 'disabled'
+    refused = subprocess.run(args[:-1] + ['--run_name=s'], cwd=ROOT, capture_output=True, text=True,
+                             env=dict(env, WANDB_MODE='of'), timeout=600)
+    assert refused.returncode == 1 and 'WANDB_MODE=of is not a wandb mode' in refused.stderr, refused.stderr[-2000:]
