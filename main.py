@@ -123,7 +123,7 @@ def request_of(argv) -> Request:
 
 
 def main(argv):
-    started = time.time()
+    started = time.monotonic()
     # JAX probes for a TPU at start-up and logs that it found none; nobody here asked for one.
     py_logging.getLogger('jax._src.xla_bridge').setLevel(py_logging.WARNING)
     request = None
@@ -225,7 +225,7 @@ class TrainingLoop:
         name = self.runs.writers[0].run_dir.name
         desc = name + (f' (+{len(self.runs.writers) - 1} seeds)' if len(self.runs.writers) > 1 else '')
         self.progress = progress_bar(total=flags.train_steps, initial=self.step, smoothing=0.1, dynamic_ncols=True, desc=desc)
-        self.chunk_start_time, self.chunk_start_step = time.time(), self.step
+        self.chunk_start_time, self.chunk_start_step = time.monotonic(), self.step
         try:
             self.schedule.start(self.state, self.step)
             while self.step < flags.train_steps:
@@ -244,7 +244,7 @@ class TrainingLoop:
         self.progress.close()  # before any message, which would otherwise be followed by the bar
 
     def train_chunk(self):
-        flags, step, started = self.flags, self.step, time.time()
+        flags, step, started = self.flags, self.step, time.monotonic()
         stop = min(flags.train_steps, step + flags.steps_per_call,
                    *(step // interval * interval + interval for interval in
                      (flags.log_interval, flags.eval_interval, flags.save_interval)))
@@ -261,11 +261,11 @@ class TrainingLoop:
                 )
         self.progress.update(stop - step)
         self.step = stop
-        self.longest_chunk_s = max(self.longest_chunk_s, time.time() - started)
+        self.longest_chunk_s = max(self.longest_chunk_s, time.monotonic() - started)
 
     def log_training(self):
-        steps_per_second = (self.step - self.chunk_start_step) / max(time.time() - self.chunk_start_time, 1e-9)
-        self.chunk_start_time, self.chunk_start_step = time.time(), self.step
+        steps_per_second = (self.step - self.chunk_start_step) / max(time.monotonic() - self.chunk_start_time, 1e-9)
+        self.chunk_start_time, self.chunk_start_step = time.monotonic(), self.step
         rows = self.metrics.row()
         for k, writer in enumerate(self.runs.writers):
             metrics = {f'training/{key}': v for key, v in rows[k].items()}

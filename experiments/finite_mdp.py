@@ -508,7 +508,7 @@ def mixture_table(mix):
 
 def main(argv=None):
     cfg = parse_args(argv)
-    start = time.time()
+    start = time.monotonic()
     print(f'config: {cfg}')
     P = make_mdp(cfg.mdp, cfg.n)
     assert np.allclose(P, P.T) and np.allclose(P.sum(1), 1.0)
@@ -537,7 +537,7 @@ def main(argv=None):
           f'distance to its analytic\n  fixed point M~(P^) = {mix["td_vs_fixed_point"]:.1e}, ||P^ - P_mix|| / ||P_mix|| = '
           f'{mix["P_hat_vs_P_mix"]:.4f}. mass 0->beyond seg 1: SR mass from state 0 on states\n  outside policy 1\'s '
           f'segment (reachable only by stitching policies).')
-    print(f'\ntotal time {time.time() - start:.1f}s')
+    print(f'\ntotal time {time.monotonic() - start:.1f}s')
 
 
 if __name__ == '__main__':

@@ -737,8 +737,8 @@ class MainCommand:
 
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
-            deadline = time.time() + self.save_timeout_s
-            while self._process.poll() is None and time.time() < deadline:
+            deadline = time.monotonic() + self.save_timeout_s
+            while self._process.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.5)
         requeues = self.requeues + int(self._at_time_limit)
         return submitit.helpers.DelayedSubmission(MainCommand(self.max_requeues, requeues), command, log_path)
@@ -839,12 +839,12 @@ def wait_submitit(jobs: Sequence[Job], handles: Sequence, cluster: str, out=None
     outcomes: Dict[int, JobOutcome] = {}
     ended_since: Dict[int, float] = {}
     labels = {'ok': 'ok', 'failed': 'FAILED', 'stopped': 'stopped', 'time limit': 'stopped at its time limit'}
-    started, states, asked = time.time(), None, -math.inf
+    started, states, asked = time.monotonic(), None, -math.inf
     while True:
         pending = [i for i in range(len(jobs)) if i not in outcomes]
         if not pending:
             return [outcomes[i] for i in range(len(jobs))]
-        now = time.time()
+        now = time.monotonic()
         if cluster == 'slurm' and now - asked >= min(30.0, squeue_every_s + (now - started) / 20):
             states, asked = slurm_job_states([handles[i].job_id for i in pending]), now
         for i in pending:

@@ -138,9 +138,9 @@ def _acquire_lock(dataset_name: str, path: str, blocking: bool, log):
                 log(f'{dataset_name}: another process is generating or downloading it into {directory} '
                     f'({describe_owner(holder)}); waiting for it to finish (lock file {path}), then this process '
                     f'uses its files.')
-                started = time.time()
+                started = time.monotonic()
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                waited = (waited or 0.0) + time.time() - started
+                waited = (waited or 0.0) + time.monotonic() - started
         except OSError as e:
             if e.errno not in _NO_LOCKING:
                 os.close(fd)

@@ -1,5 +1,5 @@
-"""How a training process is asked to stop: signals (SIGTERM from a scheduler's preemption, SIGINT from Ctrl-C) and
-its own time limit (`--time_limit`). runtime/schedule.py asks `StopRequests.reason()` around every chunk and while it
+"""How a training process is asked to stop: signals (SIGTERM from a scheduler's preemption, SIGHUP from a closed
+terminal, SIGINT from Ctrl-C) and its own time limit (`--time_limit`). runtime/schedule.py asks `StopRequests.reason()` around every chunk and while it
 waits for an evaluation, saves a checkpoint and raises `Stopped` with the request's exit status (runtime/exits.py);
 a second Ctrl-C aborts at once."""
 
@@ -7,9 +7,10 @@ import signal
 import time
 from typing import Optional
 
-from runtime.exits import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
+from runtime.exits import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
 
-SIGNAL_EXIT_CODES = {signal.SIGTERM: EXIT_PREEMPTED, signal.SIGINT: EXIT_INTERRUPTED}
+# SIGHUP (a closed terminal, a dropped ssh connection) stops a run as a preemption does: checkpoint, message, exit.
+SIGNAL_EXIT_CODES = {signal.SIGTERM: EXIT_PREEMPTED, signal.SIGHUP: EXIT_HANGUP, signal.SIGINT: EXIT_INTERRUPTED}
 
 
 class StopNow(BaseException):
@@ -29,16 +30,18 @@ class Stopped(BaseException):
 
 
 def exit_at_once_on_sigterm():
-    """Before training: SIGTERM raises StopNow (nothing to save yet)."""
+    """Before training: SIGTERM and SIGHUP raise StopNow (nothing to save yet)."""
     def stop_now(signum, _frame):
         raise StopNow(SIGNAL_EXIT_CODES.get(signum, EXIT_PREEMPTED))
 
     signal.signal(signal.SIGTERM, stop_now)
+    signal.signal(signal.SIGHUP, stop_now)
 
 
 class StopRequests:
     """Installs the training-time handlers: a signal is remembered until the loop asks, and the time limit (seconds
-    since `started`, 0 = none) counts as a request once it has passed, or once the next chunk would end past it."""
+    since `started`, 0 = none) counts as a request once it has passed, or once the next chunk would end past it.
+    Every duration is on the monotonic clock (`started` too): a step of the wall clock (NTP, a suspend) moves no limit."""
 
     def __init__(self, time_limit: float, started: float):
         self.time_limit, self.started = time_limit, started
@@ -61,7 +64,7 @@ class StopRequests:
         return None
 
     def timed_out(self, ahead_s: float = 0.0) -> bool:
-        return bool(self.time_limit) and time.time() + ahead_s >= self.started + self.time_limit
+        return bool(self.time_limit) and time.monotonic() + ahead_s >= self.started + self.time_limit
 
     def requested(self) -> bool:
         """A stop is due now (what an evaluation checks at every environment step)."""

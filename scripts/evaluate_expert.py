@@ -34,7 +34,7 @@ def wilson_interval(successes, n, z=1.959964):
 
 
 def main(_):
-    started = time.time()
+    started = time.monotonic()
     result = evaluate_subgoal_following(load_expert(), maze_type='medium', episodes_per_task=FLAGS.episodes_per_task,
                                         seed=FLAGS.seed)
     successes = round(result['success'] * result['episodes'])
@@ -48,7 +48,7 @@ def main(_):
             [round(bound, 4) for bound in wilson_interval(round(rate * FLAGS.episodes_per_task), FLAGS.episodes_per_task)]
             for rate in result['per_task_success']
         ],
-        wall_clock_s=round(time.time() - started, 1),
+        wall_clock_s=round(time.monotonic() - started, 1),
         command='python ' + shlex.join(sys.argv),
     )
     print(result)

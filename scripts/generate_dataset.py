@@ -11,11 +11,13 @@ file already there is kept if it is exactly what this command would write (so a 
 written alone), and the command stops otherwise. The folder's writability and free space are
 checked before generating. A second process generating (or main.py obtaining) the same dataset into the
 same folder waits for the first (it says for whom) and then uses its files. Ctrl-C stops with exit
-status 130 and says which files, if any, were completed (none is ever left partly written). Antmaze stitch
+status 130 and says which files, if any, were completed (none is ever left partly written); SIGTERM (143)
+and SIGHUP (129, a closed terminal) stop it the same way, with the same message. Antmaze stitch
 datasets are simulated by --workers processes (default: one per usable core); the files are
 byte-identical for any number of workers.
 """
 import os
+import signal
 import sys
 
 from absl import app, flags
@@ -23,7 +25,7 @@ from absl import app, flags
 from datagen import GENERATABLE_DATASETS, describe, is_faithful, write_dataset
 from runtime.checkout import require_own_checkout
 from runtime.dataset_files import dataset_paths
-from runtime.exits import EXIT_INTERRUPTED
+from runtime.exits import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PREEMPTED
 from utils.errors import DatasetError
 
 FLAGS = flags.FLAGS
@@ -34,6 +36,20 @@ flags.DEFINE_integer('num_val_episodes', None, 'Val episodes (default: a tenth o
 flags.DEFINE_integer('seed', 0, 'Random seed; the same seed gives the same files.')
 flags.DEFINE_integer('workers', None, 'Antmaze: processes simulating episodes (default: one per usable core).')
 flags.mark_flag_as_required('env_name')
+
+STOP_SIGNALS = {signal.SIGTERM: ('SIGTERM', EXIT_PREEMPTED), signal.SIGHUP: ('SIGHUP', EXIT_HANGUP)}
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: stops generation as Ctrl-C does (the same clean-up), with its own exit status."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.name, self.code = STOP_SIGNALS[signum]
+
+
+def raise_stop_signal(signum, _frame):
+    raise StopSignal(signum)
 
 
 def main(_):
@@ -47,6 +63,8 @@ def main(_):
         extra['num_workers'] = FLAGS.workers
     paths = dataset_paths(FLAGS.env_name, FLAGS.dataset_dir)
     present_before = {path for path in paths if os.path.lexists(path)}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, raise_stop_signal)
     try:
         train_path, val_path = write_dataset(
             FLAGS.env_name,
@@ -59,21 +77,22 @@ def main(_):
         )
     except DatasetError as e:
         sys.exit(f'Error: {e}')
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         sys.stdout.flush()
-        print(f'\n{interrupted_message(FLAGS.env_name, paths, present_before)}', file=sys.stderr, flush=True)
-        sys.exit(EXIT_INTERRUPTED)
+        cause = stop.name if isinstance(stop, StopSignal) else 'Ctrl-C'
+        print(f'\n{interrupted_message(FLAGS.env_name, paths, present_before, cause)}', file=sys.stderr, flush=True)
+        sys.exit(stop.code if isinstance(stop, StopSignal) else EXIT_INTERRUPTED)
     print(f'Wrote {train_path} and {val_path}')
 
 
-def interrupted_message(dataset_name, paths, present_before):
-    """What a Ctrl-C left: files are published whole (val first, then train) or not at all."""
+def interrupted_message(dataset_name, paths, present_before, cause='Ctrl-C'):
+    """What a stop (Ctrl-C, SIGTERM, SIGHUP) left: files are published whole (val first, then train) or not at all."""
     completed = [path for path in paths if os.path.exists(path) and path not in present_before]
     if not completed:
-        return (f'Interrupted (Ctrl-C): generation of {dataset_name} stopped and nothing was written (files appear only '
+        return (f'Interrupted ({cause}): generation of {dataset_name} stopped and nothing was written (files appear only '
                 f'when complete; no partial or temporary file is left). Rerun the same command to generate it.')
     missing = [path for path in paths if not os.path.exists(path)]
-    return (f'Interrupted (Ctrl-C): generation of {dataset_name} stopped after {", ".join(completed)} was complete '
+    return (f'Interrupted ({cause}): generation of {dataset_name} stopped after {", ".join(completed)} was complete '
             f'(it is kept); {", ".join(missing) or "nothing else"} was not written. Rerun the same command '
             f'to write it: the complete file is checked against it, never replaced.')
 

@@ -156,7 +156,7 @@ def train(agent, replay, start_step, run_dir, previous_wall_s, commands):
     batch_rng = np.random.default_rng(FLAGS.seed + start_step)
     action_rng = jax.random.PRNGKey(FLAGS.seed + start_step)
     observation, _ = env.reset(seed=FLAGS.seed + start_step)
-    last_checkpoint = started = time.time()
+    last_checkpoint = started = time.monotonic()
     info = {}
     progress = progress_bar(range(start_step + 1, FLAGS.train_steps + 1), initial=start_step, total=FLAGS.train_steps,
                     smoothing=0.05, dynamic_ncols=True, mininterval=5.0)
@@ -181,18 +181,18 @@ def train(agent, replay, start_step, run_dir, previous_wall_s, commands):
         if step % FLAGS.eval_interval == 0 or step == FLAGS.train_steps:
             info = {key: float(value) for key, value in jax.device_get(info).items()}
             evaluation = evaluate_direction_tracking(agent.deterministic_actions, FLAGS.eval_episodes, seed=10_000)
-            record = dict(step=step, wall_s=round(previous_wall_s + time.time() - started, 1), **evaluation, **info)
+            record = dict(step=step, wall_s=round(previous_wall_s + time.monotonic() - started, 1), **evaluation, **info)
             log_line(run_dir, record)
             progress.write(json.dumps(record))
             progress.set_postfix(v_along=f'{evaluation["velocity_along_direction"]:.2f}')
 
-        if time.time() - last_checkpoint > FLAGS.checkpoint_seconds or step == FLAGS.train_steps:
+        if time.monotonic() - last_checkpoint > FLAGS.checkpoint_seconds or step == FLAGS.train_steps:
             replay.save(os.path.join(run_dir, REPLAY_NAME))
-            extra = dict(train_wall_s=previous_wall_s + time.time() - started, commands=commands)
+            extra = dict(train_wall_s=previous_wall_s + time.monotonic() - started, commands=commands)
             save_checkpoint(run_dir, agent, step, extra=extra)
-            last_checkpoint = time.time()
+            last_checkpoint = time.monotonic()
     env.close()
-    return agent, previous_wall_s + time.time() - started
+    return agent, previous_wall_s + time.monotonic() - started
 
 
 def evaluate_and_export(agent, step, train_wall_s, commands):

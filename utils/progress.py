@@ -22,7 +22,7 @@ class LogProgress:
         self.total = len(iterable) if total is None and hasattr(iterable, '__len__') else total
         self.n = self.initial = initial
         self.file = file or sys.stderr
-        self.started = self.last_print = time.time()
+        self.started = self.last_print = time.monotonic()
         self.postfix = ''
         self.closed = False
 
@@ -40,7 +40,7 @@ class LogProgress:
 
     def update(self, n=1):
         self.n += n
-        if time.time() - self.last_print >= LOG_INTERVAL_S:
+        if time.monotonic() - self.last_print >= LOG_INTERVAL_S:
             self._print()
 
     def write(self, text: str):
@@ -56,7 +56,7 @@ class LogProgress:
                 self._print()
 
     def _print(self):
-        self.last_print = now = time.time()
+        self.last_print = now = time.monotonic()
         if self.disable:
             return
         elapsed = now - self.started

@@ -235,9 +235,12 @@ def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small
     assert not os.path.exists(tmp_path / 'runs' / 'unreadable' / 'default' / 'r' / 'checkpoint.msgpack')
 
 
-def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path):
-    """Ctrl-C (SIGINT) while scripts/generate_dataset.py generates: one line saying generation was interrupted
-    and nothing was written, exit 130, no traceback, and no file left (no partial, temporary or lock file)."""
+@pytest.mark.parametrize('sig, code, cause', [(signal.SIGINT, 130, 'Ctrl-C'), (signal.SIGTERM, 143, 'SIGTERM'),
+                                              (signal.SIGHUP, 129, 'SIGHUP')])
+def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path, sig, code, cause):
+    """Ctrl-C (SIGINT), SIGTERM or SIGHUP while scripts/generate_dataset.py generates: one line saying generation was
+    interrupted and nothing was written, the signal's exit status, no traceback, and no file left (no partial,
+    temporary or lock file)."""
     data = tmp_path / 'data'
     # As from a terminal: Ctrl-C at its default however this suite was started (a shell's background job, nohup,
     # passes SIGINT ignored to its children; an ignored signal stays ignored across exec, a handled one does not).
@@ -251,12 +254,12 @@ def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path):
         assert process.poll() is None and time.time() < deadline, process.communicate()
         time.sleep(0.05)
     time.sleep(0.5)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sig)
     out, err = process.communicate(timeout=120)
-    assert process.returncode == 130, err[-3000:]
+    assert process.returncode == code, err[-3000:]
     assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f'Interrupted (Ctrl-C): generation of {ENV} stopped and nothing was written'), err[-2000:]
+    assert last.startswith(f'Interrupted ({cause}): generation of {ENV} stopped and nothing was written'), err[-2000:]
     assert os.listdir(data) == []
 
 

@@ -16,6 +16,7 @@ def serve(fd):
     the main process goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal: main.py checkpoints and ends its workers
     connection = multiprocessing.connection.Connection(fd)
     episodes = None
     while True:
