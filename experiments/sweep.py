@@ -313,8 +313,18 @@ def check_job_commands(jobs: Sequence[Job], request_of: Callable) -> Tuple[List[
     pass). Commands that differ only in their seed and run name are checked once."""
     from utils.errors import StorageError
 
+    from runtime.run_dir import name_too_long
+
     problems, requests, checked = [], [], {}
     for job in jobs:
+        first = job.runs[0]
+        sweep_dir = os.path.join(first.save_dir, first.sweep)
+        names = [(run.name, 'run directory name') for run in job.runs] + [(os.path.basename(job.log_path), 'log file name')]
+        for name, what in names:
+            problem = name_too_long(name, sweep_dir, f'{what} of job {job.name[:40]}...', 'pass a shorter --name, '
+                                    'fewer settings in one --method, or select runs so that names stay short')
+            if problem and problem not in problems:
+                problems.append(problem)
         argv = list(job.command[1:])
         key = tuple(arg for arg in argv[1:] if not arg.startswith(('--seed=', '--run_name=')))
         if key not in checked:

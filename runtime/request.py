@@ -21,6 +21,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from runtime.loggers import effective_wandb_mode
+from runtime.run_dir import name_too_long
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
 from utils.errors import ConfigError, StorageError
 from utils.sampler import SamplerConfig
@@ -107,6 +108,7 @@ def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agen
         define_flags(flag_values, argv[:1])
         raise HelpRequested(f'python main.py [--flag=value ...]: train and evaluate one agent on one OGBench dataset.\n'
                             f'{flag_values.get_help()}')
+    check_one_agent(argv[1:])
     check_override_keys(argv[1:], default_agent)
     define_flags(flag_values, argv)
     try:
@@ -140,9 +142,25 @@ def check_request(flags_class, flag_values: flags.FlagValues, config,
                            f'there (nothing was written). Pass a directory (it is created if missing).')
     seeds = tuple(values['seed'] + k for k in range(values['num_seeds']))
     config_defaults = plain(defaults.to_dict())
+    names = run_names(values, config, config_defaults, seeds)
+    group_dir = os.path.join(save_dir, values['run_group'])
+    for name, directory, what in [(values['run_group'], save_dir, 'run group (--run_group)')] + \
+            [(name, group_dir, 'run directory name') for name in names]:
+        problem = name_too_long(name, directory, what, 'pass a shorter --run_name (or --run_group)')
+        if problem:
+            raise StorageError(problem)
     return Request(flags_class(**values), config, config_defaults, agent_class,
-                   SamplerConfig.from_config(config, agent_class.GOAL_MIXTURES), seeds, eval_tasks,
-                   run_names(values, config, config_defaults, seeds))
+                   SamplerConfig.from_config(config, agent_class.GOAL_MIXTURES), seeds, eval_tasks, names)
+
+
+def check_one_agent(args):
+    """ConfigError if --agent is given more than once: its --agent.<key> overrides would apply to which config?"""
+    values = [arg.partition('=')[2] if arg.startswith('--agent=') else (args[i + 1] if i + 1 < len(args) else '')
+              for i, arg in enumerate(args) if arg.startswith('--agent=') or arg == '--agent']
+    if len(values) > 1:
+        shown = ', then '.join(os.path.relpath(v, REPO_ROOT) if os.path.isabs(v) else v for v in values)
+        raise ConfigError(f'--agent is given {len(values)} times ({shown}): a run has one agent config. Keep one '
+                          f'--agent and change its fields with --agent.<key>=<value>.')
 
 
 def resolve_agent_path(argv):

@@ -311,3 +311,23 @@ def flatten(record: Dict, prefix: str = '') -> Dict[str, object]:
         else:
             flat[prefix + key] = value
     return flat
+
+
+def name_max(directory: str) -> int:
+    """The longest file name, in bytes, the file system of `directory` (or of its nearest existing parent) holds."""
+    path = os.path.abspath(os.path.expanduser(directory))
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return os.pathconf(path, 'PC_NAME_MAX')
+    except (OSError, ValueError):
+        return 255
+
+
+def name_too_long(name: str, directory: str, what: str, fix: str) -> Optional[str]:
+    """A sentence naming `what` (`name`, to go in `directory`) and `fix` if the file system cannot hold the name."""
+    limit, size = name_max(directory), len(name.encode())
+    if size <= limit:
+        return None
+    return (f'The {what} {name[:60]}... is {size} bytes long, and the file system under {directory} holds names of at '
+            f'most {limit} bytes: {fix} (nothing was written).')

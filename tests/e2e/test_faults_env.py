@@ -51,3 +51,24 @@ def test_sighup_checkpoints_and_exits_129(tmp_path, pointmaze_data_dir):
     assert returncode == 129 and 'Traceback' not in err, err[-3000:]
     step = checkpoints.checkpoint_step(str(run_dir / checkpoints.CHECKPOINT_NAME))
     assert step >= 20 and f'SIGHUP received: checkpoints saved at step {step}; rerun with --resume.' in err
+
+
+def test_agent_given_twice_names_both(tmp_path, pointmaze_data_dir):
+    command = main_command(pointmaze_data_dir, tmp_path, '--agent.batch_size=16', '--agent=configs/presets.py:gcbc_phi')
+    paragraph = error_paragraph(*run(command)[::2])
+    assert paragraph.startswith('--agent is given 2 times (agents/gcbc.py, then configs/presets.py:gcbc_phi)'), paragraph
+    assert not os.path.exists(tmp_path / 'default')
+
+
+def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tmp_path, pointmaze_data_dir):
+    """A 300-byte --run_name, and a sweep whose run group is 300 bytes: refused with the limit and the fix, before
+    anything is written or launched."""
+    long_name = 'n' * 300
+    paragraph = error_paragraph(*run(main_command(pointmaze_data_dir, tmp_path, *BUDGET, f'--run_name={long_name}'))[::2])
+    assert 'is 300 bytes long' in paragraph and 'at most 255 bytes' in paragraph and '--run_name' in paragraph
+    sweep = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), f'--name={long_name}',
+                            '--method=gcbc', '--envs=pointmaze-medium-stitch-v0', '--seeds=0-1', f'--save_dir={tmp_path}',
+                            '--', f'--dataset_dir={pointmaze_data_dir}', '--nodownload'],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert sweep.returncode != 0 and 'is 300 bytes long' in sweep.stdout + sweep.stderr, sweep.stdout + sweep.stderr
+    assert os.listdir(tmp_path) == []
