@@ -80,8 +80,9 @@ class Request:
     run_names: Tuple[str, ...]  # one run directory name per seed
 
     def seed_flags(self, seed: int) -> Dict[str, object]:
-        """flags.json of seed `seed`'s run: every flag, its seed and resolved run name."""
-        return dict(dataclasses.asdict(self.flags), seed=seed, run_name=self.run_names[self.seeds.index(seed)])
+        """flags.json of seed `seed`'s run: every flag, its seed and resolved run name, and JAX's numeric mode."""
+        return dict(dataclasses.asdict(self.flags), seed=seed, run_name=self.run_names[self.seeds.index(seed)],
+                    numeric_mode=numeric_mode())
 
     def config_record(self) -> Dict[str, object]:
         """config.json's content: the agent config, plus the sampler it implies under 'sampler'."""
@@ -95,6 +96,13 @@ class Request:
 def plain(value):
     """`value` as JSON gives it back (tuples become lists), for comparing with a recorded file."""
     return json.loads(json.dumps(value, default=str))
+
+
+def numeric_mode() -> str:
+    """'float64' when JAX_ENABLE_X64 (jax_enable_x64) is on, else 'float32': a run's numbers depend on it."""
+    import jax
+
+    return 'float64' if jax.config.jax_enable_x64 else 'float32'
 
 
 def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agent: str) -> flags.FlagValues:

@@ -50,6 +50,25 @@ SET_ASIDE_SUFFIXES = (DAMAGED_SUFFIX, OLD_SUFFIX)
 _NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
 
+# What every flags.json main.py writes holds (a file without them is damaged, not a run that predates them).
+RECORDED_FLAGS = ('env_name', 'seed', 'train_steps', 'eval_interval', 'eval_episodes', 'eval_tasks', 'run_name')
+
+
+def object_with(value, keys, what: str) -> Optional[str]:
+    """None if `value` is a JSON object holding `keys`, else what is wrong with it."""
+    if not isinstance(value, dict):
+        return f'{what} as a JSON object was expected, found {type(value).__name__}'
+    missing = [key for key in keys if key not in value]
+    return f'it lacks {", ".join(missing)}, which {what} always hold' if missing else None
+
+
+def dataset_record_problem(value) -> Optional[str]:
+    problem = object_with(value, ('files',), 'the dataset record main.py writes')
+    if problem is None and not (isinstance(value['files'], dict) and {'train', 'val'} <= set(value['files'])):
+        problem = 'its "files" lack the train and val records'
+    return problem
+
+
 @dataclasses.dataclass(frozen=True)
 class RunDir:
     path: str
@@ -87,23 +106,31 @@ class RunDir:
         """Which of `names` this directory lacks (all of them if it does not exist)."""
         return [name for name in names if not os.path.exists(self.file(name))]
 
-    def read(self, name: str, reader=read_json):
+    def read(self, name: str, reader=read_json, shape=None):
         """`reader(path)` of file `name`; a RunDirError naming the file when it exists but cannot be read (an
-        OSError would be reported as a failed write) or is not what main.py writes (not text, JSON or CSV)."""
+        OSError would be reported as a failed write) or is not what main.py writes (not text, JSON or CSV, or, with
+        `shape(value) -> problem or None`, JSON of another shape)."""
         path = self.file(name)
         try:
-            return reader(path)
+            value = reader(path)
         except OSError as e:
             raise RunDirError(
                 f'Cannot read {path}: {e.strerror or e}. Nothing was written. Make it readable for this user '
                 f'(chmod u+r {path}, as its owner), or move the run directory away to start the run over.'
             ) from None
         except (ValueError, csv.Error) as e:  # JSON's and UTF-8's decode errors are ValueErrors
-            raise RunDirError(
-                f'{path} is damaged ({type(e).__name__}: {e}), so nothing can continue from this run directory. '
-                f'Nothing was written. Restore it from a backup, or move the run directory away (mv {self.path} '
-                f'{self.path}{DAMAGED_SUFFIX}) and run the same command without --resume to start the run over.'
-            ) from None
+            raise self.damaged(path, f'{type(e).__name__}: {e}') from None
+        problem = shape(value) if shape is not None else None
+        if problem:
+            raise self.damaged(path, problem)
+        return value
+
+    def damaged(self, path: str, cause: str) -> RunDirError:
+        return RunDirError(
+            f'{path} is damaged ({cause}), so nothing can continue from this run directory. '
+            f'Nothing was written. Restore it from a backup, or move the run directory away (mv {self.path} '
+            f'{self.path}{DAMAGED_SUFFIX}) and run the same command without --resume to start the run over.'
+        )
 
     def check_logs(self):
         """RunDirError (read) if train.csv or eval.csv exists but is not a CSV this project wrote."""
@@ -112,11 +139,11 @@ class RunDir:
                 self.read(name, read_csv_rows)
 
     def read_flags(self) -> Dict:
-        return self.read(FLAGS_FILE)
+        return self.read(FLAGS_FILE, shape=lambda v: object_with(v, RECORDED_FLAGS, 'the flags main.py records'))
 
     def read_config(self) -> Dict:
         """The saved config.json: the agent config, with the sampler under 'sampler'."""
-        return self.read(CONFIG_FILE)
+        return self.read(CONFIG_FILE, shape=lambda v: object_with(v, ('agent_name',), 'an agent config'))
 
     def eval_rows(self) -> List[Dict[str, str]]:
         """The complete rows of eval.csv (a last line cut off mid-write is left out)."""
@@ -140,14 +167,22 @@ class RunDir:
             pass
 
     def read_dataset_record(self) -> Optional[Dict]:
-        return self.read(DATASET_FILE) if os.path.exists(self.file(DATASET_FILE)) else None
+        """dataset.json, or None if the run has none (it predates the record); an empty or partial one is damaged."""
+        if not os.path.exists(self.file(DATASET_FILE)):
+            return None
+        return self.read(DATASET_FILE, shape=dataset_record_problem)
+
+    def read_resume_records(self) -> List[Dict]:
+        if not os.path.exists(self.file(RESUMES_FILE)):
+            return []
+        return self.read(RESUMES_FILE, shape=lambda v: None if isinstance(v, list) else
+                         f'a JSON list of resume records was expected, found {type(v).__name__}')
 
     def write_dataset_record(self, record: Dict):
         write_json(self.file(DATASET_FILE), record)
 
     def add_resume_record(self, record: Dict):
-        path = self.file(RESUMES_FILE)
-        write_json(path, (read_json(path) if os.path.exists(path) else []) + [record])
+        write_json(self.file(RESUMES_FILE), self.read_resume_records() + [record])
 
 
 class RunLock:

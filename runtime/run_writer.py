@@ -14,6 +14,7 @@ so sweeps, results tables and analyses treat both alike. docs/guarantees.md says
 
 import contextlib
 import datetime
+import json
 import logging
 from typing import Dict, List, Optional
 
@@ -24,12 +25,19 @@ import tqdm
 from runtime import provenance
 from runtime.checkpoints import check_resumable, checkpoint_step, save_checkpoint
 from runtime.loggers import CsvLogger, WandbLogger
-from runtime.request import Request, flag_defaults, plain, resume_may_differ
+from runtime.request import Request, flag_defaults, numeric_mode, plain, resume_may_differ
 from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten, lock_all
 from utils.config_checks import LABELS
 from utils.errors import ResumeMismatchError, RunDirError
 
 _ABSENT = '(absent)'
+
+
+def change(old, new) -> str:
+    """`old -> new` for a refused resume; values that print alike (a number recorded as text) show their JSON."""
+    if str(old) == str(new):
+        return f'{json.dumps(old)} ({type(old).__name__}) -> {json.dumps(new)} ({type(new).__name__})'
+    return f'{old} -> {new}'
 
 
 class RunWriter:
@@ -80,6 +88,15 @@ class RunWriter:
             raise RunDirError(f'{self.dir} has a checkpoint but no {" or ".join(missing)}, so --resume cannot check '
                               f'that it continues the same run. Restore the file(s), or start a new --run_name.')
         self.recorded_flags = self.run_dir.read_flags()
+        self.run_dir.read_resume_records()  # a damaged record is named now, before this process writes anything
+        recorded_mode = self.recorded_flags.get('numeric_mode', 'float32')  # runs before the record: float32
+        if recorded_mode != numeric_mode():
+            raise ResumeMismatchError(
+                f'--resume would continue {self.dir}, trained in {recorded_mode}, in {numeric_mode()}: its logs would '
+                f'change precision mid-run. Resume it with JAX_ENABLE_X64 '
+                f'{"set (JAX_ENABLE_X64=1)" if recorded_mode == "float64" else "unset"}, as it was started, or start '
+                f'a new run with another --run_name.'
+            )
         differences = self.flag_differences() + self.config_differences()
         if differences:
             raise ResumeMismatchError(
@@ -104,7 +121,7 @@ class RunWriter:
         may_differ, defaults = resume_may_differ(flags_class) | {'run_name'}, flag_defaults(flags_class)
         differences = []
         for name in sorted(set(recorded) | set(requested)):
-            if name in may_differ or name == 'train_steps':
+            if name in may_differ or name in ('train_steps', 'numeric_mode'):
                 continue
             old, new = recorded.get(name, _ABSENT), requested.get(name, _ABSENT)
             if old is _ABSENT and new == plain(defaults.get(name, _ABSENT)):
@@ -114,7 +131,7 @@ class RunWriter:
             else:
                 same = old == new
             if not same:
-                differences.append(f'--{name}: {old} -> {new}')
+                differences.append(f'--{name}: {change(old, new)}')
         return differences
 
     def config_differences(self) -> List[str]:
@@ -134,7 +151,7 @@ class RunWriter:
                 continue
             if old != new:
                 name = f'{key} (derived from the agent config)' if key.startswith('sampler.') else f'--agent.{key}'
-                differences.append(f'{name}: {old} -> {new}')
+                differences.append(f'{name}: {change(old, new)}')
         return differences
 
     def check_dataset(self, record: Dict):

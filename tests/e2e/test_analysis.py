@@ -218,8 +218,11 @@ def _gcbc_run_dir(path, dataset_dir, medium_env):
     shapes = jax.eval_shape(lambda: GCBCAgent.create(0, analysis.example_batch(medium_env.observation_space),
                                                      analysis.example_batch(medium_env.action_space), config))
     save_checkpoint(path, jax.tree_util.tree_map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), shapes), 0)
+    from main import Flags
+    from runtime.request import flag_defaults, plain
+
     with open(os.path.join(path, 'flags.json'), 'w') as f:
-        json.dump(dict(env_name=ENV, seed=0, dataset_dir=dataset_dir), f)
+        json.dump(plain(dict(flag_defaults(Flags), env_name=ENV, seed=0, dataset_dir=dataset_dir, run_name='gcbc')), f)
     with open(os.path.join(path, 'config.json'), 'w') as f:
         json.dump(dict(config.to_dict(), sampler={}), f)
     return path

@@ -72,3 +72,42 @@ def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tm
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert sweep.returncode != 0 and 'is 300 bytes long' in sweep.stdout + sweep.stderr, sweep.stdout + sweep.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_written(tmp_path, pointmaze_data_dir):
+    """--resume of copies of one finished run, each with one file replaced by JSON main.py never writes, a value
+    recorded as another JSON type, or resumed in another numeric mode: each is refused with a paragraph naming the
+    file (or the difference) and its way out, and the directory is left byte for byte as it was."""
+    import shutil
+
+    reference = tmp_path / 'reference'
+    returncode, _, err = run(main_command(pointmaze_data_dir, reference, *BUDGET, '--run_name=r'))
+    assert returncode == 0, err[-3000:]
+    cases = {
+        'flags_list': ('flags.json', '[]', 'flags.json is damaged (the flags main.py records as a JSON object'),
+        'flags_empty': ('flags.json', '{}', 'flags.json is damaged (it lacks env_name, seed, train_steps'),
+        'config_null': ('config.json', 'null', 'config.json is damaged (an agent config as a JSON object'),
+        'resumes_text': ('resumes.json', 'not json', 'resumes.json is damaged (JSONDecodeError'),
+        'dataset_empty': ('dataset.json', '{}', 'dataset.json is damaged (it lacks files'),
+        'seed_text': ('flags.json', None, '--seed: "0" (str) -> 0 (int)'),
+        'x64': (None, None, 'trained in float32, in float64'),
+    }
+    processes = {}
+    for case, (name, content, _) in cases.items():
+        save_dir = tmp_path / case
+        shutil.copytree(reference, save_dir)
+        run_dir = save_dir / 'default' / 'r'
+        if case == 'seed_text':
+            flags = json.loads((run_dir / 'flags.json').read_text())
+            (run_dir / 'flags.json').write_text(json.dumps(dict(flags, seed='0')))
+        elif name is not None:
+            (run_dir / name).write_text(content)
+        before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+        env = dict(os.environ, JAX_ENABLE_X64='1') if case == 'x64' else None
+        command = main_command(pointmaze_data_dir, save_dir, *BUDGET[1:], '--train_steps=60', '--run_name=r', '--resume')
+        processes[case] = (start(command, env=env), run_dir, before)
+    for case, (process, run_dir, before) in processes.items():
+        paragraph = error_paragraph(*finish(process)[::2])
+        assert cases[case][2] in paragraph, (case, paragraph)
+        after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != 'run.lock'}
+        assert after == {k: v for k, v in before.items() if k != 'run.lock'}, case
