@@ -35,7 +35,8 @@ from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
 from runtime.exits import EXIT_INTERRUPTED, named_error
-from runtime.request import HelpRequested, Request, check_request, define_dataclass_flags, flag, parse_command_line
+from runtime.request import (HelpRequested, Request, check_jax_backend, check_request, define_dataclass_flags, flag,
+                             parse_command_line)
 from runtime.run_writer import RunSet
 from runtime.schedule import Schedule
 from runtime.stops import StopNow, Stopped, StopRequests, exit_at_once_on_sigterm
@@ -129,6 +130,7 @@ def main(argv):
     request = None
     try:
         request = request_of(argv)
+        check_jax_backend()
         train(request, started)
     except HelpRequested as e:
         print(e)

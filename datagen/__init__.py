@@ -8,6 +8,10 @@ download fails; only pointmaze) and `estimated_bytes(...)`; each writes a proven
 every file (runtime/provenance.py) and never replaces an existing file.
 """
 
+from utils.render_backend import check_before_import
+
+check_before_import()  # before anything imports mujoco (utils/render_backend.py)
+
 import contextlib
 import logging
 

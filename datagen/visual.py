@@ -35,6 +35,7 @@ import numpy as np
 from datagen import antmaze, scene
 from datagen.pointmaze import _save_npz_atomic, generator_record
 from runtime.provenance import file_source, source_label, write_sidecar
+from utils.render_backend import unavailable_message
 from utils.errors import DatasetError
 from utils.progress import progress_bar
 
@@ -75,9 +76,10 @@ class FrameRenderer:
             self.env.render()
         except Exception as e:  # GL back-ends fail with many different exception types
             raise DatasetError(
-                f'Cannot render {visual_env_id} ({type(e).__name__}: {e}). Headless MuJoCo rendering needs '
-                f'MUJOCO_GL=egl (or osmesa) set in the environment before Python starts, e.g. '
-                f'MUJOCO_GL=egl python scripts/generate_dataset.py --env_name=...'
+                f'Cannot render {visual_env_id} ({type(e).__name__}: {e}). '
+                + (unavailable_message() or 'Headless MuJoCo rendering needs MUJOCO_GL=egl (or osmesa) set in the '
+                   'environment before Python starts, e.g. MUJOCO_GL=egl python scripts/generate_dataset.py '
+                   '--env_name=...')
             ) from e
 
     def render(self, qpos, qvel, button_states=None):

@@ -773,6 +773,25 @@ class SlurmOptions:
     setup: Tuple[str, ...] = ()  # Shell lines run before the job (e.g. `module load cuda`).
 
 
+def slurm_partition_problem(partition: Optional[str]) -> Optional[str]:
+    """Why --partition cannot be submitted to (a partition sinfo does not list, with those it does), or None when it
+    can or the cluster cannot be asked (then sbatch itself decides)."""
+    if not partition:
+        return None
+    try:
+        result = subprocess.run(['sinfo', '--noheader', '--format=%R'], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    known = sorted({line.strip() for line in result.stdout.splitlines() if line.strip()})
+    if result.returncode != 0 or not known:
+        return None
+    unknown = [p for p in partition.split(',') if p.strip() not in known]
+    if not unknown:
+        return None
+    return (f'--partition={partition}: this cluster has no partition {", ".join(unknown)} (sinfo lists '
+            f'{", ".join(known)}). Pass one of those.')
+
+
 def launch_submitit(jobs: Sequence[Job], folder: str, name: str, options: SlurmOptions, cluster: str = 'slurm'):
     """Submit jobs as one submitit job array (cluster='slurm', or 'local' for a test); returns submitit jobs."""
     import submitit
@@ -797,20 +816,32 @@ SLURM_ENDED_STATES = {'BOOT_FAIL', 'CANCELLED', 'COMPLETED', 'DEADLINE', 'FAILED
 SLURM_UNKNOWN_JOB = 'Invalid job id'
 
 
-def slurm_job_states(job_ids: Sequence[str]) -> Optional[Dict[str, str]]:
-    """{job id: state} of the jobs Slurm still knows, array tasks as `<array id>_<index>` (as submitit and squeue
-    --array name them), those that ended within MinJobAge included (--states=all); None when squeue gives no
-    answer (the controller busy or restarting). Not sacct: a cluster without accounting storage has none, and
-    submitit asks it at intervals of up to 10 minutes."""
+def slurm_job_states(job_ids: Sequence[str]) -> Tuple[Optional[Dict[str, str]], Optional[str]]:
+    """({job id: state} of the jobs Slurm still knows, array tasks as `<array id>_<index>` (as submitit and squeue
+    --array name them), those that ended within MinJobAge included (--states=all), None), or (None, what failed)
+    when squeue gives no answer (the controller busy, restarting or down). Not sacct: a cluster without accounting
+    storage has none, and submitit asks it at intervals of up to 10 minutes."""
     arrays = sorted({job_id.split('_')[0] for job_id in job_ids})
     try:
         result = subprocess.run(['squeue', '--noheader', '--array', '--states=all', f'--jobs={",".join(arrays)}',
                                  '--format=%i|%T'], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    except subprocess.TimeoutExpired:
+        return None, 'squeue gave no answer within 60 s'
+    except OSError as e:
+        return None, f'squeue could not run ({e.strerror or e})'
     if result.returncode != 0:
-        return {} if SLURM_UNKNOWN_JOB in result.stderr else None
-    return dict(line.strip().split('|', 1) for line in result.stdout.splitlines() if '|' in line)
+        if SLURM_UNKNOWN_JOB in result.stderr:
+            return {}, None
+        return None, 'squeue: ' + (' '.join(result.stderr.split())[-200:] or f'exit status {result.returncode}')
+    return dict(line.strip().split('|', 1) for line in result.stdout.splitlines() if '|' in line), None
+
+
+class SlurmUnanswered(Exception):
+    """squeue has not answered for longer than the sweep waits for it."""
+
+    def __init__(self, error: str, seconds: float):
+        super().__init__(error, seconds)
+        self.error, self.seconds = error, seconds
 
 
 def submitit_outcome(job: Job, handle) -> JobOutcome:
@@ -834,7 +865,8 @@ def submitit_outcome(job: Job, handle) -> JobOutcome:
 
 
 def wait_submitit(jobs: Sequence[Job], handles: Sequence, cluster: str, out=None, poll_s: float = 0.25,
-                  squeue_every_s: float = 2.0, result_grace_s: float = 15.0) -> List[JobOutcome]:
+                  squeue_every_s: float = 2.0, result_grace_s: float = 15.0,
+                  unanswered_limit_s: float = 30 * 60) -> List[JobOutcome]:
     """Wait for every submitted job, printing one line as each ends (`summarize_submitit` adds the details).
 
     A job has ended when its result is written (it finished, or raised), or when Slurm says it will not run
@@ -844,19 +876,34 @@ def wait_submitit(jobs: Sequence[Job], handles: Sequence, cluster: str, out=None
     start.
 
     Results are looked for every `poll_s`; squeue is asked less often as the wait goes on (every `squeue_every_s`
-    at first, every 30 s after about 10 minutes), to keep a long sweep's load on the controller low."""
+    at first, every 30 s after about 10 minutes), to keep a long sweep's load on the controller low. While squeue
+    does not answer, a line says so (what failed, for how long) every minute at most; after `unanswered_limit_s`
+    without an answer the wait ends with SlurmUnanswered (the jobs themselves are not touched)."""
     out = out or sys.stdout
     outcomes: Dict[int, JobOutcome] = {}
     ended_since: Dict[int, float] = {}
     labels = {'ok': 'ok', 'failed': 'FAILED', 'stopped': 'stopped', 'time limit': 'stopped at its time limit'}
     started, states, asked = time.monotonic(), None, -math.inf
+    unanswered_since, reported = None, -math.inf
     while True:
         pending = [i for i in range(len(jobs)) if i not in outcomes]
         if not pending:
             return [outcomes[i] for i in range(len(jobs))]
         now = time.monotonic()
         if cluster == 'slurm' and now - asked >= min(30.0, squeue_every_s + (now - started) / 20):
-            states, asked = slurm_job_states([handles[i].job_id for i in pending]), now
+            (states, error), asked = slurm_job_states([handles[i].job_id for i in pending]), now
+            if states is None:
+                unanswered_since = now if unanswered_since is None else unanswered_since
+                silent = now - unanswered_since
+                if silent >= unanswered_limit_s:
+                    raise SlurmUnanswered(error, silent)
+                if now - reported >= min(60.0, unanswered_limit_s / 4):
+                    print(f'Slurm has not answered for {silent:.0f} s ({error}); still waiting, for at most '
+                          f'{unanswered_limit_s / 60:g} min without an answer.', file=out, flush=True)
+                    reported = now
+            elif unanswered_since is not None:
+                print(f'Slurm answers again after {now - unanswered_since:.0f} s.', file=out, flush=True)
+                unanswered_since, reported = None, -math.inf
         for i in pending:
             job, handle = jobs[i], handles[i]
             if handle.paths.result_pickle.exists():

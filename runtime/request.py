@@ -22,6 +22,7 @@ from ml_collections import config_flags
 
 from runtime.loggers import effective_wandb_mode
 from runtime.run_dir import name_too_long
+from utils.render_backend import unavailable_message
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
 from utils.errors import ConfigError, StorageError
 from utils.sampler import SamplerConfig
@@ -135,6 +136,7 @@ def check_request(flags_class, flag_values: flags.FlagValues, config,
     `get_agent_class(agent_name)` finds an agent's class (or raises ConfigError)."""
     values = {name: flag_values[name].value for name in flag_defaults(flags_class)}
     eval_tasks = check_flags(values)
+    check_rendering(values)
     values['wandb_mode'] = effective_wandb_mode(values['wandb_mode'], flag_given=bool(flag_values['wandb_mode'].present))
     defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
     check_types(config, defaults)
@@ -159,6 +161,33 @@ def check_request(flags_class, flag_values: flags.FlagValues, config,
             raise StorageError(problem)
     return Request(flags_class(**values), config, config_defaults, agent_class,
                    SamplerConfig.from_config(config, agent_class.GOAL_MIXTURES), seeds, eval_tasks, names)
+
+
+def check_jax_backend():
+    """ConfigError if JAX cannot start the backend JAX_PLATFORMS asks for (jax raises a bare AssertionError). Called
+    by main.py itself, not by the request check, which a sweep's launcher also runs and which must not open GPUs."""
+    import jax
+
+    platforms = os.environ.get('JAX_PLATFORMS', '').strip()
+    try:
+        jax.default_backend()
+    except Exception as e:  # AssertionError or RuntimeError, by jax version
+        wants_gpu = any(p in platforms.lower() for p in ('cuda', 'gpu', 'rocm'))
+        fix = (f'this JAX (jaxlib {jax.__version__}) has no GPU backend: install JAX\'s CUDA build (README.md, '
+               f'"Install": pip install "jax[cuda12]==..." in the same environment), or unset JAX_PLATFORMS to run on '
+               f'the CPU' if wants_gpu else 'unset JAX_PLATFORMS, or name a platform this JAX has (cpu)')
+        raise ConfigError(f'JAX cannot start the backend JAX_PLATFORMS={platforms or "(unset)"} asks for '
+                          f'({type(e).__name__}{": " + str(e) if str(e) else ""}): {fix}.') from None
+
+
+def check_rendering(values):
+    """ConfigError if the run renders (videos, pixel observations) and MUJOCO_GL names a backend this machine lacks."""
+    problem = unavailable_message()
+    renders = [what for what, applies in (
+        (f'--video_episodes={values["video_episodes"]} renders evaluation videos', values['video_episodes'] > 0),
+        (f'{values["env_name"]} observes rendered frames', values['env_name'].startswith('visual-'))) if applies]
+    if problem and renders:
+        raise ConfigError(f'{"; ".join(renders)}, but {problem}')
 
 
 def check_one_agent(args):

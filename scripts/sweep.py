@@ -18,6 +18,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import sys
 
 from experiments import sweep
@@ -75,6 +76,9 @@ def parse_args(argv):
     slurm.add_argument('--wait', action='store_true',
                        help='slurm: wait for the jobs, report each as it ends and exit as the local backend does '
                             '(always on for submitit_local).')
+    slurm.add_argument('--slurm_unanswered_min', type=float, default=30.0,
+                       help='slurm --wait: stop waiting (exit 69, jobs untouched) after Slurm has not answered squeue '
+                            'for this many minutes; a line says so every minute meanwhile.')
     args = parser.parse_args(own)
     try:
         if args.backend == 'local':
@@ -127,6 +131,9 @@ def main(argv=None):
         return 0
     if not jobs:
         return 0
+    partition = sweep.slurm_partition_problem(args.partition) if args.backend == 'slurm' else None
+    if partition:
+        sys.exit(f'Error: {partition} Nothing was submitted.')
     if args.prepare_datasets:
         prepare(args, requests)
     if args.backend == 'local':
@@ -160,19 +167,34 @@ def submit(args, jobs):
     )
     folder = os.path.join(jobs[0].runs[0].save_dir, args.name, 'submitit')
     cluster = 'slurm' if args.backend == 'slurm' else 'local'
-    submitted = sweep.launch_submitit(jobs, folder, args.name, options, cluster=cluster)
+    before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    try:
+        submitted = sweep.launch_submitit(jobs, folder, args.name, options, cluster=cluster)
+    except Exception as e:  # submitit wraps sbatch's refusal in several types
+        for name in set(os.listdir(folder)) - before if os.path.isdir(folder) else ():
+            path = os.path.join(folder, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        reason = next((line.strip() for line in str(e).splitlines() if 'error' in line.lower()), str(e).strip()[:300])
+        sys.exit(f'Error: Slurm refused the job array ({type(e).__name__}: {reason}). Nothing was submitted and '
+                 f'nothing was left in {folder}. Check --partition, --account, --qos and the resources asked for.')
     print(f'Submitted {len(submitted)} jobs (first id {submitted[0].job_id}); submitit logs in {folder}, '
           f'main.py logs next to each run directory.', flush=True)
     if not (args.wait or cluster == 'local'):
         return 0
+    array = submitted[0].job_id.split('_')[0]
     try:
-        outcomes = sweep.wait_submitit(jobs, submitted, cluster)
+        outcomes = sweep.wait_submitit(jobs, submitted, cluster, unanswered_limit_s=60 * args.slurm_unanswered_min)
     except KeyboardInterrupt:
         if cluster == 'local':
             raise
-        print(f'\nStopped waiting; the jobs go on in Slurm (squeue --jobs={submitted[0].job_id.split("_")[0]}). '
+        print(f'\nStopped waiting; the jobs go on in Slurm (squeue --jobs={array}). '
               f'Rerun the sweep once they have ended: it resumes what did not finish.', flush=True)
         return exits.EXIT_INTERRUPTED
+    except sweep.SlurmUnanswered as silence:
+        print(f'\nStopped waiting: Slurm has not answered for {silence.seconds / 60:.1f} min ({silence.error}). '
+              f'The jobs were not touched and may still run (squeue --jobs={array} once the controller answers). '
+              f'Rerun the same command then: it skips finished runs and resumes the others.', flush=True)
+        return exits.EXIT_UNAVAILABLE
     report, status = sweep.summarize_submitit(outcomes, submitted)
     print(report, flush=True)
     return status

@@ -111,3 +111,30 @@ def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_writ
         assert cases[case][2] in paragraph, (case, paragraph)
         after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != 'run.lock'}
         assert after == {k: v for k, v in before.items() if k != 'run.lock'}, case
+
+
+def fake_slurm(folder, squeue_error):
+    """A PATH folder whose sbatch accepts any job array (and runs nothing) and whose squeue fails like an unreachable
+    controller."""
+    folder.mkdir()
+    (folder / 'sbatch').write_text('#!/bin/sh\necho "Submitted batch job 4242"\n')
+    (folder / 'squeue').write_text(f'#!/bin/sh\necho "{squeue_error}" >&2\nexit 1\n')
+    for tool in ('sbatch', 'squeue'):
+        (folder / tool).chmod(0o755)
+    return dict(os.environ, PATH=f'{folder}{os.pathsep}{os.environ["PATH"]}')
+
+
+def test_a_slurm_controller_that_does_not_answer_is_reported_then_given_up(tmp_path, pointmaze_data_dir):
+    """--wait while squeue fails: a line names what failed and for how long, and after --slurm_unanswered_min the
+    sweep stops waiting with exit 69 and the command to rerun, touching no job."""
+    error = 'slurm_load_jobs error: Unable to contact slurm controller (connect failure)'
+    env = fake_slurm(tmp_path / 'bin', error)
+    command = [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=s', '--method=gcbc',
+               '--envs=pointmaze-medium-stitch-v0', '--seeds=0', f'--save_dir={tmp_path / "runs"}', '--backend=slurm',
+               '--wait', '--slurm_unanswered_min=0.1', '--gpus=0', '--no-prepare_datasets', '--',
+               f'--dataset_dir={pointmaze_data_dir}', '--nodownload']
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 69, out[-3000:]
+    assert f'Slurm has not answered for' in out and error in out and 'still waiting, for at most 0.1 min' in out
+    assert 'Stopped waiting: Slurm has not answered for' in out and 'Rerun the same command then' in out

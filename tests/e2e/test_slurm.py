@@ -308,3 +308,12 @@ def test_slurms_own_time_limit_warning_stops_and_requeues_the_job(tmp_path, slur
     assert (tmp_path / 'limit' / f'gcbc_{ENV}_sd0' / 'TERMINATED').exists()  # the stub was stopped with SIGTERM
     submitit_log = ''.join(path.read_text() for path in (tmp_path / 'limit' / 'submitit').glob('*_log.out'))
     assert submitit_log.count('Caught signal SIGUSR2') == 2 and submitit_log.count(f'Requeued job {job}') == 1
+
+
+def test_an_unknown_partition_is_named_before_anything_is_submitted(tmp_path, slurm_env, pointmaze_data_dir):
+    command = sweep_command('nopart', tmp_path / 'runs', pointmaze_data_dir, TINY, '--partition=nonexistent')
+    returncode, out = run(command, slurm_env)
+    assert returncode == 1 and 'Traceback' not in out, out[-3000:]
+    listed = slurm('sinfo', '--noheader', '--format=%R', env=slurm_env).split()
+    assert 'this cluster has no partition nonexistent (sinfo lists ' + ', '.join(sorted(set(listed))) in out, out
+    assert not (tmp_path / 'runs').exists()  # no submitit folder, no .pkl

@@ -257,7 +257,7 @@ def test_waiting_reports_slurm_jobs_that_ended_without_a_result(tmp_path, monkey
                FakeSlurmJob(tmp_path, '7_1', error='RuntimeError: main.py was stopped by SIGTERM (checkpoint saved); ...'),
                FakeSlurmJob(tmp_path, '7_2'), FakeSlurmJob(tmp_path, '7_3')]
     answers = iter([None, {'7_2': 'RUNNING', '7_3': 'PENDING'}, {'7_2': 'CANCELLED'}])
-    monkeypatch.setattr(sweep, 'slurm_job_states', lambda ids: next(answers))
+    monkeypatch.setattr(sweep, 'slurm_job_states', lambda ids: (lambda a: (a, None if a is not None else 'no answer'))(next(answers)))
     out = io.StringIO()
     outcomes = sweep.wait_submitit(jobs, handles, 'slurm', out, poll_s=0, squeue_every_s=0, result_grace_s=0)
     assert [o.status for o in outcomes] == ['ok', 'stopped', 'stopped', 'stopped']

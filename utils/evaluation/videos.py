@@ -6,6 +6,8 @@ import warnings
 
 import numpy as np
 
+from utils.render_backend import unavailable_message
+
 
 class Renderer:
     """`env.render()` that, on its first failure, warns once and stays off, so a missing GL backend costs the
@@ -21,8 +23,9 @@ class Renderer:
             return env.render()
         except Exception as e:  # MuJoCo raises a variety of GL errors depending on the backend.
             warnings.warn(
-                f'env.render() failed ({type(e).__name__}: {e}); evaluating without videos. Headless MuJoCo '
-                'rendering needs MUJOCO_GL=egl set before mujoco is imported.'
+                f'env.render() failed ({type(e).__name__}: {e}); evaluating without videos. '
+                + (unavailable_message() or 'Headless MuJoCo rendering needs MUJOCO_GL=egl set before mujoco is '
+                   'imported.')
             )
             self.ok = False
             return None
