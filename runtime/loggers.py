@@ -150,6 +150,14 @@ class WandbLogger:
             logging.warning(f'wandb init failed ({type(e).__name__}: {e}); continuing with CSV logs only.')
             self.run = None
 
+    def last_step(self):
+        """The last `step` this (resumed) wandb run holds, from its summary; None if unknown."""
+        try:
+            step = self.run.summary.get('step') if self.run is not None else None
+            return int(step) if step is not None else None
+        except Exception:  # a summary wandb could not fetch
+            return None
+
     def log(self, metrics: Dict, step: int):
         if self.run is None:
             return

@@ -203,6 +203,28 @@ class RunWriter:
         self.evaluated_steps = {int(r['step']) for r in rows}
         self.recent_success = [float(r['evaluation/overall_success']) for r in rows][-2:]
         self.wandb = WandbLogger(**self.wandb_run())
+        if start_step:
+            self.replay_to_wandb()
+
+    def replay_to_wandb(self):
+        """A resumed run's wandb history made whole: every CSV row up to the resume step is logged again into this
+        attempt. A killed attempt's wandb writer loses what it buffered (up to 32 KB) and an offline attempt's sync
+        replaces the history of the attempts before it, so the CSV rows, written row by row, are the record. Online,
+        rows up to the last step the resumed wandb run holds are not logged twice."""
+        after = self.wandb.last_step() if self.request.flags.wandb_mode == 'online' else None
+        rows = sorted([(int(r['step']), 0, r) for r in self.train_log.rows()] +
+                      [(int(r['step']), 1, r) for r in self.eval_log.rows()], key=lambda item: item[:2])
+        for step, _, row in rows:
+            if after is not None and step <= after:
+                continue  # online, the wandb run already holds it
+            metrics = {}
+            for key, value in row.items():
+                if key != 'step' and value not in (None, ''):
+                    try:
+                        metrics[key] = float(value)
+                    except ValueError:
+                        pass  # a non-numeric cell (none is written today)
+            self.wandb.log(metrics, step)
 
     def wandb_run(self) -> Dict:
         """This seed's wandb run: named as its directory, grouped with the other seeds of its setting, tagged with

@@ -52,12 +52,13 @@ def item_key(item):
     return item.key or '/'.join(item.nested_key)
 
 
-def decoded_run(run_dir):
-    """(run record, {step: {metric: value}} of every history row) over the `.wandb` files of a run directory."""
+def decoded_run(run_dir, last_attempt_only=False):
+    """(run record, {step: {metric: value}} of every history row) over the `.wandb` files of a run directory (or of
+    its last attempt's only)."""
     files = sorted(glob.glob(os.path.join(run_dir, 'wandb', 'offline-run-*', '*.wandb')))
     assert files, f'no .wandb file under {run_dir}'
     runs, rows = [], []
-    for path in files:
+    for path in files[-1:] if last_attempt_only else files:
         for record in wandb_records(path):
             kind = record.WhichOneof('record_type')
             if kind == 'run':
@@ -117,6 +118,8 @@ def test_each_seed_logs_its_own_wandb_run_and_resume_continues_it(tmp_path, poin
         assert len(files) == 2 and {r.run_id for r in runs} == {ids[seed]}  # the same wandb run, continued
         assert sorted(training_rows(rows)) == [10, 20, 30, 40, 50, 60]
         assert training_rows(rows) == pytest.approx(csv_losses(run_dir))
+        # The resumed attempt replayed the rows before it: its own file holds the whole history.
+        assert training_rows(decoded_run(run_dir, last_attempt_only=True)[2]) == pytest.approx(csv_losses(run_dir))
 
 
 def test_wandb_mode_from_the_environment_unless_the_flag_is_given(tmp_path, pointmaze_data_dir):
@@ -135,3 +138,35 @@ def test_wandb_mode_from_the_environment_unless_the_flag_is_given(tmp_path, poin
     refused = subprocess.run(args[:-1] + ['--run_name=s'], cwd=ROOT, capture_output=True, text=True,
                              env=dict(env, WANDB_MODE='of'), timeout=600)
     assert refused.returncode == 1 and 'WANDB_MODE=of is not a wandb mode' in refused.stderr, refused.stderr[-2000:]
+
+
+def test_a_killed_runs_wandb_history_is_whole_after_resume(tmp_path, pointmaze_data_dir):
+    """SIGKILL after the first checkpoint loses what wandb's writer buffered; --resume logs every CSV row up to the
+    checkpoint again, so the resumed attempt's wandb history equals train.csv and eval.csv, step for step."""
+    import signal
+    import time
+
+    common = [sys.executable, os.path.join(ROOT, 'main.py'), '--agent=configs/presets.py:gcbc', f'--env_name={ENV}',
+              f'--dataset_dir={pointmaze_data_dir}', f'--save_dir={tmp_path}', '--nodownload', '--wandb_mode=offline',
+              '--agent.batch_size=32', '--agent.actor_hidden_dims=(32,32)', '--log_interval=10', '--save_interval=40',
+              '--eval_interval=40', '--eval_episodes=1', '--eval_max_steps=5', '--eval_tasks=1', '--steps_per_call=10',
+              '--run_name=k']
+    env = dict(os.environ, WANDB_API_KEY='', WANDB_SILENT='true')
+    run_dir = tmp_path / 'default' / 'k'
+    process = subprocess.Popen([*common, '--train_steps=100000000'], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (run_dir / 'checkpoint.msgpack').exists():
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    result = subprocess.run([*common, '--train_steps=120', '--resume'], cwd=ROOT, capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, files, rows = decoded_run(run_dir, last_attempt_only=True)
+    assert training_rows(rows) == pytest.approx(csv_losses(run_dir)) and max(csv_losses(run_dir)) == 120
+    with open(run_dir / 'eval.csv', newline='') as f:
+        evaluated = {int(r['step']): float(r['evaluation/overall_success']) for r in csv.DictReader(f)}
+    logged = {int(r['step']): r['evaluation/overall_success'] for r in rows if 'evaluation/overall_success' in r}
+    assert logged == pytest.approx(evaluated) and sorted(evaluated) == [40, 80, 120]
