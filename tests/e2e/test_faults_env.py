@@ -138,3 +138,34 @@ def test_a_slurm_controller_that_does_not_answer_is_reported_then_given_up(tmp_p
     assert result.returncode == 69, out[-3000:]
     assert f'Slurm has not answered for' in out and error in out and 'still waiting, for at most 0.1 min' in out
     assert 'Stopped waiting: Slurm has not answered for' in out and 'Rerun the same command then' in out
+
+
+def test_a_missing_rendering_backend_stops_only_what_renders(tmp_path, pointmaze_data_dir):
+    """MUJOCO_GL=osmesa on a machine without OSMesa: importing mujoco used to fail, so even --help died. Now --help
+    and a sweep's dry run work, and a run that renders names the backend that failed and what to use."""
+    import ctypes.util
+
+    if ctypes.util.find_library('OSMesa'):
+        pytest.skip('OSMesa is installed here: MUJOCO_GL=osmesa works')
+    env = dict(os.environ, MUJOCO_GL='osmesa')
+    returncode, out, err = run([sys.executable, MAIN, '--help'], env=env)
+    assert returncode == 0 and '--video_episodes' in out + err, err[-3000:]
+    dry_run = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=d', '--method=gcbc',
+                              '--envs=pointmaze-medium-stitch-v0', '--seeds=0', f'--save_dir={tmp_path}', '--dry_run'],
+                             cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert dry_run.returncode == 0 and '# sweep d: 1 runs' in dry_run.stdout, dry_run.stderr[-3000:]
+    paragraph = error_paragraph(*run(main_command(pointmaze_data_dir, tmp_path, *BUDGET, '--video_episodes=1'),
+                                     env=env)[::2])
+    assert paragraph.startswith('--video_episodes=1 renders evaluation videos, but MUJOCO_GL=osmesa: libOSMesa was '
+                                'not found') and 'MUJOCO_GL=egl' in paragraph, paragraph
+
+
+def test_jax_platforms_without_that_backend_is_named(tmp_path, pointmaze_data_dir):
+    import jax
+
+    if any(d.platform == 'gpu' for d in jax.devices()):
+        pytest.skip('this JAX has a GPU backend')
+    env = dict(os.environ, JAX_PLATFORMS='cuda')
+    paragraph = error_paragraph(*run(main_command(pointmaze_data_dir, tmp_path, *BUDGET), env=env)[::2])
+    assert 'JAX_PLATFORMS=cuda' in paragraph and 'has no GPU backend' in paragraph and 'jax[cuda12]' in paragraph
+    assert not os.path.exists(tmp_path / 'default')
