@@ -7,7 +7,8 @@
 #  - action conditioning (appendix "Ablations"): TRA^a and TD-SR (no action); 10 seeds.
 # The paper's reference columns (BYOL-gamma^a, TRA, TD-SR^a, GCBC) come from the state sweep (10 seeds;
 # the 4-seed tables use its first 4: scripts/results.py --runs=runs/state,runs/ablations --seeds=0-3). The
-# paper's visual ablation rows need visual observations (see sweep_visual.sh) and are left out.
+# paper's visual ablation rows are left out: the ablations have no _visual presets (docs/reproduce.md, section 6,
+# says how to build them as method specs).
 #   scripts/sweep_ablations.sh --dry_run
 #   scripts/sweep_ablations.sh --backend=slurm --partition=gpu --seeds_per_job=4
 set -euo pipefail

@@ -3,7 +3,8 @@
 # HGCBC, and HBYOL-gamma^a at each BYOL-gamma alpha (its presets set the paper's high-level lr 1e-4
 # and split the 1M steps between the two stages). The table's GCBC and BYOL-gamma^a columns are the
 # first 4 seeds of the state sweep: scripts/results.py --runs=runs/state,runs/hierarchical --seeds=0-3.
-# HGCBC-phi (visual rows only in the paper) waits for visual support; see sweep_visual.sh.
+# HGCBC-phi and the visual rows: the presets hgcbc_phi_visual and hbyol_gamma_a_visual exist, and no script runs
+# them; docs/reproduce.md, section 6, gives the sweep command.
 #   scripts/sweep_hierarchical.sh --dry_run
 #   scripts/sweep_hierarchical.sh --backend=slurm --partition=gpu --seeds_per_job=4
 set -euo pipefail

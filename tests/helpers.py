@@ -237,8 +237,11 @@ def assert_recorded_metrics(preset, infos):
         return
     assert sorted(infos) == sorted(recorded), f'{preset}: metric names changed'
     for key, values in recorded.items():
-        np.testing.assert_allclose(np.asarray(infos[key])[:RECORDED_STEPS], values, rtol=1e-6, atol=1e-7,
-                                   err_msg=f'{preset}: {key}')
+        np.testing.assert_allclose(
+            np.asarray(infos[key])[:RECORDED_STEPS], values, rtol=1e-6, atol=1e-7,
+            err_msg=f'{preset}: {key} changed. If the change is meant (a loss changed on purpose), record again with '
+                    f'JAX_PLATFORMS=cpu JAX_DISABLE_MOST_OPTIMIZATIONS=1 .venv/bin/python -m tests.agents.test_regression '
+                    f'--record --all and say so in the commit; else the change broke this agent.')
 
 
 # ---------------------------------------------------------------------------------------------

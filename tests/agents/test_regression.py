@@ -42,7 +42,8 @@ def metrics_of(preset):
 
 def test_every_preset_of_a_code_path_is_recorded():
     missing = [p for p in PRESETS_CHECKED if p not in recorded_metrics()]
-    assert not missing, f'no recorded metrics for {missing}: python -m tests.agents.test_regression --record'
+    assert not missing, (f'no recorded metrics for {missing}: JAX_PLATFORMS=cpu JAX_DISABLE_MOST_OPTIMIZATIONS=1 '
+                         f'.venv/bin/python -m tests.agents.test_regression --record')
 
 
 @pytest.mark.parametrize('preset', [p for p in PRESETS_CHECKED if p not in TRAINED])
