@@ -1,9 +1,9 @@
 """Learning curves: one PNG per dataset, one line per method (mean over seeds, shaded ± std or a
 Student-t confidence interval of the mean with --band=ci) vs gradient steps.
 
-    python scripts/plot_curves.py --runs=runs/state --out=plots/curves.png      # plots/curves_<dataset>.png
-    python scripts/plot_curves.py --runs=runs/state --out='plots/{env}.png' --all_settings
-    python scripts/plot_curves.py --runs=runs/stitch --out=plots/stitch.png --band=ci   # 95% t-interval bands
+    python scripts/plot_curves.py --runs=runs/state --out=runs/state/curves.png   # runs/state/curves_<dataset>.png
+    python scripts/plot_curves.py --runs=runs/state --out='runs/state/{env}.png' --all_settings
+    python scripts/plot_curves.py --runs=runs/stitch --out=runs/stitch/curves.png --band=ci   # 95% t-interval bands
 
 Each method is drawn at its best setting (the one scripts/results.py reports: highest mean of the
 last 3 evaluations); --all_settings draws every setting (alpha, ...) instead.
