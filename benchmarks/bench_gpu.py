@@ -210,6 +210,13 @@ def interpolate(points, n):
     return float(np.interp(n, xs, [points[x] for x in xs]))
 
 
+def evaluation_time(evaluation_s, n):
+    """One evaluation of `n` seeds: n x the per-seed time, read off the measured {seeds: seconds} (interpolated per
+    seed between measured counts, the nearest count's per-seed time outside them), since an evaluation's episodes
+    grow with the seeds."""
+    return n * interpolate({k: seconds / k for k, seconds in evaluation_s.items()}, n)
+
+
 def method_wall(training_s, evaluation_s, startup_s, evaluations=EVALUATIONS):
     """Wall seconds of one method's run with evaluations on the CPU cores beside training on the accelerator
     (main.py --eval_mode=async): evaluation k (k = 1..E) starts when training reaches k/E of its steps and the
@@ -362,7 +369,8 @@ def project_headline(results, evaluation_s, args, layout_name):
           f'(GCBC, then BYOL-γ^a; its seeds vmapped in one process): start-up (agent creation + compilation as measured, '
           f'+ {args.startup_extra_s:g} s --startup_extra_s) + training (N x steps / measured seed-steps/s at N, '
           f'interpolated between measured N) with the evaluations on the CPU cores beside it (main.py --eval_mode=async; '
-          f'evaluation k starts at k/{EVALUATIONS} of training once the previous one is done), ending with the last '
+          f'evaluation k starts at k/{EVALUATIONS} of training once the previous one is done; one evaluation of N seeds is '
+          f'N x the measured per-seed evaluation time, the nearest measured count\'s outside them), ending with the last '
           f'evaluation: about max(training, evaluations) + the last evaluation + start-up. Evaluations are timed on '
           f'untrained agents (episodes to the time limit): an upper bound; CPU contention between them and the training '
           f'loop is not modelled.\n')
@@ -379,7 +387,7 @@ def project_headline(results, evaluation_s, args, layout_name):
             rate = interpolate({k: m['rate'] for k, m in measured.items()}, n)
             startup = interpolate({k: m['startup_s'] for k, m in measured.items()}, n) + args.startup_extra_s
             training = n * PAPER_STEPS / rate
-            evaluation = interpolate(evaluation_s, n)
+            evaluation = evaluation_time(evaluation_s, n)
             wall = method_wall(training, evaluation, startup)
             projections[(preset, n)] = wall
             total += wall

@@ -39,6 +39,9 @@ def test_wall_time_model_of_asynchronous_evaluations():
     assert bench_gpu.method_wall(100.0, 20.0, startup_s=0.0) == pytest.approx(10.0 + 10 * 20.0)
     assert bench_gpu.interpolate({4: 100.0, 16: 400.0}, 10) == pytest.approx(250.0)
     assert bench_gpu.interpolate({4: 100.0, 16: 400.0}, 32) == pytest.approx(400.0)
+    # An evaluation grows with its seeds: 1 seed measured at 15 s projects 4 seeds at 60 s, 10 at 150 s (not 15 s).
+    assert [bench_gpu.evaluation_time({1: 15.0}, n) for n in (1, 4, 10)] == pytest.approx([15.0, 60.0, 150.0])
+    assert bench_gpu.evaluation_time({1: 15.0, 4: 56.0}, 10) == pytest.approx(140.0)  # the 4-seed rate per seed
 
 
 def test_bench_trace_quick(tmp_path):
