@@ -55,6 +55,7 @@ from runtime.checkpoints import load_checkpoint
 from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive, text
 from utils.errors import ConfigError
 from utils.networks import GaussianActor, ModuleDict, sample_gaussian
+from utils.optimizers import for_backend
 from utils.random_streams import stream_key
 from utils.training import TrainState, frozen, nonpytree_field
 
@@ -102,7 +103,9 @@ class HighLevelPolicy(flax.struct.PyTreeNode):
         subgoal_dim = cls.subgoal_targets(low, ex_observations).shape[-1]
         modules, example_args = cls.modules(config, ex_observations, subgoal_dim)
         model = ModuleDict(modules)
-        return cls(network=TrainState.create(model, model.init(init_rng, example_args)['params'], optax.adam(config.high_lr)))
+        # The optimizer layout of every agent (utils.optimizers.for_backend): one vector on an accelerator, as the low level.
+        tx = for_backend(optax.adam(config.high_lr))
+        return cls(network=TrainState.create(model, model.init(init_rng, example_args)['params'], tx))
 
     def loss(self, batch, params, low):
         """L_BC of pi_h: -log pi_h(target(high_targets) | s, high_goals). Only `params` (the high level's)

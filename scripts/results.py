@@ -103,7 +103,8 @@ def main(argv=None):
     for line in R.data_source_lines(table):
         print(f'{comment}  {line}')
     if args.per_task:
-        print(f'\n{comment}Per task (success x {args.scale:g}, mean over seeds of the last {args.last_n} evaluations):')
+        print(f'\n{comment}Per task (success x {args.scale:g}, mean over seeds of the last {args.last_n} evaluations, or of '
+              f'the k a seed has where the seeds column says last k):')
         print(R.format_task_table(table, args.last_n, args.scale, args.decimals, intervals))
     for baseline in split_list(args.baseline):
         print(f'\nAgainst {R.method_label(baseline)} (every setting; differences of means over seeds with a '
@@ -118,7 +119,8 @@ def main(argv=None):
     print(f'{comment}Chosen settings:')
     print(R.format_settings(table, latex))
     if args.per_seed:
-        print(f'\nPer seed (each seed\'s score, the mean of its last {args.last_n} evaluations x {args.scale:g}):')
+        print(f'\nPer seed (each seed\'s score, the mean of its last {args.last_n} evaluations, or of the k it has where the '
+              f'table says last k, x {args.scale:g}):')
         print(R.format_seed_scores(table, args.last_n, args.scale, args.decimals))
     if args.details:
         print(f'\n{comment}All settings (mean ± std, seeds):')

@@ -349,3 +349,17 @@ def test_replanning_every_k_steps_holds_the_subgoal(every, pointmaze):
     first = policy(observations, goals)
     np.testing.assert_array_equal(policy(observations, goals + 5.0), first)
 
+
+
+def test_both_levels_get_the_accelerator_optimizer_layout(monkeypatch):
+    """On an accelerator every network trains with Adam over one vector (utils.optimizers.for_backend), the high level
+    as the low one; on the CPU both stay per leaf."""
+    from utils import optimizers
+
+    config = tiny('hbyol_gamma_a')
+    cpu = make_agent(config)
+    assert not isinstance(cpu.high.network.tx, optimizers.OneVector) and not isinstance(cpu.low.network.tx, optimizers.OneVector)
+    monkeypatch.setattr(optimizers.jax, 'default_backend', lambda: 'gpu')
+    accelerator = make_agent(config)
+    assert isinstance(accelerator.high.network.tx, optimizers.OneVector)
+    assert isinstance(accelerator.low.network.tx, optimizers.OneVector)

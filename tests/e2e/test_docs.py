@@ -20,8 +20,10 @@ promises:
 
 A fence's comments are the lines right after its closing line, an inline command's the comment right after its span.
 Each line of a comment is one expectation: `file GLOB` (the command wrote a file matching GLOB: relative to the
-checkout, `~/` the home folder, `**` any folders), `dir GLOB` (a folder matching it exists afterwards) or
-`output "TEXT"` (TEXT is in its standard output or error). A fence's commands run one after the other in one bash
+checkout, `~/` the home folder, `**` any folders), `dir GLOB` (a folder matching it exists afterwards),
+`output "TEXT"` (TEXT is in its standard output or error) or `table` (the page's next Markdown table after the fence,
+the second `table` the second one, is in the output line for line: a published table is what its command prints from
+the committed run records). A fence's commands run one after the other in one bash
 with `set -euo pipefail` (so a pipeline fails when any of its commands does), and its expectations are checked after
 the last. Every command that runs has at least one expectation; a command that does not run has none.
 
@@ -82,7 +84,7 @@ DOC_FILES = ['README.md'] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(o
 SHELL_FENCES = ('bash', 'sh', 'shell')
 # Called bare, these are whatever the reader's PATH holds, not the project's environment.
 VENV_TOOLS = ('python', 'python3', 'pip', 'pip3', 'pytest', 'wandb')
-EXPECTATION_KINDS = ('file', 'dir', 'output')
+EXPECTATION_KINDS = ('file', 'dir', 'output', 'table')
 
 # Commands that do not run in the suite, and why: (pattern searched in the command, reason).
 NOT_RUN = [
@@ -198,6 +200,7 @@ def page_units(page):
                 comment.append(lines[after])
             expects += parse_expectations('\n'.join(comment))
             after += 1
+        expects = with_page_tables(expects, lines, after)
         if language in SHELL_FENCES:
             units.append(Unit(page, start + 2, 'shell', shell_commands(body), expects))
         elif language == 'python':
@@ -214,6 +217,23 @@ def page_units(page):
             at += comment.end()
         units.append(Unit(page, prose_text.count('\n', 0, span.start()) + 1, 'shell', [command], expects))
     return sorted(units, key=lambda unit: unit.line)
+
+
+def with_page_tables(expects, lines, start):
+    """Each `table` expectation gets its argument: the page's next Markdown table after line `start` (the first
+    `table` the first table, and so on), before the next fence; '' when there is none."""
+    tables, current, i = [], [], start
+    while i < len(lines) and not lines[i].strip().startswith('```'):
+        if lines[i].startswith('|'):
+            current.append(lines[i].rstrip())
+        elif current:
+            tables.append('\n'.join(current))
+            current = []
+        i += 1
+    if current:
+        tables.append('\n'.join(current))
+    tables = iter(tables)
+    return [(kind, next(tables, '')) if kind == 'table' else (kind, argument) for kind, argument in expects]
 
 
 def shell_commands(body):
@@ -335,7 +355,8 @@ def assert_units_are_well_formed(units):
     for unit in units:
         for kind, argument in unit.expects:
             assert kind in EXPECTATION_KINDS and argument, \
-                f'{unit.where}: expectation {kind} {argument!r}: write `file GLOB`, `dir GLOB` or `output "TEXT"`'
+                (f'{unit.where}: expectation {kind} {argument!r}: write `file GLOB`, `dir GLOB`, `output "TEXT"` or '
+                 f'`table` (the page\'s next Markdown table after the fence, printed as it stands)')
         if unit.runnable():
             assert unit.expects, (f'{unit.where}: no expectation says what `{unit.runnable()[0]}` promises: add '
                                   '<!-- expect: file GLOB | dir GLOB | output "TEXT" --> after it')
@@ -638,6 +659,11 @@ def assert_expected(unit, outcome, root):
             assert argument in outcome.output, \
                 f'{unit.where}: promised output {argument!r} not in the output:\n{outcome.output[-5000:]}'
             continue
+        if kind == 'table':
+            printed = '\n'.join(line.rstrip() for line in outcome.output.splitlines())
+            assert argument in printed, \
+                f'{unit.where}: the page\'s table is not what the command prints:\n{argument}\n---\n{printed[-5000:]}'
+            continue
         pattern = os.path.join(home, argument[2:]) if argument.startswith('~/') else os.path.join(root, argument)
         found = glob.glob(pattern, recursive=True)
         if kind == 'dir':
@@ -711,3 +737,15 @@ def test_mistakes_on_a_page_fail(tmp_path, sandbox):
     assert 'link to method.md#no-such-heading: no such heading' in problems
     assert 'method.md#1-the-problem' not in problems and heading_anchors(str(tmp_path / 'method.md')) == {
         'the-method', '1-the-problem'}
+    # A published table that its command does not print (a number edited by hand), and a `table` with no table.
+    drifted = tmp_path / 'drifted.md'
+    drifted.write_text('```bash\n.venv/bin/python scripts/results.py --runs=results/h200_headline_200k\n```\n'
+                       '<!-- expect: table -->\n\n| dataset | BYOL-γ^a | GCBC |\n|---|---|---|\n'
+                       '| antmaze-medium-stitch | **62** ± 4 (last 2) | 50 ± 8 (last 2) |\n\n'
+                       '```bash\n.venv/bin/python scripts/results.py --runs=results/h200_headline_200k\n```\n'
+                       '<!-- expect: table -->\n')
+    edited, tableless = page_units(str(drifted))
+    with pytest.raises(AssertionError, match="the page's table is not what the command prints"):
+        assert_expected(edited, run_script(edited.script(), root, env), root)
+    with pytest.raises(AssertionError, match='expectation table'):
+        assert_units_are_well_formed([tableless])
