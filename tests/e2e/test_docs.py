@@ -577,6 +577,7 @@ def make_sandbox(root, pointmaze_data_dir):
 # commands read them): (sweep, preset, overrides, datasets, seeds).
 ANTMAZES = ('antmaze-medium-stitch-v0', 'antmaze-large-stitch-v0')
 FAKE_RUNS = [
+    *(('demo_alpha', 'byol_gamma_a', {'alpha': alpha}, ('pointmaze-medium-stitch-v0',), range(2)) for alpha in (1.0, 6.0)),
     *(('state', preset, overrides, ANTMAZES, range(4)) for preset, overrides in (
         ('byol_gamma_a', {'alpha': 1.0}), ('byol_gamma_a', {'alpha': 6.0}), ('byol', {'alpha': 1.0}),
         ('tra', {'alpha': 10.0}), ('tdsr_a', {'alpha': 0.01}), ('gcbc', {}))),
