@@ -52,6 +52,7 @@ from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
 from runtime.checkpoints import load_checkpoint
+from utils.acting import EVALUATION_TEMPERATURE
 from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive, text
 from utils.errors import ConfigError
 from utils.networks import GaussianActor, ModuleDict, sample_gaussian
@@ -309,7 +310,8 @@ class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
         """Deterministic acting for `utils.evaluation.evaluate`: re-plans every step, or holds each
         subgoal for `replan_every` steps (state kept across steps, reset at every episode start)."""
         if self.config['replan_every'] <= 1:
-            return lambda observations, goals: np.asarray(self.sample_actions(observations, goals, temperature=0.0))
+            return lambda observations, goals: np.asarray(
+                self.sample_actions(observations, goals, temperature=EVALUATION_TEMPERATURE))
         return ReplanningPolicy(self, self.config['replan_every'])
 
     @classmethod
@@ -330,8 +332,8 @@ class ReplanningPolicy:
 
     def __init__(self, agent, every: int):
         self.agent, self.every = agent, every
-        self.propose = jax.jit(lambda obs, goals: agent.propose_subgoals(obs, goals, agent.rng, 0.0))
-        self.act = jax.jit(lambda obs, subgoals: agent.act_on_subgoals(obs, subgoals, agent.rng, 0.0))
+        self.propose = jax.jit(lambda obs, goals: agent.propose_subgoals(obs, goals, agent.rng, EVALUATION_TEMPERATURE))
+        self.act = jax.jit(lambda obs, subgoals: agent.act_on_subgoals(obs, subgoals, agent.rng, EVALUATION_TEMPERATURE))
         self.reset()
 
     def reset(self):

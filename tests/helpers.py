@@ -7,7 +7,10 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 import textwrap
+import time
 
 import jax
 import numpy as np
@@ -18,6 +21,55 @@ POINTMAZE = 'pointmaze-medium-stitch-v0'
 
 # What a main.py subprocess needs to run with XLA's full optimisations (tests/conftest.py turns most off).
 OPTIMIZED_XLA_ENV = {'JAX_DISABLE_MOST_OPTIMIZATIONS': '0'}
+
+
+# ---------------------------------------------------------------------------------------------
+# main.py as a subprocess at toy size (the fault tests).
+# ---------------------------------------------------------------------------------------------
+
+MAIN = os.path.join(ROOT, 'main.py')
+ENV = POINTMAZE
+TINY = ['--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--eval_episodes=2', '--eval_tasks=1',
+        '--eval_max_steps=5', '--wandb_mode=disabled', '--nodownload', '--eval_workers=1']
+BUDGET = ['--train_steps=40', '--log_interval=20', '--eval_interval=20', '--save_interval=20']
+# Runs until stopped: a log row every 20 steps, no evaluation or checkpoint unless stopped.
+ENDLESS = ['--train_steps=100000000', '--log_interval=20', '--steps_per_call=20', '--eval_interval=100000000',
+           '--save_interval=100000000']
+
+
+def main_command(data_dir, save_dir, *extra, env=ENV):
+    return [sys.executable, MAIN, f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={data_dir}',
+            f'--save_dir={save_dir}', *TINY, *extra]
+
+
+def start(command, env=None):
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(process, timeout=300):
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def run(command, **kwargs):
+    return finish(start(command, **kwargs))
+
+
+def error_paragraph(returncode, stderr, expected_code=1):
+    """The one paragraph main.py printed for a named error: its last output."""
+    assert returncode == expected_code and 'Traceback' not in stderr and '\nError: ' in stderr, stderr[-3000:]
+    paragraph = stderr.rstrip().rpartition('\nError: ')[2]
+    assert '\n' not in paragraph, stderr[-3000:]
+    return paragraph
+
+
+def wait_until(predicate, process=None, timeout=120):
+    deadline = time.time() + timeout
+    while not predicate():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f'exited early ({process.returncode}): {process.stderr.read()[-3000:]}')
+        assert time.time() < deadline, 'timed out'
+        time.sleep(0.02)
 
 
 @contextlib.contextmanager

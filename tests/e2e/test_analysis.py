@@ -8,7 +8,6 @@ import os
 import numpy as np
 import pytest
 
-from agents import get_agent_class
 from experiments import analysis
 from scripts import horizon, rep_heatmap, sp_correlation
 from utils.evaluation import evaluate, make_env, make_eval_envs, one_env

@@ -8,12 +8,11 @@ import signal
 import subprocess
 import sys
 
-import flax.serialization
 import pytest
 
 from runtime import checkpoints
-from tests.e2e.test_faults import BUDGET, ENDLESS, MAIN, ROOT, csv_steps, error_paragraph, finish, main_command, run, \
-    start, wait_until
+from runtime.loggers import read_csv_rows
+from tests.helpers import BUDGET, ENDLESS, MAIN, ROOT, error_paragraph, finish, main_command, run, start, wait_until
 
 pytestmark = pytest.mark.xdist_group('test_faults_env')
 
@@ -45,7 +44,7 @@ def test_sighup_checkpoints_and_exits_129(tmp_path, pointmaze_data_dir):
     """A closed terminal (SIGHUP) stops a run as a preemption does: checkpoint of the step reached, one line, 129."""
     run_dir = tmp_path / 'default' / 'r'
     process = start(main_command(pointmaze_data_dir, tmp_path, *ENDLESS, '--run_name=r'))
-    wait_until(lambda: len(csv_steps(run_dir / 'train.csv')) >= 1, process)
+    wait_until(lambda: (run_dir / 'train.csv').exists() and len(read_csv_rows(str(run_dir / 'train.csv'))[1]) >= 1, process)
     process.send_signal(signal.SIGHUP)
     returncode, _, err = finish(process)
     assert returncode == 129 and 'Traceback' not in err, err[-3000:]
@@ -136,7 +135,7 @@ def test_a_slurm_controller_that_does_not_answer_is_reported_then_given_up(tmp_p
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode == 69, out[-3000:]
-    assert f'Slurm has not answered for' in out and error in out and 'still waiting, for at most 0.1 min' in out
+    assert 'Slurm has not answered for' in out and error in out and 'still waiting, for at most 0.1 min' in out
     assert 'Stopped waiting: Slurm has not answered for' in out and 'Rerun the same command then' in out
 
 

@@ -108,6 +108,7 @@ def test_agent_files_are_found_from_any_directory(tmp_path):
 def test_the_request_is_a_frozen_dataclass_of_declared_fields(tmp_path, monkeypatch):
     """Flags are read as `request.flags.<name>`, fields main.py declares; nothing is served by attribute lookup."""
     monkeypatch.delenv('WANDB_API_KEY', raising=False)
+    monkeypatch.delenv('WANDB_MODE', raising=False)  # the suite's WANDB_MODE=disabled would decide the mode
     monkeypatch.setenv('HOME', str(tmp_path))  # no ~/.netrc: online falls back to offline
     request = request_of(['main.py', f'--save_dir={tmp_path}', '--num_seeds=2', '--seed=3'])
     assert dataclasses.is_dataclass(request) and not hasattr(Request, '__getattr__')
@@ -116,8 +117,8 @@ def test_the_request_is_a_frozen_dataclass_of_declared_fields(tmp_path, monkeypa
     assert isinstance(request.flags, Flags) and request.flags.train_steps == 1_000_000
     assert set(flag_defaults(Flags)) == {field.name for field in dataclasses.fields(Flags)}
     assert {'save_dir', 'resume', 'num_seeds'} <= resume_may_differ(Flags) and 'env_name' not in resume_may_differ(Flags)
-    # flags.json records what the run uses: its seed, its resolved name and the wandb mode it logs in.
+    # flags.json records what the run uses: its seed, its resolved name, the wandb mode it logs in, its numeric mode.
     recorded = request.seed_flags(4)
-    assert (recorded['seed'], recorded['run_name'], recorded['wandb_mode']) == (
-        4, 'byol_gamma_a_pointmaze-medium-stitch-v0_sd4', 'offline')
+    assert (recorded['seed'], recorded['run_name'], recorded['wandb_mode'], recorded['numeric_mode']) == (
+        4, 'byol_gamma_a_pointmaze-medium-stitch-v0_sd4', 'offline', 'float32')
     assert not any(tmp_path.iterdir())

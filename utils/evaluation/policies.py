@@ -7,6 +7,7 @@ import functools
 
 import numpy as np
 
+from utils.acting import EVALUATION_TEMPERATURE
 from utils.evaluation.episodes import evaluate_seeds
 from utils.evaluation.frame_stack import FrameStackPolicy
 from utils.evaluation.videos import videos_to_wandb
@@ -18,7 +19,8 @@ def agent_policy(agent, frame_stack=1):
     if hasattr(agent, 'evaluation_policy'):
         policy = agent.evaluation_policy()
     else:
-        policy = lambda observations, goals: np.asarray(agent.sample_actions(observations, goals, temperature=0.0))
+        policy = lambda observations, goals: np.asarray(  # noqa: E731
+            agent.sample_actions(observations, goals, temperature=EVALUATION_TEMPERATURE))
     return FrameStackPolicy(policy, frame_stack) if frame_stack > 1 else policy
 
 
@@ -52,7 +54,8 @@ def _vmapped_sample_actions():
     """One jitted function for every evaluation, so that it compiles once per batch shape and agent type."""
     import jax
 
-    return jax.jit(jax.vmap(lambda agent, observations, goals: agent.sample_actions(observations, goals, temperature=0.0)))
+    return jax.jit(jax.vmap(
+        lambda agent, observations, goals: agent.sample_actions(observations, goals, temperature=EVALUATION_TEMPERATURE)))
 
 
 def _split_seeds(array, num_seeds):
