@@ -51,7 +51,8 @@ def plot(rows, method, baseline, confidence, path):
     for y, (_, difference, low, high) in zip(positions, rows):
         color = 'tab:blue' if low > 0 else 'tab:red' if high < 0 else 'tab:gray'
         axes.errorbar(difference, y, xerr=[[difference - low], [high - difference]], fmt='o', color=color, capsize=4)
-        axes.annotate(f'{difference:+.0f} [{low:+.0f}, {high:+.0f}]', (difference, y), textcoords='offset points',
+        text = f'{R._signed(difference, 0)} [{R._signed(low, 0)}, {R._signed(high, 0)}]'
+        axes.annotate(text, (difference, y), textcoords='offset points',
                       xytext=(0, 8), ha='center', fontsize='small')
     axes.axvline(0.0, color='black', linewidth=0.8)
     axes.set_yticks(positions, [label for label, *_ in rows], fontsize='small')
@@ -85,7 +86,7 @@ def main(argv=None):
         sys.exit(f'Error: {e}')
     plot(rows, args.method, args.baseline, args.confidence, args.out)
     for label, difference, low, high in rows:
-        print(f'{label.replace(chr(10), "; ")}: {difference:+.1f} [{low:+.1f}, {high:+.1f}]')
+        print(f'{label.replace(chr(10), "; ")}: {R._signed(difference, 1)} [{R._signed(low, 1)}, {R._signed(high, 1)}]')
     print(args.out)
     return 0
 

@@ -110,6 +110,8 @@ NOT_RUN = [
     (r'class CosineSPRAgent|cosine_spr.: Method\(|from agents\.cosine_spr import',
      "a file of docs/adding_a_method.md's worked example: tests/agents/test_adding_a_method.py writes it where the "
      'page says and runs its tests'),
+    (r'--out=docs/figures/', "rewrites a figure of the checkout: tests/e2e/test_published_figures.py runs it into a "
+                             'temporary folder and compares the picture with the committed one'),
     (r'^\. \.venv/bin/activate$', "changes the reader's own shell; the pages' commands name .venv/bin/ instead"),
     (r'B/scripts/results\.py|scripts/<name>\.py', 'an illustration (any checkout, any script): tests/e2e/test_faults.py '
                                              'runs a script of another checkout'),
@@ -135,7 +137,7 @@ TOY_FLAGS = {
                                   '--layout', 'flat'],
 }
 # Scripts that are quick as the pages write them.
-AS_DOCUMENTED = ('scripts/results.py', 'scripts/plot_curves.py')
+AS_DOCUMENTED = ('scripts/results.py', 'scripts/plot_curves.py', 'scripts/plot_difference.py')
 DRY_RUN = re.compile(r'scripts/(sweep\.py|\w+\.sh)$')
 
 
