@@ -3,7 +3,7 @@
 # project generates offline), then the results table. Budget per run: 6k gradient steps at batch
 # 256, 2 seeds (vmapped in one process), evaluation every 2k steps with 20 episodes per task; the
 # score is the mean of the 3 evaluations. One alpha per method (BYOL-gamma 1 and 6, TRA 10, TD-SR
-# 0.01); HBYOL-gamma splits the 6k steps 3k + 3k. About an hour on 2 CPU cores.
+# 0.01); HBYOL-gamma splits the 6k steps 3k + 3k. About 45 minutes on 2 CPU cores.
 #   bash scripts/cpu_results.sh [--workers=2] [extra scripts/sweep.py flags] [-- main.py flags, which win]
 set -euo pipefail
 cd "$(dirname "$0")/.."

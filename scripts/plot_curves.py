@@ -62,8 +62,8 @@ def plot_environment(env, method_cells, path, metric, scale, intervals=None):
     axes.set_xlabel('gradient steps')
     axes.set_ylabel(f'{metric.split("/")[-1].replace("_", " ")}' + (' (%)' if scale == 100 else ''))
     axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f'{x / 1e6:g}M' if x >= 1e6 else f'{x / 1e3:g}k' if x else '0'))
-    if scale == 100:
-        axes.set_ylim(bottom=0)
+    if scale == 100:  # success in percent: the bands of few seeds may reach past 0 and 100
+        axes.set_ylim(0, min(axes.get_ylim()[1], 100))
     axes.grid(alpha=0.3)
     if outside:
         axes.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Stitching benchmark on CPU: the paper's flat BC methods and HGCBC on one stitch dataset, 8 seeds
 # per cell (two main.py processes of 4 vmapped seeds, --num_seeds=4), then the table (mean and 95%
-# bootstrap CI over seeds of each seed's last-3-evaluation success, per-task success, every setting's
-# difference from GCBC and from GCBC-phi with a bootstrap CI) and one learning-curve PNG with CI
+# t-interval over seeds of each seed's last-3-evaluation success, per-task success, every setting's
+# difference from GCBC and from GCBC-phi with a Welch interval) and one learning-curve PNG with interval
 # bands. Methods: GCBC, GCBC-phi, BYOL-gamma^a (alpha 1 and 6), BYOL, TRA (alpha 10) and TD-SR^a
 # (alpha 0.01), the last two at the authors' loss scales (the agents' defaults), and HGCBC.
 #

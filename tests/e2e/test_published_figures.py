@@ -28,7 +28,7 @@ def figure_commands():
         for fence in re.findall(r'```bash\n(.*?)```', text, flags=re.S):
             for command in fence.replace('\\\n', ' ').splitlines():
                 command = command.split(' #')[0].strip()
-                if f'--out={FIGURES}' in command and not command.startswith('#'):
+                if not command.startswith('#') and any(w.startswith(f'--out={FIGURES}') for w in shlex.split(command)):
                     commands.append((page, command))
     return commands
 
