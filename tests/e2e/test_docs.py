@@ -110,7 +110,7 @@ NOT_RUN = [
     (r'class CosineSPRAgent|cosine_spr.: Method\(|from agents\.cosine_spr import',
      "a file of docs/adding_a_method.md's worked example: tests/agents/test_adding_a_method.py writes it where the "
      'page says and runs its tests'),
-    (r'--out=docs/figures/', "rewrites a figure of the checkout: tests/e2e/test_published_figures.py runs it into a "
+    (r"--out='?docs/figures/", "rewrites a figure of the checkout: tests/e2e/test_published_figures.py runs it into a "
                              'temporary folder and compares the picture with the committed one'),
     (r'^\. \.venv/bin/activate$', "changes the reader's own shell; the pages' commands name .venv/bin/ instead"),
     (r'B/scripts/results\.py|scripts/<name>\.py', 'an illustration (any checkout, any script): tests/e2e/test_faults.py '
@@ -572,6 +572,10 @@ def make_sandbox(root, pointmaze_data_dir):
     assert trained.returncode == 0 and (root / 'runs/stitch/byol_gamma_a_pointmaze-large-stitch-v0_a1_sd1/DONE').exists(), \
         trained.stdout[-3000:] + trained.stderr[-3000:]
     write_runs(root / 'runs', FAKE_RUNS)
+    # The stitching benchmark's other cells, at the protocol of the cell trained above (a table compares one).
+    write_runs(root / 'runs', STITCH_FAKE_RUNS, protocol=STITCH_TOY_PROTOCOL)
+    for done in (root / 'runs' / 'demo_alpha').glob('*/DONE'):  # experiments.md's demo sweep: not yet run
+        done.unlink()
     write_runs(root / 'runs', [('spr', 'cosine_spr', {'alpha': 6.0}, ANTMAZES[:1], range(4))], example_config)
 
 
@@ -591,11 +595,15 @@ FAKE_RUNS = [
     ('hierarchical', 'hgcbc', {}, ANTMAZES, range(4)), ('hierarchical', 'hbyol_gamma_a', {'alpha': 1.0}, ANTMAZES, range(4)),
     *(('visual', preset, overrides, ('visual-antmaze-medium-stitch-v0',), range(4))
       for preset, overrides in (('gcbc_visual', {}), ('byol_gamma_a_visual', {'alpha': 1.0}))),
-    *(('stitch', preset, {}, ('pointmaze-large-stitch-v0',), range(2)) for preset in ('gcbc', 'gcbc_phi')),
     *(('stitch_confirm', preset, overrides, ('pointmaze-large-stitch-v0',), range(8, 10))
       for preset, overrides in (('gcbc', {}), ('gcbc_phi', {}), ('byol_gamma_a', {'alpha': 1.0}))),
     ('spr', 'gcbc', {}, ANTMAZES[:1], range(4)),  # the worked example's sweep, with its cosine_spr runs below
 ]
+
+
+STITCH_FAKE_RUNS = [('stitch', preset, {}, ('pointmaze-large-stitch-v0',), range(2)) for preset in ('gcbc', 'gcbc_phi')]
+# The protocol of the benchmark's cell the sandbox trains: TINY_MAIN with an evaluation every 10 steps.
+STITCH_TOY_PROTOCOL = dict(train_steps=20, eval_interval=10, eval_episodes=1, eval_tasks='1', eval_max_steps=5)
 
 
 def example_config(preset):
@@ -606,8 +614,10 @@ def example_config(preset):
     return config
 
 
-def write_runs(runs, specs, get_config=None):
-    """Run directories as main.py leaves them (flags.json, config.json, eval.csv with 3 evaluations, DONE)."""
+def write_runs(runs, specs, get_config=None, protocol=None):
+    """Run directories as main.py leaves them (flags.json, config.json, eval.csv with an evaluation every
+    eval_interval, DONE), at `protocol` (main.py's protocol flags; default 300 steps, an evaluation every 100)."""
+    protocol = protocol or dict(train_steps=300, eval_interval=100)
     import numpy as np
 
     from configs.presets import get_config as preset_config
@@ -626,11 +636,10 @@ def write_runs(runs, specs, get_config=None):
                 directory = runs / sweep / name
                 directory.mkdir(parents=True)
                 write_json(str(directory / 'flags.json'), dict(flag_defaults(Flags), env_name=env, seed=seed,
-                                                               train_steps=300, eval_interval=100, run_group=sweep,
-                                                               run_name=name))
+                                                               run_group=sweep, run_name=name, **protocol))
                 write_json(str(directory / 'config.json'), plain(config.to_dict()))
                 rows = ['step,evaluation/overall_success,' + ','.join(f'evaluation/task{t}_success' for t in range(1, 6))]
-                for step in (100, 200, 300):
+                for step in range(protocol['eval_interval'], protocol['train_steps'] + 1, protocol['eval_interval']):
                     tasks = rng.uniform(0, 1, 5).round(2)
                     rows.append(f'{step},{tasks.mean():.3f},' + ','.join(map(str, tasks)))
                 (directory / 'eval.csv').write_text('\n'.join(rows) + '\n')

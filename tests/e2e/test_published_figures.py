@@ -1,13 +1,13 @@
 """The figures the pages publish are what their commands draw from the committed run records: every documented command
 that writes into docs/figures/ is run again into a temporary folder, and each picture it draws equals the committed
-one pixel for pixel. (The pages' other commands run in tests/e2e/test_docs.py, which does not run these: they would
+one pixel for pixel. The scripts run in-process (their `main(argv)`), from the checkout's root. (The pages' other commands run in tests/e2e/test_docs.py, which does not run these: they would
 rewrite the checkout's figures.)"""
 
+import contextlib
+import importlib
 import os
 import re
 import shlex
-import subprocess
-import sys
 
 import numpy as np
 from matplotlib import image
@@ -33,8 +33,8 @@ def figure_commands():
     return commands
 
 
-def drawn_paths(command, out_dir):
-    """The PNGs `command` wrote into `out_dir` (its figure paths, moved there)."""
+def drawn_paths(out_dir):
+    """The PNGs a command wrote into `out_dir` (its figure paths, moved there)."""
     return sorted(os.path.join(dirpath, name) for dirpath, _, names in os.walk(out_dir) for name in names
                   if name.endswith('.png'))
 
@@ -46,10 +46,11 @@ def test_every_published_figure_is_drawn_again_from_the_committed_runs(tmp_path)
     for index, (page, command) in enumerate(commands):
         out_dir = tmp_path / str(index)
         words = [w.replace(f'--out={FIGURES}', f'--out={out_dir}/') for w in shlex.split(command)]
-        assert words[0] == '.venv/bin/python', f'{page}: {command}'
-        result = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, f'{page}: {command}\n{result.stderr[-3000:]}'
-        for path in drawn_paths(command, out_dir):
+        assert words[0] == '.venv/bin/python' and re.fullmatch(r'scripts/\w+\.py', words[1]), f'{page}: {command}'
+        script = importlib.import_module('scripts.' + os.path.basename(words[1])[:-3])  # its main(argv), in-process
+        with contextlib.chdir(ROOT):
+            assert script.main(words[2:]) == 0, f'{page}: {command}'
+        for path in drawn_paths(out_dir):
             drawn[FIGURES + os.path.relpath(path, out_dir)] = path
     committed = {os.path.join('docs/figures', name) for name in os.listdir(os.path.join(ROOT, FIGURES))}
     assert committed - ILLUSTRATIONS == set(drawn), 'committed figures that no documented command draws, or the reverse'
