@@ -14,8 +14,8 @@ from runtime.atomic_io import atomic_write_bytes
 from runtime.provenance import project_version
 from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX
 from utils.errors import ConfigError, ResumeMismatchError, RunDirError
-from utils.random_streams import NAMED_STREAMS_SINCE
 from utils.optimizers import uses_one_vector, with_optimizer
+from utils.random_streams import NAMED_STREAMS_SINCE
 
 
 def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None) -> str:
@@ -56,13 +56,18 @@ def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
 
 def checkpoint_step(path: str) -> int:
     """The step a checkpoint was saved at (ConfigError if it is unreadable), without an agent to restore into."""
-    return _read_state(path)[0]['step']
+    return checkpoint_header(path)[0]
 
 
-def check_resumable(path: str):
-    """A ResumeMismatchError if the checkpoint at `path` was written before the random streams were named
+def checkpoint_header(path: str) -> Tuple[int, Any]:
+    """(step, the project version that wrote it or None) of a checkpoint, without an agent to restore into."""
+    state = _read_state(path)[0]
+    return state['step'], state.get('version')
+
+
+def check_resumable(path: str, version):
+    """A ResumeMismatchError if the checkpoint at `path`, written by `version`, predates named random streams
     (utils/random_streams.py): continuing it would draw other random numbers than the run it belongs to."""
-    version = _read_state(path)[0].get('version')
     if not version or _version_tuple(version) < _version_tuple(NAMED_STREAMS_SINCE):
         written_by = f'version {version}' if version else 'a version before 0.4.0'
         folder = os.path.dirname(os.path.abspath(path))

@@ -23,7 +23,7 @@ import numpy as np
 import tqdm
 
 from runtime import provenance
-from runtime.checkpoints import check_resumable, checkpoint_step, save_checkpoint
+from runtime.checkpoints import check_resumable, checkpoint_header, checkpoint_step, save_checkpoint
 from runtime.loggers import CsvLogger, WandbLogger
 from runtime.request import Request, flag_defaults, numeric_mode, plain, resume_may_differ
 from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten, lock_all
@@ -76,10 +76,10 @@ class RunWriter:
         if not run_dir.has_checkpoint():
             logging.warning(f'--resume: {self.dir} has no checkpoint, so this starts a new run there.')
             return 0
-        self.start_step = checkpoint_step(self.checkpoint_path)
+        self.start_step, version = checkpoint_header(self.checkpoint_path)
         self.check_same_run()
         if self.request.flags.train_steps > self.start_step:  # a finished run is read, not continued
-            check_resumable(self.checkpoint_path)
+            check_resumable(self.checkpoint_path, version)
         return self.start_step
 
     def check_same_run(self):

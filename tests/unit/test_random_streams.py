@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from runtime.checkpoints import CHECKPOINT_NAME, check_resumable
+from runtime.checkpoints import CHECKPOINT_NAME, check_resumable, checkpoint_header
 from utils.errors import ResumeMismatchError
 from utils.random_streams import NAMED_STREAMS_SINCE, STREAMS, run_streams, stream_key, update_keys
 
@@ -108,12 +108,12 @@ def test_a_checkpoint_from_before_named_streams_is_not_resumed(tmp_path, version
     with open(path, 'wb') as f:
         f.write(flax.serialization.msgpack_serialize(state))
     with pytest.raises(ResumeMismatchError, match=f'since version {NAMED_STREAMS_SINCE}') as error:
-        check_resumable(path)
+        check_resumable(path, checkpoint_header(path)[1])
     assert (f'version {version}' if version else 'before 0.4.0') in str(error.value)
     state['version'] = NAMED_STREAMS_SINCE
     with open(path, 'wb') as f:
         f.write(flax.serialization.msgpack_serialize(state))
-    check_resumable(path)
+    check_resumable(path, checkpoint_header(path)[1])
 
 
 def test_every_stream_is_listed_once():
