@@ -40,7 +40,8 @@ RL_METHODS = methods_of_kind('rl')
 
 
 BOLD_FRACTION = 0.95
-# Flags that change what a number means; other flags (paths, logging, wandb) do not split groups.
+# Flags that change what a number means: the runs of one dataset must share them (`check_protocols`); other flags
+# (paths, logging, wandb) do not matter to a table.
 PROTOCOL_FLAGS = ('train_steps', 'eval_interval', 'eval_episodes', 'eval_tasks', 'eval_max_steps')
 # Config entries that do not identify a setting: the method itself, and the sampler (derived from the rest).
 NON_SETTING_CONFIG = ('preset', 'agent_name', 'sampler')
@@ -243,7 +244,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                                      f'expected integer `step` and numeric {metric!r} columns.') from e
                 run = SeedResult(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'),
                                  task_values, flags.get('eval_interval'), data_source, protocol)
-                key = (env, method, tuple(sorted(setting.items())), seed)
+                key = (env, method, tuple(sorted(setting.items())), protocol, seed)
                 if key in seen:
                     raise ValueError(
                         f'Seed {seed} of {method} on {env} (same settings) appears twice: {seen[key]} and {directory}. '

@@ -444,9 +444,10 @@ def test_runs_at_different_protocols_are_never_compared(tmp_path):
     import subprocess
     import sys
 
-    root = str(tmp_path)
+    root = str(tmp_path / 'runs')
     write_run(root, MAZE, 'gcbc', 0, [0.1] * 3, train_steps=1000, run_name='gcbc_sd0')
     write_run(root, MAZE, 'gcbc', 1, [0.9] * 3, train_steps=2000, run_name='gcbc_sd1')
+    write_run(root, MAZE, 'gcbc', 0, [0.7] * 3, train_steps=3000, run_name='gcbc_sd0_longer')  # one seed, two budgets
 
     def results(*args):
         return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'results.py'), f'--runs={root}', *args],
@@ -455,12 +456,15 @@ def test_runs_at_different_protocols_are_never_compared(tmp_path):
     refused = results()
     assert refused.returncode == 1 and 'Traceback' not in refused.stderr, refused.stderr
     assert 'different evaluation protocols' in refused.stderr and 'train_steps differ' in refused.stderr
-    assert 'train_steps=1000 (gcbc seed 0)' in refused.stderr and '--train_steps=' in refused.stderr
+    assert 'train_steps=1000 (gcbc seed 0)' in refused.stderr and 'train_steps=3000 (gcbc seed 0)' in refused.stderr
+    assert '--train_steps=' in refused.stderr
     selected = results('--train_steps=2000', '--per_seed')
     assert selected.returncode == 0, selected.stderr
     assert '| antmaze-medium-stitch | **90** ± 0 |' in selected.stdout and '| 1: 90 |' in selected.stdout
     # A row: GCBC at 2000 steps and 50 episodes against GCBC-phi at 1000 steps: refused, --baseline alike.
-    os.rename(os.path.join(root, 'gcbc_sd0'), os.path.join(str(tmp_path), '..', 'set_aside_sd0'))
+    os.makedirs(tmp_path / 'aside')
+    for name in ('gcbc_sd0', 'gcbc_sd0_longer'):
+        os.rename(os.path.join(root, name), tmp_path / 'aside' / name)
     write_run(root, MAZE, 'gcbc_phi', 0, [0.5] * 3, train_steps=1000)
     for args in ((), ('--baseline=gcbc',)):
         refused = results(*args)
