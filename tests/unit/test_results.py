@@ -320,7 +320,7 @@ def test_t_interval_is_the_textbook_interval():
 
 def test_t_interval_covers_at_its_level_with_4_seeds():
     """Statistical check: 4 normal seeds, 4000 experiments: the 95% t-interval covers the true mean 95% of the time
-    (binomial s.e. 0.35%); a percentile bootstrap of the same seeds would cover about 82%."""
+    (binomial s.e. 0.35%); a percentile bootstrap of the same seeds covers about 80%."""
     rng = np.random.default_rng(0)
     scores = rng.normal(50, 10, size=(4000, 4))
     covered = [low <= 50 <= high for low, high in map(R.t_interval, scores)]
