@@ -51,8 +51,8 @@ from agents.base import CompiledCreate, bc_loss, encode_together, mean_concat, s
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
-from runtime.checkpoints import load_checkpoint
 from utils.acting import EVALUATION_TEMPERATURE
+from utils.checkpoint_format import CHECKPOINT_NAME, read_state, restore_agent
 from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive, text
 from utils.errors import ConfigError
 from utils.networks import GaussianActor, ModuleDict, sample_gaussian
@@ -353,17 +353,23 @@ def objective(low_loss, high_loss, train_low, train_high):
 
 
 def load_low_level(path, agent):
-    """The low level saved at `path` by a flat run of the low-level agent or by a hierarchical run
-    of this variant, restored into `agent.low` (same config and data shapes)."""
+    """The low level saved at `path` (a checkpoint file, or a run directory holding one) by a flat run of the low-level
+    agent or by a hierarchical run of this variant, restored into `agent.low` (same config and data shapes)."""
     path = os.path.expanduser(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, CHECKPOINT_NAME)
     if not os.path.exists(path):
         raise ConfigError(f'stage1_checkpoint {path!r} does not exist.')
     try:
-        return load_checkpoint(path, agent.low)[0]
+        saved = read_state(path)['agent']
+    except Exception as e:  # not readable, or not msgpack
+        raise ConfigError(f'stage1_checkpoint {path!r} cannot be read as a checkpoint ({type(e).__name__}: {e}).') from None
+    try:
+        return restore_agent(saved, agent.low)
     except ValueError:
         pass
     try:
-        return load_checkpoint(path, agent)[0].low
+        return restore_agent(saved, agent).low
     except ValueError:
         raise ConfigError(
             f'stage1_checkpoint {path!r} holds neither a {type(agent.low).__name__} nor a {type(agent).__name__} '

@@ -1,27 +1,24 @@
-"""Atomic checkpoints: the whole agent pytree (params, optimizer state, RNG), its step, and the project version that
-wrote it. The optimizer state is stored per parameter leaf whatever layout the agent trains with
-(utils/optimizers.with_optimizer), so a checkpoint restores on any backend, and checkpoints of earlier versions (the
-same layout) still load."""
+"""Atomic checkpoints: the whole agent pytree (params, optimizer state, RNG; utils/checkpoint_format.py says how it is
+stored), its step, what the run carries besides (the unfinished training row), and the project version that wrote it;
+the named errors of a checkpoint that cannot be read, does not fit, or cannot be resumed."""
 
 import os
 from typing import Any, Dict, Tuple
 
 import flax.serialization
-import jax
-import numpy as np
 
 from runtime.atomic_io import atomic_write_bytes
 from runtime.provenance import project_version
 from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX
+from utils.checkpoint_format import agent_state_dict, read_state, restore_agent, same_structure
 from utils.errors import ConfigError, ResumeMismatchError, RunDirError
-from utils.optimizers import uses_one_vector, with_optimizer
 from utils.random_streams import NAMED_STREAMS_SINCE
 
 
 def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None) -> str:
     path = os.path.join(run_dir, CHECKPOINT_NAME)
     state = {
-        'agent': flax.serialization.to_state_dict(jax.device_get(with_optimizer(agent, one_vector=False))),
+        'agent': agent_state_dict(agent),
         'step': step,
         'extra': extra or {},
         'version': project_version(),
@@ -35,23 +32,28 @@ def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
         path = os.path.join(path, CHECKPOINT_NAME)
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        with open(path, 'rb') as f:
-            data = f.read()
+        state = read_state(path)
     except OSError as e:
         raise RunDirError(f'Cannot read checkpoint {path}: {e.strerror or e}. Nothing was written. Make it readable '
                           f'for this user (chmod u+r {path}, as its owner), then rerun.') from None
+    except Exception as e:  # msgpack raises several types on damaged input
+        raise damaged(path, e) from e
     try:
-        state = flax.serialization.msgpack_restore(data)
         state['step'] = int(state['step'])
         if 'agent' not in state:
             raise KeyError('agent')
-    except Exception as e:  # msgpack raises several types on damaged input
-        raise RunDirError(
-            f'Checkpoint {path} is damaged ({type(e).__name__}: {e}), so nothing can continue from it. Restore it from '
-            f'a backup, or move its run directory away (mv {folder} {folder}{DAMAGED_SUFFIX}) and run the same command '
-            f'without --resume to start the run over.'
-        ) from e
+    except Exception as e:  # a msgpack file of another content
+        raise damaged(path, e) from e
     return state, path
+
+
+def damaged(path: str, error: Exception) -> RunDirError:
+    folder = os.path.dirname(os.path.abspath(path))
+    return RunDirError(
+        f'Checkpoint {path} is damaged ({type(error).__name__}: {error}), so nothing can continue from it. Restore it '
+        f'from a backup, or move its run directory away (mv {folder} {folder}{DAMAGED_SUFFIX}) and run the same command '
+        f'without --resume to start the run over.'
+    )
 
 
 def checkpoint_step(path: str) -> int:
@@ -90,20 +92,12 @@ def _version_tuple(version: str):
 def load_checkpoint(path: str, agent_template) -> Tuple[Any, int, Dict[str, Any]]:
     """Restore into `agent_template` (an agent created with the same config and data shapes)."""
     state, path = _read_state(path)
-    agent_state, step = state['agent'], state['step']
-    template = with_optimizer(agent_template, one_vector=False)
-    _check_same_structure(flax.serialization.to_state_dict(template), agent_state, path, state.get('version'))
-    agent = flax.serialization.from_state_dict(template, agent_state)
-    return with_optimizer(agent, uses_one_vector(agent_template)), step, state.get('extra', {})
-
-
-def _check_same_structure(expected, found, path, version):
-    expected_shapes = jax.tree_util.tree_map(np.shape, expected)
-    found_shapes = jax.tree_util.tree_map(np.shape, found)
-    if jax.tree_util.tree_structure(expected_shapes) != jax.tree_util.tree_structure(found_shapes) or expected_shapes != found_shapes:
+    if not same_structure(state['agent'], agent_template):
+        version = state.get('version')
         written_by = f'version {version}' if version else 'a version before 0.4.0'
         raise ConfigError(
             f'Checkpoint {path} (written by {written_by} of this project; this is {project_version()}) does not match '
             f'this agent: a different agent, config, dataset shapes or agent layout. Resume with the flags, config and '
             f'project version the run was started with, or start a new --run_name.'
         )
+    return restore_agent(state['agent'], agent_template), state['step'], state.get('extra', {})

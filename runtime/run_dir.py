@@ -31,6 +31,7 @@ from typing import Dict, List, Optional
 from runtime.atomic_io import atomic_write_bytes, read_json, temp_name_pattern, with_path, write_json
 from runtime.lock_owner import describe_owner, owner_record, read_owner
 from runtime.loggers import read_csv_rows
+from utils.checkpoint_format import CHECKPOINT_NAME  # JAX-free: reading a layout imports no JAX
 from utils.errors import RunDirError, RunLockedError
 
 FLAGS_FILE = 'flags.json'
@@ -41,7 +42,6 @@ DONE_FILE = 'DONE'
 DATASET_FILE = 'dataset.json'
 RESUMES_FILE = 'resumes.json'
 LOCK_FILE = 'run.lock'
-CHECKPOINT_NAME = 'checkpoint.msgpack'  # here, not in runtime/checkpoints.py, so that reading a layout imports no JAX
 # What main.py's messages advise renaming a run directory to when nothing can continue it (`mv <dir> <dir>.damaged`),
 # before the same command starts the run over in <dir>: the results tables skip a directory so named.
 DAMAGED_SUFFIX, OLD_SUFFIX = '.damaged', '.old'
