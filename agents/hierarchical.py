@@ -52,7 +52,7 @@ from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
 from utils.acting import EVALUATION_TEMPERATURE
-from utils.checkpoint_format import CHECKPOINT_NAME, read_state, restore_agent
+from utils.checkpoint_format import checkpoint_file, read_state, restore_agent
 from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive, text
 from utils.errors import ConfigError
 from utils.networks import GaussianActor, ModuleDict, sample_gaussian
@@ -355,9 +355,7 @@ def objective(low_loss, high_loss, train_low, train_high):
 def load_low_level(path, agent):
     """The low level saved at `path` (a checkpoint file, or a run directory holding one) by a flat run of the low-level
     agent or by a hierarchical run of this variant, restored into `agent.low` (same config and data shapes)."""
-    path = os.path.expanduser(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, CHECKPOINT_NAME)
+    path = checkpoint_file(os.path.expanduser(path))
     if not os.path.exists(path):
         raise ConfigError(f'stage1_checkpoint {path!r} does not exist.')
     try:

@@ -9,8 +9,8 @@ import flax.serialization
 
 from runtime.atomic_io import atomic_write_bytes
 from runtime.provenance import project_version
-from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX
-from utils.checkpoint_format import agent_state_dict, read_state, restore_agent, same_structure
+from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX, OLD_SUFFIX
+from utils.checkpoint_format import agent_state_dict, checkpoint_file, read_state, restore_agent, same_structure
 from utils.errors import ConfigError, ResumeMismatchError, RunDirError
 from utils.random_streams import NAMED_STREAMS_SINCE
 
@@ -28,9 +28,7 @@ def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None
 
 
 def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
-    if os.path.isdir(path):
-        path = os.path.join(path, CHECKPOINT_NAME)
-    folder = os.path.dirname(os.path.abspath(path))
+    path = checkpoint_file(path)
     try:
         state = read_state(path)
     except OSError as e:
@@ -78,7 +76,7 @@ def check_resumable(path: str, version):
             f'(initialisation, sampling, update noise, validation, evaluation) by position; since version '
             f'{NAMED_STREAMS_SINCE} they are derived by name, so --resume cannot continue that run with the random '
             f'numbers it started with. Finish it with the version that started it (git checkout of that version), or '
-            f'move the directory away (mv {folder} {folder}.old) and start the run over with this version.'
+            f'move the directory away (mv {folder} {folder}{OLD_SUFFIX}) and start the run over with this version.'
         )
 
 

@@ -9,6 +9,7 @@ import re
 from typing import Dict, List, Tuple
 
 from runtime.atomic_io import atomic_write_text, with_path
+from utils.errors import ConfigError
 
 
 def read_csv_rows(path: str, drop_malformed: bool = True) -> Tuple[List[str], List[Dict[str, str]], bool]:
@@ -98,8 +99,6 @@ WANDB_ENV_MODES = {'online': 'online', 'run': 'online', 'offline': 'offline', 'd
 def effective_wandb_mode(mode: str, flag_given: bool = True) -> str:
     """The mode a run logs in, said once: an explicit --wandb_mode wins; without it wandb's own WANDB_MODE decides,
     and without either the flag's default (online). Online without credentials falls back to offline."""
-    from utils.errors import ConfigError
-
     source = '--wandb_mode'
     environment = os.environ.get('WANDB_MODE', '').strip()
     if not flag_given and environment:

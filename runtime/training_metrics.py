@@ -30,7 +30,7 @@ class TrainingMetrics:
     def __init__(self, start_step: int, pending: Optional[Dict[str, jax.Array]] = None):
         self.chunks: List[Dict[str, jax.Array]] = [pending] if pending else []
         self.step = start_step
-        self.at_step = {}  # step -> (row_start, pending metrics) kept for a checkpoint of an earlier step
+        self.at_step = {}  # evaluation step -> the unfinished row's metrics then, for a checkpoint of that step
 
     @classmethod
     def resumed(cls, start_step: int, extras: List[Dict]):

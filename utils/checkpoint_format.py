@@ -9,6 +9,7 @@ JAX and flax are imported inside the functions: reading a run directory's layout
 tables) needs only the file name.
 """
 
+import os
 from typing import Any, Dict
 
 # A run directory's checkpoint file.
@@ -23,6 +24,11 @@ def agent_state_dict(agent) -> Dict[str, Any]:
     from utils.optimizers import with_optimizer
 
     return flax.serialization.to_state_dict(jax.device_get(with_optimizer(agent, one_vector=False)))
+
+
+def checkpoint_file(path: str) -> str:
+    """`path`, or the checkpoint inside it when it is a run directory."""
+    return os.path.join(path, CHECKPOINT_NAME) if os.path.isdir(path) else path
 
 
 def read_state(path: str) -> Dict[str, Any]:
