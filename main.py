@@ -11,7 +11,7 @@ the batch size, 1024, is the agent config's). A run:
    what they record;
 3. the data: found, downloaded or generated (runtime/dataset_files.py), validated, and put on the device;
 4. the agents: created, or restored from their checkpoints;
-5. the loop: chunks of jitted updates (utils/multi_seed.train_seeds, sampling included); around each chunk
+5. the loop: chunks of jitted updates (utils/training.train_seeds, sampling included); around each chunk
    runtime/schedule.Schedule logs, checkpoints, evaluates and stops, in one fixed order.
 
 docs/guarantees.md says what a run promises when something goes wrong.
@@ -45,12 +45,11 @@ from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import NonFiniteLossError
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
 from utils.evaluation.scheduler import Evaluations
-from utils.multi_seed import stack_trees, train_seeds
 from utils.pixel_batches import example_observations
 from utils.progress import progress_bar
 from utils.random_streams import stream_key
 from utils.sampler import DeviceDataset
-from utils.training import first_nonfinite, validation_metrics
+from utils.training import first_nonfinite, stack_trees, train_seeds, validation_metrics
 
 # The agent config when --agent is not given.
 DEFAULT_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs/presets.py:byol_gamma_a')

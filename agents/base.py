@@ -22,12 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from utils.config_checks import ENCODER_RULES, Rule, RuleOwner, is_finite_number, non_negative
+from utils.config_checks import DISCOUNT_RULE, ENCODER_RULES, Rule, RuleOwner, is_finite_number, non_negative
 from utils.image_encoders import VISUAL_ENCODERS, VISUAL_LATENT_DIM, check_encoder_fits_observations, is_image_batch
 from utils.networks import EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
-from utils.optimizers import for_backend
-from utils.random_streams import stream_key, update_keys
-from utils.training import TrainState, ema_update, nonpytree_field
+from utils.random_streams import stream_key
+from utils.sampler import BatchSpec
+from utils.training import TrainState, ema_update, for_backend, nonpytree_field, update_keys
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
@@ -50,6 +50,13 @@ class CompiledCreate:
         return lambda seed: compiled(np.int32(seed), ex_observations, ex_actions)
 
 
+# The rule of `tau`, the EMA rate of the target networks, which the agents that have them include in their CONFIG_RULES.
+TARGET_RULES = {
+    'tau': Rule(lambda v: is_finite_number(v) and 0.0 < v <= 1.0,
+                'must lie in (0, 1] (EMA rate of the target network; 1 = the online network, stop-gradient)', 1.0),
+}
+
+
 class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
     """Parameters, optimizer state, target parameters and RNG of one agent, and its one gradient step. A family
     defines `loss_fn` and `sample_actions`, an agent `build`."""
@@ -60,11 +67,7 @@ class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
     config: Any = nonpytree_field()
 
     CONFIG_RULES = {
-        'tau': Rule(lambda v: is_finite_number(v) and 0.0 < v <= 1.0,
-                    'must lie in (0, 1] (EMA rate of the target network; 1 = the online network, stop-gradient)', 1.0),
-        # Read by the sampler (geometric goal offsets) and by the losses that discount.
-        'discount': Rule(lambda v: is_finite_number(v) and 0.0 <= v < 1.0,
-                         'must lie in [0, 1) (geometric offsets k ~ Geometric(1 - gamma) need gamma < 1)', 0.99),
+        'discount': DISCOUNT_RULE,  # read by the sampler (geometric goal offsets) and by the losses that discount
     }
 
     @classmethod
@@ -110,7 +113,7 @@ class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
     @classmethod
     def from_modules(cls, seed, modules, example_args, config, optimizer, targets: Sequence[str] = ()):
         """Initialise a ModuleDict of `modules` on `example_args`, wrap it in a train state (its optimizer over one
-        vector on an accelerator, `utils.optimizers.for_backend`), and start the target network of each module named
+        vector on an accelerator, `utils.training.for_backend`), and start the target network of each module named
         in `targets` as an exact copy of it."""
         model = ModuleDict(modules)
         params = model.init(stream_key(seed, 'init'), example_args)['params']
@@ -135,7 +138,7 @@ class BCAgent(Agent):
     """
 
     CONFIG_RULES = {'alpha': non_negative(1.0), **ENCODER_RULES}
-    GOAL_MIXTURES = ('actor',)
+    BATCH = BatchSpec(goals=(('actor', 'goals of the behavior-cloning loss'),), reads=('frame_stack', 'p_aug'))
 
     def encode(self, batch, params) -> Dict[str, jax.Array]:
         """The encodings of `batch`'s entries that the actor and L_aux read, {} if none. `batch` may hold only

@@ -19,9 +19,10 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import BCAgent, bc_actor, encode_together, mean_concat, present, state_encoder
-from utils.config_checks import non_negative, one_of, switch
+from agents.base import TARGET_RULES, BCAgent, bc_actor, encode_together, mean_concat, present, state_encoder
+from utils.config_checks import layer_sizes, non_negative, one_of, switch
 from utils.networks import EnsemblePredictor
+from utils.sampler import goal_mixture
 
 # ---------------------------------------------------------------------------------------------
 # The self-predictive losses (docs/method.md, section 4), pure functions. Convention: `a` / `pred` is the
@@ -114,10 +115,11 @@ def nstep_prediction_loss(predictions, targets, mask, kind, ce_eps=0.0):
 
 class BYOLGammaAgent(BCAgent):
     CONFIG_RULES = {
-        'loss_type': one_of(*PREDICTION_KINDS), 'ce_eps': non_negative(1e-6), 'nstep': non_negative(0),
-        'action_conditioned': switch(True), 'backward_predictor': switch(True),
+        **TARGET_RULES,
+        'loss_type': one_of(*PREDICTION_KINDS), 'ce_eps': non_negative(1e-6),
+        'action_conditioned': switch(True), 'backward_predictor': switch(True), 'predictor_hidden_dims': layer_sizes((64, 64, 64)),
     }
-    GOAL_MIXTURES = ('actor', 'value')
+    BATCH = BCAgent.BATCH.with_(goals=[('value', 'representation targets s_{t+k}')], reads=['nstep'])
 
     def encode(self, batch, params):
         """phi(s_t), phi(actor goal) and (geometric BYOL) phi(s_{t+k}), [M, B, d] each, in one encoder call."""
@@ -221,13 +223,7 @@ def get_config():
             tau=1.0,  # Target encoder: 1 = stop-gradient online encoder; < 1 = EMA rate (0.99 visual).
             nstep=0,  # > 0: n-step BYOL (recurrent prediction of s_{t+1..t+n}) instead of geometric.
             discount=0.99,  # gamma: representation targets s_{t+k}, k ~ Geometric(1 - gamma).
-            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
-            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
-            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
-            actor_geom_sample=False,  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
-            value_p_curgoal=0.0,  # Representation targets: probability of the current state.
-            value_p_trajgoal=1.0,  # Representation targets: probability of a same-trajectory future.
-            value_p_randomgoal=0.0,  # Representation targets: probability of a random state.
-            value_geom_sample=True,  # Representation targets: geometric offsets with gamma.
+            **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
+            **goal_mixture('value', geom_sample=True),  # Representation targets s_{t+k}, k ~ Geometric(1 - gamma).
         )
     )

@@ -21,12 +21,15 @@ from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import at_least, one_of
 from utils.networks import GaussianActor
 from utils.rl_losses import awr_actor_loss, binary_nce_loss, contrastive_logits, ddpg_bc_actor_loss
+from utils.sampler import goal_mixture
 from utils.training import frozen
 from utils.value_networks import BilinearValue
 
 
 class CRLAgent(GoalConditionedRLAgent):
-    CONFIG_RULES = {'actor_loss': one_of('ddpgbc', 'awr'), 'latent_dim': at_least(1, 512), 'batch_size': at_least(2, 1024)}
+    CONFIG_RULES = {'actor_loss': one_of('ddpgbc', 'awr'), 'latent_dim': at_least(1, 512), 'batch_size': at_least(2, 1024),
+                    'expectile': None}  # no expectile regression
+    BATCH = GoalConditionedRLAgent.BATCH.with_(goals=[('value', 'positives of the contrastive critic')])
 
     def critic(self, observations, goals, actions, params, name='critic'):
         """(f [E, B], phi [E, B, d], psi [E, B, d]) for x = concat(s, a), or s when `actions` is None."""
@@ -98,13 +101,7 @@ def get_config():
             discount=0.99,  # gamma of the geometric future-state goals the critic classifies.
             actor_loss='ddpgbc',  # 'ddpgbc' (DDPG + alpha * BC) or 'awr' (also learns a contrastive V).
             alpha=0.1,  # BC coefficient (ddpgbc) or AWR temperature (awr); OGBench: pointmaze 0.03, antmaze 0.1.
-            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
-            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
-            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
-            actor_geom_sample=False,  # Actor goals: geometric (True) or uniform (False) trajectory offsets.
-            value_p_curgoal=0.0,  # Critic goals (positives): probability of the current state.
-            value_p_trajgoal=1.0,  # Critic goals: probability of a future state of the same trajectory.
-            value_p_randomgoal=0.0,  # Critic goals: probability of a random dataset state.
-            value_geom_sample=True,  # Critic goals: geometric (True) or uniform (False) trajectory offsets.
+            **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future.
+            **goal_mixture('value', geom_sample=True),  # Critic goals (positives): s_{t+k}, k ~ Geometric(1 - gamma).
         )
     )

@@ -52,11 +52,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import Agent, LossFn, bc_loss, latent_dim_for
+from agents.base import TARGET_RULES, Agent, LossFn, bc_loss, latent_dim_for
 from utils.config_checks import ENCODER_RULES, Rule, at_least, non_negative, one_of, probability, switch
 from utils.image_encoders import visual_encoder
 from utils.losses import forward_backward_loss, orthonormality_loss
 from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize
+from utils.sampler import BatchSpec, goal_mixture
 from utils.training import frozen
 
 # Under the square root of the norm, so that projecting a zero vector gives 0 instead of NaN.
@@ -123,6 +124,8 @@ def pessimistic_mean(values, penalty):
 class FBAgent(Agent):
     CONFIG_RULES = {
         **ENCODER_RULES,
+        **TARGET_RULES,
+        'num_ensemble': None,  # F has its own ensemble size, num_forward
         # F's (s, a) and (s, z) embeddings take all hidden sizes but the last, the trunk the last one.
         'encoder_hidden_dims': Rule(lambda v: len(v) >= 2 and all(isinstance(d, int) and d >= 1 for d in v),
                                     'must hold at least 2 positive layer sizes (embeddings, then trunk)', (64, 64, 64)),
@@ -137,7 +140,7 @@ class FBAgent(Agent):
         'actor_noise_clip': non_negative(0.3),
         'normalize_q': switch(True),
     }
-    GOAL_MIXTURES = ('value',)  # the states z = B(s) is drawn from
+    BATCH = BatchSpec(goals=(('value', 'the states z = B(s) is drawn from'),), reads=('frame_stack', 'p_aug'))
 
     def policy_inputs(self, observations, goals, params):
         """Goal reaching: the actor on concat(s, z) with z = B(g)."""
@@ -289,9 +292,6 @@ def get_config():
             actor_pessimism=0.5,  # Actor's Q = mean_e Q_e - this * mean pairwise |Q_e - Q_e'| (Meta Motivo: 0.5).
             actor_noise=0.2,  # Std of the policy-smoothing noise in actor and TD target (also temperature 1 sampling).
             actor_noise_clip=0.3,  # Clip of that noise.
-            value_p_curgoal=0.0,  # States seeding z = B(s) ("value goals"): current state.
-            value_p_trajgoal=0.0,  # States seeding z: same-trajectory future.
-            value_p_randomgoal=1.0,  # States seeding z: uniformly random dataset states (Meta Motivo: shuffled batch states).
-            value_geom_sample=False,  # States seeding z: geometric offsets for the trajectory part (unused at p_trajgoal=0).
+            **goal_mixture('value', p_trajgoal=0.0, p_randomgoal=1.0),  # States seeding z = B(s): random (Meta Motivo: shuffled batch).
         )
     )

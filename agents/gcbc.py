@@ -18,10 +18,11 @@ import optax
 from agents.base import BCAgent, bc_actor, encode_together, mean_concat, present, state_encoder
 from utils.config_checks import switch
 from utils.image_encoders import visual_encoder
+from utils.sampler import goal_mixture
 
 
 class GCBCAgent(BCAgent):
-    CONFIG_RULES = {'use_phi': switch(False)}
+    CONFIG_RULES = {'use_phi': switch(False), 'alpha': None}  # no auxiliary loss to weigh
 
     def encode(self, batch, params):
         if self.config['use_phi']:
@@ -81,9 +82,6 @@ def get_config():
             latent_dim=0,  # phi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
             num_ensemble=2,  # Encoder ensemble members; the actor sees their mean.
             discount=0.99,  # gamma of geometric actor-goal offsets (read only with actor_geom_sample=True).
-            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
-            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
-            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
-            actor_geom_sample=False,  # Actor goals: geometric (True) or uniform (False) trajectory offsets.
+            **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
         )
     )

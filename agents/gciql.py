@@ -16,16 +16,20 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from agents.base import TARGET_RULES
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import one_of
 from utils.networks import GaussianActor
 from utils.rl_losses import awr_actor_loss, ddpg_bc_actor_loss, iql_critic_loss, iql_value_loss
+from utils.sampler import goal_mixture
 from utils.training import frozen
 from utils.value_networks import ValueEnsemble
 
 
 class GCIQLAgent(GoalConditionedRLAgent):
-    CONFIG_RULES = {'actor_loss': one_of('ddpgbc', 'awr')}
+    CONFIG_RULES = {'actor_loss': one_of('ddpgbc', 'awr'), **TARGET_RULES}
+    BATCH = GoalConditionedRLAgent.BATCH.with_(goals=[('value', 'goals of the value loss, with their reward')],
+                                               reads=['gc_negative'])
 
     def value_loss(self, batch, params):
         v = self.network(batch['observations'], batch['value_goals'], name='value', params=params)[0]
@@ -93,13 +97,7 @@ def get_config():
             actor_loss='ddpgbc',  # 'ddpgbc' (DDPG + alpha * BC) or 'awr' (temperature alpha).
             alpha=0.3,  # BC coefficient (ddpgbc) or AWR temperature (awr); OGBench: pointmaze 0.003, antmaze 0.3.
             gc_negative=True,  # Rewards -1 until the goal (True) or 1 at the goal (False).
-            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
-            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
-            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
-            actor_geom_sample=False,  # Actor goals: geometric (True) or uniform (False) trajectory offsets.
-            value_p_curgoal=0.2,  # Value goals: probability of the current state (reward 0, no bootstrap).
-            value_p_trajgoal=0.5,  # Value goals: probability of a future state of the same trajectory.
-            value_p_randomgoal=0.3,  # Value goals: probability of a random dataset state.
-            value_geom_sample=True,  # Value goals: geometric (True) or uniform (False) trajectory offsets.
+            **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future.
+            **goal_mixture('value', p_curgoal=0.2, p_trajgoal=0.5, p_randomgoal=0.3, geom_sample=True),  # Value goals: OGBench's (a current-state goal: reward 0).
         )
     )

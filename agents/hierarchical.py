@@ -51,14 +51,15 @@ from agents.base import CompiledCreate, bc_loss, encode_together, mean_concat, s
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
+from agents.gcbc import get_config as gcbc_config
 from utils.acting import EVALUATION_TEMPERATURE
 from utils.checkpoint_format import checkpoint_file, read_state, restore_agent
-from utils.config_checks import SUBGOAL_RULES, Rule, RuleOwner, at_least, non_negative, positive, text
+from utils.config_checks import Rule, RuleOwner, at_least, field_rules, layer_sizes, non_negative, positive, text
 from utils.errors import ConfigError
 from utils.networks import GaussianActor, ModuleDict, sample_gaussian
-from utils.optimizers import for_backend
 from utils.random_streams import stream_key
-from utils.training import TrainState, frozen, nonpytree_field
+from utils.sampler import goal_mixture
+from utils.training import TrainState, for_backend, frozen, nonpytree_field
 
 
 def phi_policy_inputs(network, observations, goals, params, encoder_name='encoder'):
@@ -104,7 +105,7 @@ class HighLevelPolicy(flax.struct.PyTreeNode):
         subgoal_dim = cls.subgoal_targets(low, ex_observations).shape[-1]
         modules, example_args = cls.modules(config, ex_observations, subgoal_dim)
         model = ModuleDict(modules)
-        # The optimizer layout of every agent (utils.optimizers.for_backend): one vector on an accelerator, as the low level.
+        # The optimizer layout of every agent (utils.training.for_backend): one vector on an accelerator, as the low level.
         tx = for_backend(optax.adam(config.high_lr))
         return cls(network=TrainState.create(model, model.init(init_rng, example_args)['params'], tx))
 
@@ -212,23 +213,33 @@ class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
     config: Any = nonpytree_field()
 
     LOW_AGENT = None  # the flat agent class of the low level
+    LOW_CONFIG = None  # its agent file's get_config, whose fields the variant's config starts from
+    LOW_FIXED = {}  # low-level config fields the variant sets itself: not in its config
     HIGH_LEVEL = None  # the HighLevelPolicy class of the high level
 
-    # The config is BYOL-gamma's plus the hierarchy's fields (get_config below).
+    # The hierarchy's own fields. A variant's rules add its low level's, less LOW_FIXED and the low-level fields it
+    # marks None (__init_subclass__): a field only another variant's low level reads is refused.
     CONFIG_RULES = {
-        **BYOLGammaAgent.CONFIG_RULES,
-        **SUBGOAL_RULES,
         'high_lr': positive(1e-4),
+        'high_hidden_dims': layer_sizes((512, 512, 512, 512)),
         'stage1_steps': non_negative(0),
         'replan_every': at_least(1, 1),
         'stage1_checkpoint': text(''),
     }
-    GOAL_MIXTURES = ('value', 'high')  # the low level's goals are the sampler's low_goals
+
+    def __init_subclass__(cls, **kwargs):
+        unread = {field for field, rule in vars(cls).get('CONFIG_RULES', {}).items() if rule is None} | set(cls.LOW_FIXED)
+        super().__init_subclass__(**kwargs)
+        rules = {**cls.LOW_AGENT.CONFIG_RULES, **cls.CONFIG_RULES}
+        cls.CONFIG_RULES = {field: rule for field, rule in rules.items() if field not in unread}
+        # The low level's actor goals are the sampler's low_goals, `subgoal_steps` ahead; its other goals stay.
+        cls.BATCH = cls.LOW_AGENT.BATCH.without('actor').with_(goals=[('high', 'goals of the high-level actor')],
+                                                                reads=['subgoal_steps'])
 
     @classmethod
     def low_config(cls, config):
-        """The low level's config."""
-        return config
+        """The low level's config: the variant's, with the fields it fixes."""
+        return with_fields(config, **cls.LOW_FIXED)
 
     @staticmethod
     def low_batch(batch):
@@ -386,58 +397,53 @@ def with_fields(config, **fields):
 class HGCBCAgent(HierarchicalAgent):
     """Subgoals are states: pi_h(l | s, g) on concat(s, g), a GCBC low level on concat(s, l)."""
 
-    LOW_AGENT, HIGH_LEVEL = GCBCAgent, StateSubgoalPolicy
+    LOW_AGENT, LOW_CONFIG, HIGH_LEVEL = GCBCAgent, gcbc_config, StateSubgoalPolicy
+    LOW_FIXED = {'use_phi': False}
     CONFIG_RULES = {
+        **dict.fromkeys(('encoder_hidden_dims', 'encoder_layer_norm', 'latent_dim', 'num_ensemble')),  # phi's: no phi here
         'encoder': Rule(lambda v: v == 'none',
                         "must be 'none': HGCBC's subgoals are states, so on images it would predict pixels (the paper "
-                        "does not run it on images either); use agent_name=hgcbc_phi or hbyol_gamma (presets "
+                        "does not run it on images either); use --agent=agents/hierarchical.py:hgcbc_phi or :hbyol_gamma (presets "
                         "hgcbc_phi_visual, hbyol_gamma_a_visual), whose subgoals are representations", 'none'),
     }
-
-    @classmethod
-    def low_config(cls, config):
-        return with_fields(config, use_phi=False)
 
 
 class HGCBCPhiAgent(HierarchicalAgent):
     """GCBC-phi low level (its CNN, on pixels, phi's first stage); pi_h reads its own encoder phi_h."""
 
-    LOW_AGENT, HIGH_LEVEL = GCBCAgent, OwnEncoderPolicy
-
-    @classmethod
-    def low_config(cls, config):
-        return with_fields(config, use_phi=True)
+    LOW_AGENT, LOW_CONFIG, HIGH_LEVEL = GCBCAgent, gcbc_config, OwnEncoderPolicy
+    LOW_FIXED = {'use_phi': True}
 
 
 class HBYOLGammaAgent(HierarchicalAgent):
     """BYOL-gamma low level; pi_h reads the frozen low-level representation phibar(s), phibar(g)."""
 
-    LOW_AGENT, HIGH_LEVEL = BYOLGammaAgent, LowEncoderPolicy
+    LOW_AGENT, LOW_CONFIG, HIGH_LEVEL = BYOLGammaAgent, byol_gamma_config, LowEncoderPolicy
 
 
 AGENTS = {'hgcbc': HGCBCAgent, 'hgcbc_phi': HGCBCPhiAgent, 'hbyol_gamma': HBYOLGammaAgent}  # agent_name -> class, found by agents.get_agent_class
 
 
-def get_config():
-    # The low level's fields (lr, actor_hidden_dims, encoder_*, latent_dim, value goals, and
-    # BYOL-gamma's alpha, loss_type, ... which HGCBC and HGCBC-phi ignore) are agents/byol_gamma.py's,
-    # but for its actor goal mixture: the low level's goals are the sampler's low_goals.
-    config = byol_gamma_config()
-    for field in ('p_curgoal', 'p_trajgoal', 'p_randomgoal', 'geom_sample'):
-        del config[f'actor_{field}']
+def get_config(variant: str = 'hgcbc'):
+    """`--agent=agents/hierarchical.py:<variant>`. The low level's fields (lr, actor_hidden_dims, encoder, ...; for
+    HBYOL-gamma alpha, loss_type, value goals, ...) are its agent file's, less its actor goal mixture (the low level's
+    goals are the sampler's low_goals) and the fields the variant fixes or never reads."""
+    if variant not in AGENTS:
+        raise ConfigError(f'Unknown hierarchical variant {variant!r}; variants: {", ".join(AGENTS)}.')
+    variant_class = AGENTS[variant]
+    config = variant_class.LOW_CONFIG()
+    for field in [field for field in config if field not in field_rules(variant_class)]:
+        del config[field]
     config.update(
         dict(
-            agent_name='hgcbc',  # Variant (registry key): 'hgcbc', 'hgcbc_phi' or 'hbyol_gamma'.
+            agent_name=variant,  # Variant (registry key): 'hgcbc', 'hgcbc_phi' or 'hbyol_gamma'.
             high_hidden_dims=(512, 512, 512, 512),  # High-level actor MLP hidden sizes (tab:hhparams).
             high_lr=3e-4,  # High-level Adam learning rate (3e-4 HGCBC; 1e-4 HGCBC-phi, HBYOL-gamma).
             subgoal_steps=25,  # k: pi_l's goal is s_{min(t+k, T)}, pi_h's target s_{min(t+k, high goal)}.
             stage1_steps=0,  # 0: train both levels together; > 0: low level only for this many steps, then high only.
             stage1_checkpoint='',  # Path of a trained low level to load and freeze (stage 2 only); '' = none.
             replan_every=1,  # Evaluation: pi_h re-plans every this many steps (1 = every step, as OGBench's HGCBC).
-            high_p_curgoal=0.0,  # High-level goals: probability of the current state.
-            high_p_trajgoal=1.0,  # High-level goals: probability of a future state of the same trajectory.
-            high_p_randomgoal=0.0,  # High-level goals: probability of a random dataset state.
-            high_geom_sample=False,  # High-level goals: uniform over the trajectory's future (OGBench HGCBC).
+            **goal_mixture('high'),  # High-level goals: uniform over the trajectory's future (OGBench HGCBC).
         )
     )
     return config

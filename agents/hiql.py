@@ -22,18 +22,21 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from agents.base import TARGET_RULES
 from agents.rl_base import GoalConditionedRLAgent
-from utils.config_checks import SUBGOAL_RULES, at_least, non_negative, switch
+from utils.config_checks import at_least, non_negative, switch
 from utils.networks import GaussianActor, length_normalize, sample_gaussian
 from utils.rl_losses import awr_actor_loss, implicit_v_loss
+from utils.sampler import BatchSpec, goal_mixture
 from utils.training import frozen
 from utils.value_networks import GoalRepresentation, ValueEnsemble
 
 
 class HIQLAgent(GoalConditionedRLAgent):
-    CONFIG_RULES = {**SUBGOAL_RULES, 'rep_dim': at_least(1, 10), 'low_alpha': non_negative(3.0), 'high_alpha': non_negative(3.0),
-                    'low_actor_rep_grad': switch(False)}
-    GOAL_MIXTURES = ('value', 'high')
+    CONFIG_RULES = {'rep_dim': at_least(1, 10), 'low_alpha': non_negative(3.0), 'high_alpha': non_negative(3.0),
+                    'low_actor_rep_grad': switch(False), 'alpha': None, **TARGET_RULES}  # two temperatures instead of alpha
+    BATCH = BatchSpec(goals=(('value', 'goals of the value loss, with their reward'), ('high', 'goals of the high-level actor')),
+                      reads=('gc_negative', 'subgoal_steps'))
 
     def goal_representation(self, observations, goals, params):
         return self.network(jnp.concatenate([observations, goals], axis=-1), name='goal_rep', params=params)
@@ -138,13 +141,7 @@ def get_config():
             rep_dim=10,  # Size of the subgoal representation phi([s, g]).
             low_actor_rep_grad=False,  # Let the low actor's loss train phi (OGBench: True for pixels only).
             gc_negative=True,  # Rewards -1 until the goal (True) or 1 at the goal (False).
-            high_p_curgoal=0.0,  # High-level goals: probability of the current state.
-            high_p_trajgoal=1.0,  # High-level goals: probability of a future state of the same trajectory.
-            high_p_randomgoal=0.0,  # High-level goals: probability of a random dataset state (OGBench's actor_p_randomgoal).
-            high_geom_sample=False,  # High-level goals: geometric (True) or uniform (False) trajectory offsets.
-            value_p_curgoal=0.2,  # Value goals: probability of the current state (reward 0, no bootstrap).
-            value_p_trajgoal=0.5,  # Value goals: probability of a future state of the same trajectory.
-            value_p_randomgoal=0.3,  # Value goals: probability of a random dataset state.
-            value_geom_sample=True,  # Value goals: geometric (True) or uniform (False) trajectory offsets.
+            **goal_mixture('high'),  # High-level goals: uniform over the trajectory's future (OGBench's actor_* goals).
+            **goal_mixture('value', p_curgoal=0.2, p_trajgoal=0.5, p_randomgoal=0.3, geom_sample=True),  # Value goals: OGBench's (a current-state goal: reward 0).
         )
     )

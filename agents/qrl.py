@@ -25,12 +25,14 @@ from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import Rule, at_least, one_of, positive
 from utils.networks import MLP, GaussianActor
 from utils.rl_losses import awr_actor_loss, ddpg_bc_actor_loss, latent_dynamics_loss, qrl_value_loss
+from utils.sampler import goal_mixture
 from utils.training import frozen
 from utils.value_networks import PositiveScalar, QuasimetricValue
 
 
 class QRLAgent(GoalConditionedRLAgent):
     CONFIG_RULES = {
+        'expectile': None,  # no expectile regression
         'actor_loss': one_of('ddpgbc', 'awr'),
         'component_dim': at_least(1, 8),
         'eps': positive(0.05),
@@ -40,6 +42,7 @@ class QRLAgent(GoalConditionedRLAgent):
                                               'must split into whole IQE components (latent_dim a multiple of component_dim)',
                                               '--agent.latent_dim=512 --agent.component_dim=8'),
     }
+    BATCH = GoalConditionedRLAgent.BATCH.with_(goals=[('value', 'the goals whose distances the value loss pushes apart')])
 
     def distance(self, x, y, params, encoded=False):
         return self.network(x, y, encoded=encoded, name='value', params=params)
@@ -126,13 +129,7 @@ def get_config():
             eps=0.05,  # Margin of the one-step constraint E[relu(d(s, s') - 1)^2] <= eps.
             actor_loss='ddpgbc',  # 'ddpgbc' (through the latent dynamics model) or 'awr'.
             alpha=0.003,  # BC coefficient (ddpgbc) or AWR temperature (awr); OGBench: pointmaze 3e-4, antmaze 3e-3.
-            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
-            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
-            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
-            actor_geom_sample=False,  # Actor goals: geometric (True) or uniform (False) trajectory offsets.
-            value_p_curgoal=0.0,  # Value goals (the pushed-apart pairs): probability of the current state.
-            value_p_trajgoal=0.0,  # Value goals: probability of a future state of the same trajectory.
-            value_p_randomgoal=1.0,  # Value goals: probability of a random dataset state (QRL: all random).
-            value_geom_sample=True,  # Value goals: geometric (True) or uniform (False) trajectory offsets.
+            **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future.
+            **goal_mixture('value', p_trajgoal=0.0, p_randomgoal=1.0, geom_sample=True),  # Value goals (the pushed-apart pairs): random dataset states.
         )
     )

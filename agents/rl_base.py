@@ -12,8 +12,9 @@ import jax
 import jax.numpy as jnp
 
 from agents.base import Agent, LossFn
-from utils.config_checks import Rule, is_finite_number, non_negative, switch
+from utils.config_checks import Rule, is_finite_number, layer_sizes, non_negative, switch
 from utils.networks import sample_gaussian
+from utils.sampler import BatchSpec
 
 
 class GoalConditionedRLAgent(Agent):
@@ -21,11 +22,13 @@ class GoalConditionedRLAgent(Agent):
         'alpha': non_negative(10.0),  # AWR temperature or DDPG+BC coefficient (gcivl, gciql, qrl, crl)
         'expectile': Rule(lambda v: is_finite_number(v) and 0.0 < v < 1.0,
                           'must lie in (0, 1) (0.5 = mean regression)', 0.9),  # gcivl, gciql, hiql
+        'actor_hidden_dims': layer_sizes((512, 512, 512)),
+        'value_hidden_dims': layer_sizes((512, 512, 512)),
         'const_std': switch(True),
         'layer_norm': switch(True),
-        'gc_negative': switch(True),
     }
-    GOAL_MIXTURES = ('actor', 'value')
+    BATCH = BatchSpec(goals=(('actor', 'goals of the actor loss'), ('value', 'goals of the value loss')))
+    # The agents whose value loss reads the goal reward declare `gc_negative`, its sign (`BATCH.with_(reads=...)`).
 
     def loss_terms(self, batch, params, rng):
         """{name: (loss, metrics)}: each term passes `params` only to the networks it trains."""

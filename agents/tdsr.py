@@ -26,15 +26,17 @@ TD-SR command (and the paper's TD-SR appendix) turns them off, though their code
 import ml_collections
 import optax
 
-from agents.base import BCAgent, encode_together, mean_concat, present
+from agents.base import TARGET_RULES, BCAgent, encode_together, mean_concat, present
 from agents.two_encoders import psi_inputs, two_encoder_modules
 from utils.config_checks import at_least, non_negative, one_of, switch
 from utils.losses import orthonormality_loss, td_sr_loss
 from utils.networks import length_normalize
+from utils.sampler import goal_mixture
 
 
 class TDSRAgent(BCAgent):
     CONFIG_RULES = {
+        **TARGET_RULES,
         'batch_size': at_least(2, 1024),  # the TD loss pairs each sample with the others
         'loss_scale': one_of('authors', 'paper'),
         'ortho_coef': non_negative(0.0),
@@ -111,9 +113,6 @@ def get_config():
             loss_scale='authors',  # 'authors': 1/2 sum_e td_e - mean_e diag_e (the alpha grid's scale); 'paper': as printed.
             normalize_goal=False,  # Rescale goal-side phi to norm sqrt(d) (authors' code default; off in their TD-SR command).
             ortho_coef=0.0,  # Weight of an orthonormality regulariser on phi (authors' code default 1; 0 in their command).
-            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
-            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
-            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
-            actor_geom_sample=False,  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
+            **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
         )
     )

@@ -26,6 +26,7 @@ from agents.base import BCAgent, encode_together, mean_concat, present
 from agents.two_encoders import psi_inputs, two_encoder_modules
 from utils.config_checks import non_negative, one_of, switch
 from utils.losses import LOSS_SCALES, check_choice
+from utils.sampler import goal_mixture
 
 # ---------------------------------------------------------------------------------------------
 # TRA's auxiliary loss (paper eq. infoNCESym and appendix "TRA"), pure functions.
@@ -85,7 +86,7 @@ def representation_norm_penalty(phi, psi, coef=1e-6):
 
 class TRAAgent(BCAgent):
     CONFIG_RULES = {'loss_scale': one_of(*LOSS_SCALES), 'norm_penalty': non_negative(1e-6), 'action_conditioned': switch(False)}
-    GOAL_MIXTURES = ('actor', 'value')
+    BATCH = BCAgent.BATCH.with_(goals=[('value', 'positives of the contrastive loss, s_{t+k}')])
 
     def encode(self, batch, params):
         """phi of the actor goals, the positives s_+ and (TRA^a) s_t in one call, and psi(s_t[, a_t]) (at acting
@@ -143,13 +144,7 @@ def get_config():
             loss_scale='authors',  # 'authors': logits / sqrt(d), InfoNCE / B (the alpha grid's scale); 'paper': as printed.
             action_conditioned=False,  # TRA^a: psi(s, a) and pi(phi(s), phi(g)).
             discount=0.99,  # gamma: positives s_{t+k}, k ~ Geometric(1 - gamma).
-            actor_p_curgoal=0.0,  # Actor goals: probability of the current state.
-            actor_p_trajgoal=1.0,  # Actor goals: probability of a future state of the same trajectory.
-            actor_p_randomgoal=0.0,  # Actor goals: probability of a random dataset state.
-            actor_geom_sample=False,  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
-            value_p_curgoal=0.0,  # Positives: probability of the current state.
-            value_p_trajgoal=1.0,  # Positives: probability of a same-trajectory future state.
-            value_p_randomgoal=0.0,  # Positives: probability of a random state.
-            value_geom_sample=True,  # Positives: geometric offsets with gamma.
+            **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
+            **goal_mixture('value', geom_sample=True),  # Positives s_{t+k}, k ~ Geometric(1 - gamma).
         )
     )

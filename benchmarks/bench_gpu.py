@@ -133,8 +133,7 @@ def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='auto'):
     vector ('flat'), per leaf ('leaf') or as main.py chooses for this backend ('auto')."""
     from agents import get_agent_class
     from configs.presets import get_config as preset_config
-    from utils.multi_seed import stack_trees
-    from utils.optimizers import with_optimizer
+    from utils.training import stack_trees, with_optimizer
 
     config = preset_config(preset)
     config.batch_size = batch_size
@@ -150,8 +149,7 @@ def compile_training(preset, num_seeds, raw, data, batch_size, steps_per_call, o
     lowered, compiled), where `run(agents) -> (agents, metrics)` makes the next call, `steps_per_call` updates on."""
     import jax
 
-    from utils.multi_seed import train_steps_multi
-    from utils.training import train_steps
+    from utils.training import train_steps, train_steps_multi
 
     state = make_agents(preset, num_seeds, raw, batch_size, optimizer_layout)
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])

@@ -19,9 +19,8 @@ from runtime.checkout import require_own_checkout
 from runtime.dataset_files import ensure_dataset
 from utils.datasets import load_dataset
 from utils.evaluation import make_env
-from utils.multi_seed import stack_trees, train_steps_multi
 from utils.sampler import DeviceDataset
-from utils.training import train_steps
+from utils.training import stack_trees, train_steps, train_steps_multi
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('preset', 'byol_gamma_a', 'Preset (configs/presets.py).')

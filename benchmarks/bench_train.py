@@ -96,7 +96,7 @@ def main(_):
         for preset in FLAGS.presets:
             config = preset_config(preset)
             config.batch_size = batch_size
-            sampler_config = SamplerConfig.from_config(config, get_agent_class(config.agent_name).GOAL_MIXTURES)
+            sampler_config = SamplerConfig.for_agent(get_agent_class(config.agent_name), config)
             sampler = HostSampler(raw, sampler_config)
             for mode in FLAGS.modes:  # compile outside the timed rounds (fused compiles per chunk length)
                 agent = get_agent_class(config.agent_name).create(0, raw['observations'][:1], raw['actions'][:1], config)

@@ -64,7 +64,7 @@ def training_steps_per_second(preset):
     terminals[200::201] = True
     terminals[-1] = True
     data = DeviceDataset.from_numpy(observations, actions, terminals)
-    sampler_config = SamplerConfig.from_config(config, get_agent_class(config.agent_name).GOAL_MIXTURES)
+    sampler_config = SamplerConfig.for_agent(get_agent_class(config.agent_name), config)
     agent = get_agent_class(config.agent_name).create(0, example_observations(observations, sampler_config.frame_stack), actions[:1], config)
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()

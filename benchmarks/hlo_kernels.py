@@ -4,7 +4,7 @@
     python benchmarks/hlo_kernels.py --presets byol_gamma_a --num_seeds 16 --top 20 --json out.json
 
 For each preset and seed count N this lowers and compiles exactly the program main.py runs
-(`utils.training.train_steps` for one seed, `utils.multi_seed.train_steps_multi` for N vmapped seeds:
+(`utils.training.train_steps` for one seed, `utils.training.train_steps_multi` for N vmapped seeds:
 `--steps_per_call` updates in one `lax.scan`, on-device sampling included) at batch `--batch_size` per seed, on the
 backend JAX sees, and prints from the compiled program (`benchmarks.hlo_stats`, which documents the counting rule):
 GFLOP per update (XLA's cost analysis of the unoptimised program), kernels per update (every kernel the scan's loop body launches), and where
@@ -26,7 +26,7 @@ separate environment: `python -m venv /tmp/gpuvenv && echo $PWD/.venv/lib/python
 jax-cuda12-plugin==<jax version> jax-cuda12-pjrt==<jax version> nvidia-cuda-nvcc-cu12`, then
 `JAX_PLATFORMS=cpu /tmp/gpuvenv/bin/python benchmarks/hlo_kernels.py --target=h100`.
 
-`--layout` picks the optimizer of utils/optimizers.py (flat: Adam over all parameters as one vector, `OneVector`;
+`--layout` picks the optimizer of utils/training.py (flat: Adam over all parameters as one vector, `OneVector`;
 leaf: per parameter leaf; auto: flat on accelerators, leaf on the CPU, what main.py runs).
 """
 
@@ -44,10 +44,8 @@ from agents import get_agent_class
 from benchmarks.hlo_stats import format_counter, program_stats
 from configs.presets import get_config as preset_config
 from runtime.checkout import require_own_checkout
-from utils.multi_seed import train_steps_multi
-from utils.optimizers import with_optimizer
 from utils.sampler import DeviceDataset
-from utils.training import train_steps
+from utils.training import train_steps, train_steps_multi, with_optimizer
 
 PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}
 # Observation and action sizes of the state-based datasets this project trains on (OGBench's).

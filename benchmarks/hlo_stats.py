@@ -1,7 +1,7 @@
 """Kernels per training step, read from the compiled, optimised HLO of a jitted program.
 
 `program_stats(compiled)` takes what `jax.jit(f).lower(...).compile()` returns for a program whose work is one
-`lax.scan` (main.py's fused update, `utils.training.train_steps` / `utils.multi_seed.train_steps_multi`) and
+`lax.scan` (main.py's fused update, `utils.training.train_steps` / `utils.training.train_steps_multi`) and
 reports, for one iteration of that scan (one update):
 
   * `kernels`: how many separate kernels XLA launches (the counting rule below), with a breakdown `by_kind`

@@ -29,7 +29,7 @@ KINDS = ('bc', 'representation', 'rl', 'hierarchical')
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-    agent: str  # agents/<agent>.py, whose get_config() the method starts from
+    agent: str  # agents/<agent>.py, whose get_config() the method starts from; '<agent>:<arg>' for get_config(arg)
     label: str  # column label in Markdown tables and plots
     latex: str  # column label in LaTeX tables
     kind: str  # 'bc' (plain behavior cloning), 'representation' (BC + alpha * L_aux), 'rl', 'hierarchical'
@@ -83,13 +83,12 @@ METHODS: Dict[str, Method] = {
     'gcbc_phi': Method('gcbc', 'GCBC-φ', r'GCBC-$\phi$', 'bc', False, dict(use_phi=True)),
     # Hierarchical (appendix "Hierarchical Policies", tab:hhparams). HGCBC trains both levels together;
     # HGCBC-phi and HBYOL-gamma are two-stage: the low level for stage1_steps, then the high level (high_lr
-    # 1e-4) on the frozen low level, or --agent.stage1_checkpoint=<flat run> for stage 2 alone. HGCBC and
-    # HGCBC-phi carry BYOL-gamma's alpha in their config without using it.
-    'hgcbc': Method('hierarchical', 'HGCBC', 'HGCBC', 'hierarchical', False),
-    'hgcbc_phi': Method('hierarchical', 'HGCBC-φ', r'HGCBC-$\phi$', 'hierarchical', False,
-                        dict(agent_name='hgcbc_phi', **_TWO_STAGE)),
-    'hbyol_gamma_a': Method('hierarchical', 'HBYOL-γ^a', r'HBYOL-$\gamma^a$', 'hierarchical', True,
-                            dict(agent_name='hbyol_gamma', **_TWO_STAGE)),
+    # 1e-4) on the frozen low level, or --agent.stage1_checkpoint=<flat run> for stage 2 alone. Each variant's
+    # config holds the fields its two levels read (agents/hierarchical.py's get_config(variant)).
+    'hgcbc': Method('hierarchical:hgcbc', 'HGCBC', 'HGCBC', 'hierarchical', False),
+    'hgcbc_phi': Method('hierarchical:hgcbc_phi', 'HGCBC-φ', r'HGCBC-$\phi$', 'hierarchical', False, _TWO_STAGE),
+    'hbyol_gamma_a': Method('hierarchical:hbyol_gamma', 'HBYOL-γ^a', r'HBYOL-$\gamma^a$', 'hierarchical', True,
+                            _TWO_STAGE),
     # FB (appendix "Forward-Backward Algorithm"): the paper sweeps lr {1e-4, 1e-5, 1e-6}; RL, not BC, so it
     # is never bolded against the BC methods.
     'fb': Method('fb', 'FB', 'FB', 'rl', False),
@@ -191,7 +190,9 @@ def get_config(preset: str = 'byol_gamma_a'):
     if preset not in PRESETS:
         raise ConfigError(f'Unknown preset {preset!r}. Valid presets: {", ".join(PRESETS)}.')
     entry = PRESETS[preset]
-    config = importlib.import_module(f'agents.{entry.agent}').get_config()
+    agent, _, arg = entry.agent.partition(':')
+    module = importlib.import_module(f'agents.{agent}')
+    config = module.get_config(arg) if arg else module.get_config()
     config.update(entry.overrides)
     config.preset = preset
     return config

@@ -160,7 +160,7 @@ def check_request(flags_class, flag_values: flags.FlagValues, config,
         if problem:
             raise StorageError(problem)
     return Request(flags_class(**values), config, config_defaults, agent_class,
-                   SamplerConfig.from_config(config, agent_class.GOAL_MIXTURES), seeds, eval_tasks, names)
+                   SamplerConfig.for_agent(agent_class, config), seeds, eval_tasks, names)
 
 
 def check_jax_backend():

@@ -176,7 +176,7 @@ def sampler_of(config):
     from agents import get_agent_class
     from utils.sampler import SamplerConfig
 
-    return SamplerConfig.from_config(config, get_agent_class(config['agent_name']).GOAL_MIXTURES)
+    return SamplerConfig.for_agent(get_agent_class(config['agent_name']), config)
 
 
 def numeric_grad(f, x, eps=1e-6):

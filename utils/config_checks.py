@@ -7,7 +7,7 @@ import re
 
 from utils.errors import ConfigError
 from utils.image_encoders import VISUAL_ENCODERS
-from utils.sampler import MIXTURE_FIELDS
+from utils.sampler import MIXTURE_FIELDS, SAMPLER_FIELDS, BatchSpec
 
 
 # Config files already executed in this process, by (absolute path, source bytes): a request check reads its file
@@ -83,8 +83,8 @@ def check_types(config, defaults):
 # family's base class, or in a shared dict its owners include, e.g. ENCODER_RULES below).
 # A key that is a tuple of field names is a rule on those fields together (its check receives their
 # values in that order). Every field of an agent's config has a rule, so a field no rule owns is one nothing
-# reads: an error. The fields of a goal mixture the agent declares (GOAL_MIXTURES) have theirs, and
-# `*_hidden_dims` fields are layer sizes. Agents, the sampler and the networks check nothing themselves.
+# reads: an error. The sampler's fields have theirs (SAMPLER_RULES, the goal mixtures), for the agents whose BatchSpec
+# declares them. Agents, the sampler and the networks check nothing themselves.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -141,23 +141,33 @@ COMMON_RULES = {
 }
 
 # The fields of the agents that read observations through an encoder (BCAgent's family, FB and the hierarchical
-# agents include them): the image encoder (or 'none' for state vectors), phi's size and ensemble, the layer norms,
-# and the pixel pipeline's frame stacking and crop augmentation (read by the sampler).
+# agents include them): the image encoder (or 'none' for state vectors), phi's size and ensemble, the actor head's
+# sizes and the layer norms. Their pixel pipeline's frame stacking and crop augmentation are the sampler's
+# (SAMPLER_RULES).
 ENCODER_RULES = {
     'encoder': one_of('none', *VISUAL_ENCODERS),
+    'encoder_hidden_dims': layer_sizes((64, 64, 64)),
+    'actor_hidden_dims': layer_sizes((512, 512, 512)),
     'latent_dim': non_negative(0),
     'num_ensemble': at_least(1, 2),
     'encoder_layer_norm': switch(True),
     'actor_layer_norm': switch(False),
-    'frame_stack': at_least(1, 1),
-    'p_aug': probability(0.5),
 }
 
-# The sampler's hierarchical goals (low_goals, high_goals, high_targets), read by the agents that have
-# two levels; agents/hiql.py and agents/hierarchical.py include these in their CONFIG_RULES.
-SUBGOAL_RULES = {
+# gamma: of the geometric goal offsets (the sampler) and of the losses that discount.
+DISCOUNT_RULE = Rule(lambda v: is_finite_number(v) and 0.0 <= v < 1.0,
+                     'must lie in [0, 1) (geometric offsets k ~ Geometric(1 - gamma) need gamma < 1)', 0.99)
+
+# The rules of the sampler's fields (utils/sampler.py's SAMPLER_FIELDS), which hold for the agents that declare them
+# in their BatchSpec.
+SAMPLER_RULES = {
+    'nstep': non_negative(0),
     'subgoal_steps': at_least(1, 25),
+    'frame_stack': at_least(1, 1),
+    'p_aug': probability(0.5),
+    'gc_negative': switch(True),
 }
+assert set(SAMPLER_RULES) == set(SAMPLER_FIELDS)
 
 # A goal mixture's fields (utils/sampler.py): three probabilities that sum to 1, and the trajectory offsets' law.
 MIXTURE_PROBABILITIES = MIXTURE_FIELDS[:3]
@@ -168,11 +178,12 @@ LABELS = ('preset',)
 class RuleOwner:
     """A class with `CONFIG_RULES = {field: Rule}` for the fields it reads. A subclass lists only its own
     rules: they are merged with its bases' when the class is defined (a rule on a field a base also
-    checks replaces the base's), so `SomeAgent.CONFIG_RULES` is every rule its config must meet besides
-    COMMON_RULES and those of the goal mixtures it declares (`GOAL_MIXTURES`)."""
+    checks replaces the base's; `None` for a field of its bases that it does not read removes it), so
+    `SomeAgent.CONFIG_RULES` is every rule its config must meet besides COMMON_RULES and those of the sampler fields
+    its `BATCH` declares (utils/sampler.py)."""
 
     CONFIG_RULES = {}
-    GOAL_MIXTURES = ()  # the goal mixtures its sampler draws: names of `<name>_p_curgoal`, ... fields
+    BATCH = BatchSpec()  # what its batches hold: its goal mixtures and the sampler fields its config sets
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -180,28 +191,26 @@ class RuleOwner:
         for base in reversed(cls.__mro__[1:]):
             rules.update(vars(base).get('CONFIG_RULES', {}))
         rules.update(vars(cls).get('CONFIG_RULES', {}))
-        cls.CONFIG_RULES = rules
+        cls.CONFIG_RULES = {field: rule for field, rule in rules.items() if rule is not None}
 
 
 def field_rules(agent_class) -> dict:
-    """{field: Rule} of every field an agent's config may (and must, for the mixtures) hold: COMMON_RULES, the
-    agent's CONFIG_RULES and the fields of the goal mixtures it declares."""
+    """{field: Rule} of every field an agent's config may (and must, for the sampler's) hold: COMMON_RULES, the
+    agent's CONFIG_RULES and the sampler fields its BATCH declares (goal mixtures, `discount`, SAMPLER_FIELDS)."""
     rules = {**COMMON_RULES, **{k: r for k, r in agent_class.CONFIG_RULES.items() if isinstance(k, str)}}
-    for mixture in agent_class.GOAL_MIXTURES:
+    spec = agent_class.BATCH
+    for mixture in spec.mixtures:
         rules.update({f'{mixture}_{field}': probability(0.0) for field in MIXTURE_PROBABILITIES})
         rules[f'{mixture}_geom_sample'] = switch(False)
+    if spec.goals:  # read when a mixture draws geometric offsets
+        rules['discount'] = rules.get('discount', DISCOUNT_RULE)
+    rules.update({field: SAMPLER_RULES[field] for field in spec.reads})
     return rules
 
 
 def rule_for(key: str, agent_class):
-    """The rule field `key` is checked by (`field_rules`, or the layer-size rule of a `*_hidden_dims` field), None for
-    a field no part of the agent reads."""
-    rules = field_rules(agent_class)
-    if key in rules:
-        return rules[key]
-    if key.endswith('_hidden_dims'):
-        return layer_sizes((64, 64, 64))
-    return None
+    """The rule field `key` is checked by (`field_rules`), None for a field no part of the agent reads."""
+    return field_rules(agent_class).get(key)
 
 
 def _shown(value) -> str:
@@ -218,7 +227,7 @@ def _invalid(key, value, requirement, example) -> ConfigError:
 def _mixture_rules(agent_class):
     """A joint rule per declared goal mixture: its three probabilities sum to 1."""
     rules = {}
-    for mixture in agent_class.GOAL_MIXTURES:
+    for mixture in agent_class.BATCH.mixtures:
         fields = tuple(f'{mixture}_{field}' for field in MIXTURE_PROBABILITIES)
         example = ' '.join(f'--agent.{f}={v}' for f, v in zip(fields, (0, 1, 0)))
         rules[fields] = Rule(lambda *p: abs(sum(float(v) for v in p) - 1.0) <= 1e-6,
@@ -229,8 +238,8 @@ def _mixture_rules(agent_class):
 def validate_config(config, agent_class):
     """The agent config's contract, checked before anything is built or compiled. ConfigError for the first field
     no part of `agent_class` reads (a misspelled field in a config file or preset would otherwise be silently
-    ignored, and the value it meant to set left at its default), the first field a declared goal mixture needs and
-    the config lacks, the first value that breaks its rule (`rule_for`), then the first joint rule that fails (goal
+    ignored, and the value it meant to set left at its default), the sampler fields its BATCH declares and the
+    config lacks, the first value that breaks its rule (`rule_for`), then the first joint rule that fails (goal
     mixtures that do not sum to 1, the agent's tuple-keyed rules). Non-finite floats are rejected whatever the
     field, with the field's own valid example."""
     rules, name = field_rules(agent_class), config['agent_name'] if 'agent_name' in config else agent_class.__name__
@@ -238,17 +247,15 @@ def validate_config(config, agent_class):
     if unread:
         raise ConfigError(
             f'Config field(s) {", ".join(repr(k) for k in unread)} of agent {name!r} are read by no part of it, so their '
-            f'value would be silently ignored (a misspelling?). Its fields: {", ".join(sorted(rules))} and *_hidden_dims. '
+            f'value would be silently ignored (a misspelling?). Its fields: {", ".join(sorted(rules))}. '
             f'Fix the config file or preset.'
         )
-    for mixture in agent_class.GOAL_MIXTURES:
-        missing = [f'{mixture}_{field}' for field in MIXTURE_FIELDS if f'{mixture}_{field}' not in config]
-        if missing:
-            raise ConfigError(f'Agent {name!r} draws {mixture} goals, but its config lacks {", ".join(missing)}: every '
-                              f'goal mixture it declares needs all of {", ".join(MIXTURE_FIELDS)}. Fix the config file.')
-        if config[f'{mixture}_geom_sample'] and 'discount' not in config:
-            raise ConfigError(f'Agent {name!r} draws {mixture} goals at geometric offsets, which need a discount, but '
-                              f'its config has no `discount` field. Add one to its get_config().')
+    missing = [field for field in agent_class.BATCH.fields(config) if field not in config]
+    if missing:
+        raise ConfigError(f'Agent {name!r} declares batches that need {", ".join(missing)} (its BATCH: goal mixtures '
+                          f'{", ".join(agent_class.BATCH.mixtures) or "none"}; sampler fields '
+                          f'{", ".join(agent_class.BATCH.reads) or "none"}), but its config lacks them. Add them to its '
+                          f'get_config() (a goal mixture\'s fields: utils.sampler.goal_mixture).')
     for key in config.keys():
         value = config[key]
         rule = rule_for(key, agent_class)

@@ -46,8 +46,3 @@ def run_streams(seed) -> Dict[str, jax.Array]:
     """{name: key} of every stream of the run seeded `seed`."""
     return {name: stream_key(seed, name) for name in STREAMS}
 
-
-def update_keys(rng):
-    """(the agent's next rng, this update's noise key): one step of the agent's `update` stream."""
-    next_rng, noise_key = jax.random.split(rng)
-    return next_rng, noise_key

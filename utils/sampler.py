@@ -7,7 +7,7 @@ state). Goals may be any row up to and including `T`.
 """
 
 import dataclasses
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import flax
 import jax
@@ -51,10 +51,67 @@ class GoalMixture:
     geom_sample: bool = False
 
 
-# A goal mixture `<name>` of an agent's config is its fields `<name>_p_curgoal`, ... (agents declare theirs in
-# GOAL_MIXTURES): 'actor' goals for the behavior-cloning loss, 'value' goals for the representation (or value)
-# loss, 'high' goals for a hierarchy's high level.
+# A goal mixture `<name>` of an agent's config is its fields `<name>_p_curgoal`, ...: 'actor' goals for the
+# behavior-cloning loss, 'value' goals for the loss that needs a second goal (each agent says what for, in its
+# BatchSpec), 'high' goals for a hierarchy's high level.
 MIXTURE_FIELDS = ('p_curgoal', 'p_trajgoal', 'p_randomgoal', 'geom_sample')
+MIXTURES = ('actor', 'value', 'high')
+
+# The config fields the sampler reads besides `batch_size`, `discount` and the goal mixtures, each with the value
+# that leaves its part of the batch out. An agent's BatchSpec names those its config sets.
+SAMPLER_FIELDS = {
+    'nstep': 0,  # > 0: the next `nstep` observations and actions (n-step BYOL)
+    'subgoal_steps': 0,  # > 0: the hierarchical goals low_goals, high_goals, high_targets
+    'frame_stack': 1,  # observations as the channel-wise stack of their last frames (pixels)
+    'p_aug': 0.0,  # probability of random-crop augmentation of a batch (pixels)
+    'gc_negative': True,  # the value goals' reward: -1 until reached (True) or 1 on reaching (False)
+}
+
+
+def goal_mixture(name: str, *, p_curgoal=0.0, p_trajgoal=1.0, p_randomgoal=0.0, geom_sample=False) -> dict:
+    """The config fields of goal mixture `name`, for an agent's get_config(): with probability `p_curgoal` the
+    current state, `p_trajgoal` a later state of the same trajectory (at a geometric offset with the config's
+    `discount` if `geom_sample`, else uniform over the rest of the trajectory), `p_randomgoal` a random dataset
+    state. Each is then `--agent.<name>_<field>`."""
+    values = (p_curgoal, p_trajgoal, p_randomgoal, geom_sample)
+    return {f'{name}_{field}': value for field, value in zip(MIXTURE_FIELDS, values)}
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSpec:
+    """What an agent's batches hold beyond (s_t, a_t, s_{t+1}, a_{t+1}), declared once by its class (`BATCH`):
+    its goal mixtures, each with what the agent uses those goals for, and the SAMPLER_FIELDS its config sets.
+    `SamplerConfig.for_agent` reads exactly these fields, and the config check refuses a sampler field an agent
+    does not declare (utils/config_checks.py): nothing is read by name with a default."""
+
+    goals: Tuple[Tuple[str, str], ...] = ()  # (mixture in MIXTURES, what the agent uses its goals for)
+    reads: Tuple[str, ...] = ()  # SAMPLER_FIELDS the agent's config sets
+
+    def __post_init__(self):
+        unknown = [m for m in self.mixtures if m not in MIXTURES] + [f for f in self.reads if f not in SAMPLER_FIELDS]
+        assert not unknown, f'BatchSpec names unknown mixtures or sampler fields: {unknown}'
+
+    @property
+    def mixtures(self) -> Tuple[str, ...]:
+        return tuple(name for name, _ in self.goals)
+
+    def with_(self, goals=(), reads=()) -> 'BatchSpec':
+        """This spec with more goal mixtures (a mixture already declared takes the new role) and sampler fields."""
+        roles = dict(self.goals)
+        roles.update(goals)
+        return BatchSpec(tuple(roles.items()), tuple(dict.fromkeys(self.reads + tuple(reads))))
+
+    def without(self, *mixtures) -> 'BatchSpec':
+        return BatchSpec(tuple((m, role) for m, role in self.goals if m not in mixtures), self.reads)
+
+    def geometric(self, config) -> bool:
+        """Whether a declared goal mixture of `config` draws geometric offsets (so the sampler reads `discount`)."""
+        return any(config.get(f'{m}_geom_sample', False) for m in self.mixtures)
+
+    def fields(self, config) -> Tuple[str, ...]:
+        """Every config field the sampler reads for this agent and `config`."""
+        mixture_fields = tuple(f'{m}_{f}' for m in self.mixtures for f in MIXTURE_FIELDS)
+        return ('batch_size',) + mixture_fields + (('discount',) if self.geometric(config) else ()) + self.reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,22 +131,21 @@ class SamplerConfig:
     gc_negative: bool = True  # value rewards r = -1 until the goal is reached (True) or 1 on reaching it (False)
 
     @classmethod
-    def from_config(cls, config, goal_mixtures) -> 'SamplerConfig':
-        """The sampler of an agent config and the goal mixtures its agent declares, whose fields validate_config
-        has found in the config. The other settings are features an agent turns on by having the field, else off."""
+    def for_agent(cls, agent_class, config) -> 'SamplerConfig':
+        """The sampler of `agent_class` (its `BATCH`) for `config`, which the config check has found to hold exactly
+        the declared fields. The one place a sampler config is made: main.py's request check and training step, the
+        benchmarks and the tests all call it."""
+        spec = agent_class.BATCH
 
         def mixture(name):
-            if name not in goal_mixtures:
+            if name not in spec.mixtures:
                 return None
             fields = [config[f'{name}_{field}'] for field in MIXTURE_FIELDS]
             return GoalMixture(*(float(p) for p in fields[:3]), bool(fields[3]))
 
-        get = lambda key, off: config[key] if key in config else off  # noqa: E731
-        return cls(batch_size=int(config['batch_size']), gamma=float(get('discount', 0.0)),
-                   actor_goals=mixture('actor'), value_goals=mixture('value'), high_goals=mixture('high'),
-                   nstep=int(get('nstep', 0)), subgoal_steps=int(get('subgoal_steps', 0)),
-                   frame_stack=int(get('frame_stack', 1)), p_aug=float(get('p_aug', 0.0)),
-                   gc_negative=bool(get('gc_negative', True)))
+        settings = {field: type(off)(config[field]) if field in spec.reads else off for field, off in SAMPLER_FIELDS.items()}
+        return cls(batch_size=int(config['batch_size']), gamma=float(config['discount']) if spec.geometric(config) else 0.0,
+                   actor_goals=mixture('actor'), value_goals=mixture('value'), high_goals=mixture('high'), **settings)
 
 
 def geometric_offset(key, gamma: float, shape):

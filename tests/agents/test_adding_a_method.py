@@ -71,4 +71,4 @@ def test_the_suite_passes_with_the_method_added(applied):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
     passed = int(summary.split(' passed')[0].split()[-1])
-    assert passed >= 6 and 'failed' not in summary, summary
+    assert passed >= 6 and 'failed' not in summary, result.stdout[-4000:]

@@ -24,6 +24,7 @@ from utils.evaluation import (
     tile_videos,
     videos_to_wandb,
 )
+from utils.evaluation.episodes import GymEpisodes
 from utils.evaluation.native import NativeEpisodes
 from utils.evaluation.workers import EnvWorkers
 from utils.maze import pointmaze_oracle_policy
@@ -140,7 +141,7 @@ def _gym_rollouts(make, tasks, seeds, actions, limit):
     return rollouts
 
 
-def _native_rollouts(episodes, tasks, seeds, actions, limit):
+def _stepper_rollouts(episodes, tasks, seeds, actions, limit):
     observations, goals = episodes.start(tasks, seeds, [False] * len(seeds), limit, 1)
     trajectories = [[row.copy()] for row in observations]
     for step in range(actions.shape[1]):
@@ -165,6 +166,9 @@ NEAR = dict(init_ij=(1, 1), goal_ij=(1, 1))
     ('humanoidmaze-medium-v0', {}, 12, 2),
 ])
 def test_native_steps_equal_the_gym_env(env_name, kwargs, steps, threads):
+    """The same episodes through both steppers, native and gym (`GymEpisodes`, which every gym path and worker
+    process runs), each compared step by step with the gym env stepped directly: observations, and the length,
+    return and success that `EpisodeBatch._end_step`, their one rule, makes of them."""
     make = lambda: gymnasium.make(env_name, **kwargs)
     env = make()
     tasks = [NEAR] * 5 + [1] * 2
@@ -173,8 +177,19 @@ def test_native_steps_equal_the_gym_env(env_name, kwargs, steps, threads):
     actions = np.random.default_rng(0).uniform(-1.5, 1.5, size=(len(tasks), steps) + env.action_space.shape)
     actions = actions.astype(np.float32)
     expected = _gym_rollouts(make, tasks, seeds, actions, steps)
-    goals, trajectories, results = _native_rollouts(NativeEpisodes(env, threads), tasks, seeds, actions, steps)
+    results = _assert_rollouts_equal(NativeEpisodes(env, threads), expected, tasks, seeds, actions, steps)
+    gym_results = _assert_rollouts_equal(GymEpisodes([make() for _ in tasks]), expected, tasks, seeds, actions, steps)
+    for key in ('length', 'return', 'success', 'final_observation'):
+        np.testing.assert_array_equal(results[key], gym_results[key])
+    if kwargs.get('terminate_at_goal') is False:
+        assert results['return'].max() > 1  # steps at the goal after the first count too
+    else:
+        assert 0 < results['success'].sum() < len(tasks), results['success']  # both outcomes were compared
+        assert results['length'].min() < steps
 
+
+def _assert_rollouts_equal(stepper, expected, tasks, seeds, actions, steps):
+    goals, trajectories, results = _stepper_rollouts(stepper, tasks, seeds, actions, steps)
     for i, rollout in enumerate(expected):
         np.testing.assert_array_equal(goals[i], rollout['goal'])
         np.testing.assert_array_equal(trajectories[i], rollout['observations'])
@@ -182,11 +197,7 @@ def test_native_steps_equal_the_gym_env(env_name, kwargs, steps, threads):
         assert results['return'][i] == rollout['rewards'].sum()
         assert results['success'][i] == rollout['success']
         np.testing.assert_array_equal(results['final_observation'][i], rollout['observations'][-1])
-    if kwargs.get('terminate_at_goal') is False:
-        assert results['return'].max() > 1  # steps at the goal after the first count too
-    else:
-        assert 0 < results['success'].sum() < len(tasks), results['success']  # both outcomes were compared
-        assert results['length'].min() < steps
+    return results
 
 
 # Evaluations of N seeds in one batch against an independent evaluation of each seed.
@@ -542,7 +553,7 @@ def test_videos_to_wandb():
 def test_seeds_policy_acts_with_each_seeds_agent():
     from configs.presets import get_config
     from tests.helpers import make_agent, small
-    from utils.multi_seed import stack_trees
+    from utils.training import stack_trees
 
     config = small(get_config('gcbc'))
     agents = [make_agent(config, seed) for seed in (0, 1, 2)]
@@ -562,7 +573,7 @@ def test_seeds_policy_acts_with_each_seeds_agent():
 def test_seeds_policy_runs_each_seeds_own_stateful_policy():
     from configs.presets import get_config
     from tests.helpers import make_agent, small
-    from utils.multi_seed import stack_trees
+    from utils.training import stack_trees
 
     config = small(get_config('hgcbc'))
     config.replan_every = 4

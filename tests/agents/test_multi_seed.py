@@ -10,8 +10,7 @@ import pytest
 
 from configs.presets import get_config as preset_config
 from tests.helpers import make_agent, small, toy_dataset
-from utils.multi_seed import stack_trees, train_steps_multi
-from utils.training import train_steps
+from utils.training import stack_trees, train_steps, train_steps_multi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

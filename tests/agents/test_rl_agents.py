@@ -16,9 +16,8 @@ from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, toy_datas
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import env_spaces, evaluate, make_eval_envs
-from utils.multi_seed import stack_trees, train_steps_multi
 from utils.sampler import DeviceDataset, sample_batch
-from utils.training import train_steps
+from utils.training import stack_trees, train_steps, train_steps_multi
 
 # The loss that must go down for each agent (its value function's).
 VALUE_LOSS = {'gcivl': 'value/loss', 'gciql': 'critic/loss', 'qrl': 'value/d_pos_loss', 'crl': 'critic/loss', 'hiql': 'value/loss'}

@@ -1,4 +1,4 @@
-"""The optimizer over one vector (utils/optimizers.OneVector, the default on accelerators: Adam over all parameters as
+"""The optimizer over one vector (utils/training.OneVector, the default on accelerators: Adam over all parameters as
 one flat vector, one gradient-norm reduction) computes what the per-leaf formulation (optax's default, kept on the
 CPU) computes: every metric of 10 updates within the regression test's tolerance (rtol 1e-6, atol 1e-7), parameters,
 optimizer moments and EMA targets to 1e-6, on presets with EMA targets and ensembles (not bit for bit: XLA rounds the
@@ -16,9 +16,9 @@ import pytest
 from configs.presets import get_config as preset_config
 from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from tests.helpers import ROOT, make_agent, small, toy_dataset
-from utils.multi_seed import stack_trees, train_steps_multi
-from utils.optimizers import OneVector, ravel_leaves, unravel_like, with_optimizer
-from utils.training import train_steps
+from utils.training import (
+    OneVector, ravel_leaves, stack_trees, train_steps, train_steps_multi, unravel_like, with_optimizer,
+)
 
 STEPS = 10
 
@@ -134,3 +134,31 @@ def test_a_checkpoint_of_version_0_3_0_resumes_to_what_that_version_computed():
     _, infos = train_steps(agent, toy_dataset(), jax.random.PRNGKey(0), step, 3)
     for name, values in expected.items():
         np.testing.assert_allclose(infos[name], values, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_one_byol_gamma_step_is_read_in_six_files():
+    """A BYOL-gamma^a gradient step, from main.py's training loop (utils.training.train_seeds) to the parameter update
+    with the optimizer, per leaf and over one vector: the repository files whose code runs while it is traced. With
+    main.py, at most 6 (main.py, utils/training.py, utils/sampler.py, agents/base.py, agents/byol_gamma.py,
+    utils/networks.py)."""
+    import sys
+
+    from utils.training import train_seeds
+
+    config = config_of('byol_gamma_a')
+    data = toy_dataset()
+    seen = set()
+
+    def record(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event == 'call' and path.startswith(ROOT + os.sep) and os.sep + '.venv' + os.sep not in path:
+            seen.add(os.path.relpath(path, ROOT))
+
+    for agent in (per_leaf(make_agent(config, 0)), flat_agent(config, 0)):
+        sys.setprofile(record)
+        try:
+            train_seeds(agent, data, [jax.random.PRNGKey(1)], 0, 1)
+        finally:
+            sys.setprofile(None)
+    assert sorted(seen) == ['agents/base.py', 'agents/byol_gamma.py', 'utils/networks.py', 'utils/sampler.py',
+                            'utils/training.py'], sorted(seen)

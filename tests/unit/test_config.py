@@ -14,6 +14,7 @@ from configs.presets import get_config as preset_config
 from main import request_of
 from utils.config_checks import COMMON_RULES, RuleOwner, at_least, one_of, rule_for, validate_config
 from utils.errors import ConfigError
+from utils.sampler import SAMPLER_FIELDS, SamplerConfig, goal_mixture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -93,15 +94,65 @@ def test_a_non_finite_value_gets_the_fields_own_example():
         checked(config)
 
 
+# Every field any preset's config holds, with its value there: what another agent's config could carry by mistake.
+ALL_FIELDS = {key: value for preset in sorted(PRESETS) for key, value in preset_config(preset).items() if key != 'preset'}
+
+
 @pytest.mark.parametrize('preset', sorted(PRESETS))
-def test_every_field_has_a_rule_and_every_declared_mixture_its_fields(preset):
+def test_every_field_has_a_rule_and_the_sampler_reads_what_the_agent_declares(preset):
     """The config contract: a bad value of any field gets a requirement and a valid example, a field nothing reads
-    cannot be in a config, and the goal mixtures the sampler draws are those the agent declares."""
+    cannot be in a config, and the sampler is built from exactly the fields the agent's BatchSpec declares: each
+    declared field, changed, changes the sampler config (SamplerConfig.for_agent reads it), and the config holds no
+    sampler field the agent does not declare."""
     config = preset_config(preset)
     agent_class = get_agent_class(config.agent_name)
+    spec = agent_class.BATCH
     assert [key for key in config if key != 'preset' and rule_for(key, agent_class) is None] == []
-    mixtures = {key[:-len('_p_curgoal')] for key in config if key.endswith('_p_curgoal')}
-    assert mixtures == set(agent_class.GOAL_MIXTURES), preset
+    assert {key[:-len('_p_curgoal')] for key in config if key.endswith('_p_curgoal')} == set(spec.mixtures)
+    assert {key for key in config if key in SAMPLER_FIELDS} == set(spec.reads), preset
+    sampler = SamplerConfig.for_agent(agent_class, config)
+    for field in spec.fields(config):
+        changed, value = preset_config(preset), config[field]
+        if isinstance(value, bool):
+            changed[field] = not value
+            if field.endswith('_geom_sample') and 'discount' not in changed:  # now geometric: needs its gamma
+                changed['discount'] = 0.99
+        elif isinstance(value, int):
+            changed[field] = value + 1
+        else:
+            changed[field] = 0.5 if value != 0.5 else 0.25
+        assert SamplerConfig.for_agent(agent_class, changed) != sampler, (preset, field)
+
+
+@pytest.mark.parametrize('preset', sorted(PRESETS))
+def test_a_field_the_agent_does_not_read_is_refused(preset):
+    """Every field of any other preset's config that this preset's agent does not read (another method's
+    hyperparameters, a sampler field or goal mixture it does not declare, BYOL-gamma's fields on HGCBC) is refused,
+    naming it; none is silently carried."""
+    config = preset_config(preset)
+    agent_class = get_agent_class(config.agent_name)
+    # `discount` is read by an agent with goal mixtures whenever one is geometric, so its config may hold it.
+    may_hold = {'discount'} if agent_class.BATCH.mixtures else set()
+    foreign = sorted(key for key in ALL_FIELDS if key not in config and key not in may_hold)
+    assert foreign, preset
+    for key in foreign:
+        assert rule_for(key, agent_class) is None, (preset, key)
+        carrying = preset_config(preset)
+        carrying[key] = ALL_FIELDS[key]
+        with pytest.raises(ConfigError, match=f"'{key}' of agent '{config.agent_name}' are read by no part of it"):
+            checked(carrying)
+
+
+def test_hgcbc_configs_hold_none_of_byol_gammas_fields():
+    """HGCBC and HGCBC-phi have GCBC low levels: BYOL-gamma's own fields are not in their configs (and so refused,
+    above); HBYOL-gamma's low level is BYOL-gamma, whose fields its config holds."""
+    byol_only = set(preset_config('byol_gamma_a')) - set(preset_config('gcbc'))
+    assert {'alpha', 'loss_type', 'ce_eps', 'action_conditioned', 'backward_predictor', 'tau', 'nstep',
+            'predictor_hidden_dims', 'value_p_trajgoal'} <= byol_only
+    for preset in ('hgcbc', 'hgcbc_phi', 'hgcbc_phi_visual'):
+        assert not byol_only & set(preset_config(preset)), preset
+    assert byol_only - {'actor_p_curgoal'} <= set(preset_config('hbyol_gamma_a'))
+    assert 'use_phi' not in preset_config('hgcbc') and 'latent_dim' not in preset_config('hgcbc')
 
 
 @pytest.mark.parametrize('field', ['nstpe', 'value_p_trajgol', 'high_p_curgoal'])
@@ -114,15 +165,19 @@ def test_a_field_nothing_reads_is_an_error_naming_it(field):
         checked(config)
 
 
-def test_a_declared_mixture_needs_all_its_fields_and_a_discount_when_geometric():
-    config = preset_config('byol_gamma_a')
-    del config['value_geom_sample']
-    with pytest.raises(ConfigError, match="draws value goals, but its config lacks value_geom_sample"):
-        checked(config)
+def test_a_declared_sampler_field_missing_from_the_config_is_named():
+    for preset, field in [('byol_gamma_a', 'value_geom_sample'), ('byol_gamma_a', 'discount'), ('byol_gamma_a', 'nstep'),
+                          ('hiql', 'subgoal_steps'), ('gcivl', 'gc_negative'), ('fb', 'frame_stack')]:
+        config = preset_config(preset)
+        del config[field]
+        with pytest.raises(ConfigError, match=f"declares batches that need {field} "):
+            checked(config)
+    # GCBC's actor goals are uniform over the future: no discount read, until they are geometric.
     config = preset_config('gcbc')
-    config.actor_geom_sample = True
     del config['discount']
-    with pytest.raises(ConfigError, match='geometric offsets, which need a discount'):
+    checked(config)
+    config.actor_geom_sample = True
+    with pytest.raises(ConfigError, match="declares batches that need discount "):
         checked(config)
 
 
@@ -176,9 +231,14 @@ def test_every_config_field_has_a_one_line_comment(module):
     for name in [module, *bases]:
         lines = open(os.path.join(ROOT, 'agents', f'{name}.py')).read().splitlines()
         for node in ast.walk(ast.parse('\n'.join(lines))):
-            if isinstance(node, ast.keyword) and node.arg is not None:
+            if isinstance(node, ast.keyword):
                 line = lines[node.value.end_lineno - 1]
-                documented.setdefault(node.arg, False)
-                documented[node.arg] |= '#' in line and len(line.split('#', 1)[1].strip()) > 3
+                commented = '#' in line and len(line.split('#', 1)[1].strip()) > 3
+                # `**goal_mixture('<name>', ...)`, commented once, documents the mixture's fields.
+                is_mixture = (node.arg is None and isinstance(node.value, ast.Call)
+                              and getattr(node.value.func, 'id', '') == 'goal_mixture')
+                fields = goal_mixture(node.value.args[0].value) if is_mixture else [node.arg] if node.arg else []
+                for field in fields:
+                    documented[field] = documented.get(field, False) or commented
     undocumented = [key for key in config if not documented.get(key)]
     assert not undocumented, f'agents/{module}.py get_config(): fields without a comment: {undocumented}'

@@ -12,7 +12,8 @@ import pytest
 
 from runtime.checkpoints import CHECKPOINT_NAME, check_resumable, checkpoint_header
 from utils.errors import ResumeMismatchError
-from utils.random_streams import NAMED_STREAMS_SINCE, STREAMS, run_streams, stream_key, update_keys
+from utils.random_streams import NAMED_STREAMS_SINCE, STREAMS, run_streams, stream_key
+from utils.training import update_keys
 
 SEEDS = range(4)
 STEPS = range(4)

@@ -286,16 +286,31 @@ class _Outcome:
 
 
 class EpisodeBatch:
-    """What every stepper of a lockstep batch keeps per episode row and reports back: `start` calls `_begin(n)`,
-    `step` updates the rows of live episodes, `results` returns them (the contract `_run_batch` and the
-    worker processes read)."""
+    """What every stepper of a lockstep batch keeps per episode row and reports back: `start` calls `_begin`, `step`
+    advances the live rows' envs and hands each step's outcome to `_end_step`, the one rule of an episode's end and
+    success for every stepper; `results` returns them (the contract `_run_batch` and the worker processes read)."""
 
-    def _begin(self, n, frames):
+    def _begin(self, n, frames, limit, frame_skip):
         self.frames = frames
         self.success = np.zeros(n)
         self.returns = np.zeros(n)
         self.lengths = np.zeros(n, dtype=np.int64)
         self.live = np.ones(n, dtype=bool)
+        self.limit, self.frame_skip = limit, frame_skip
+
+    def _end_step(self, rows, rewards, terminated, success, render):
+        """The step just taken by live `rows`: each adds its reward and one step; an episode ends when its env
+        terminates it or at the time limit, and its success is its last step's. A recorded episode gets a frame
+        (`render(row)`) every `frame_skip` steps and at its end."""
+        self.returns[rows] += rewards
+        self.lengths[rows] += 1
+        done = np.asarray(terminated, dtype=bool) | (self.lengths[rows] >= self.limit)
+        for i, finished in zip(rows, done):
+            if self.frames[i] is not None and (finished or self.lengths[i] % self.frame_skip == 0):
+                self.frames[i].append(render(i))
+        finished = rows[done]
+        self.success[finished] = np.asarray(success, dtype=np.float64)[done]
+        self.live[finished] = False
 
     def results(self):
         return {
@@ -334,26 +349,20 @@ class GymEpisodes(EpisodeBatch):
         self.seeds = list(seeds)
         self.observations = np.stack([ob for ob, _ in first_steps])
         goals = np.stack([info['goal'] for _, info in first_steps])
-        self._begin(n, [[self.renderer(env)] if rec else None for env, rec in zip(self.envs, record)])
-        self.limit = max_steps or self.envs[0].spec.max_episode_steps
-        self.frame_skip = frame_skip
+        frames = [[self.renderer(env)] if rec else None for env, rec in zip(self.envs, record)]
+        self._begin(n, frames, max_steps or self.envs[0].spec.max_episode_steps, frame_skip)
         return self.observations, goals
 
     def step(self, actions):
         """Advance every live episode by its row of `actions` (rows of finished episodes are ignored); returns the
         observations, finished episodes' rows frozen at their last observation."""
         actions = np.clip(actions, self.low, self.high)
-        for i in np.flatnonzero(self.live):
+        live = np.flatnonzero(self.live)
+        rewards, terminated, success = np.zeros(len(live)), np.zeros(len(live), bool), np.zeros(len(live))
+        for k, i in enumerate(live):
             if self.reseed_each_step:
                 np.random.seed((self.seeds[i] + self.lengths[i]) % 2**32)
-            ob, reward, terminated, _, info = self.raw_envs[i].step(actions[i])
-            self.observations[i] = ob
-            self.returns[i] += reward
-            self.lengths[i] += 1
-            done = terminated or self.lengths[i] >= self.limit
-            if self.frames[i] is not None and (done or self.lengths[i] % self.frame_skip == 0):
-                self.frames[i].append(self.renderer(self.envs[i]))
-            if done:
-                self.live[i] = False
-                self.success[i] = info['success']
+            self.observations[i], rewards[k], terminated[k], _, info = self.raw_envs[i].step(actions[i])
+            success[k] = info['success']
+        self._end_step(live, rewards, terminated, success, lambda i: self.renderer(self.envs[i]))
         return self.observations

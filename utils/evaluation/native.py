@@ -97,10 +97,7 @@ class NativeEpisodes(EpisodeBatch):
             frames.append([self.renderer(self.local_env)] if rec else None)
         self.observations = np.stack([ob for ob, _ in first_steps])
         self._goal_xy = np.array(goal_xy, dtype=np.float64)
-        self._recorded = any(record)
-        self._frame_skip = frame_skip
-        self._limit = max_steps or self.spec.max_episode_steps
-        self._begin(n, frames)
+        self._begin(n, frames, max_steps or self.spec.max_episode_steps, frame_skip)
         return self.observations, np.stack([info['goal'] for _, info in first_steps])
 
     def step(self, actions):
@@ -110,14 +107,10 @@ class NativeEpisodes(EpisodeBatch):
         actions = np.clip(actions, self._low, self._high)[live]
         self._physics.advance(self._batch, live, actions)
         self._physics.observe(self, live)
-        self.lengths[live] += 1
+        # The maze's step: reward 1 at the goal, else 0; the episode terminates at the goal if the env does.
         success = self._at_goal(live)
-        self.returns[live] += success
-        done = (success & self._raw._terminate_at_goal) | (self.lengths[live] >= self._limit)
-        self._render(live, done)
-        finished = live[done]
-        self.success[finished] = success[done]
-        self.live[finished] = False
+        self._end_step(live, success.astype(np.float64), success & self._raw._terminate_at_goal, success,
+                       self._render_episode)
         return self.observations
 
     def close(self):
@@ -138,14 +131,6 @@ class NativeEpisodes(EpisodeBatch):
         for k in np.flatnonzero(np.abs(distances - tolerance) <= 1e-9 * tolerance):
             success[k] = np.linalg.norm(offsets[k]) <= tolerance
         return success
-
-    def _render(self, rows, done):
-        if not self._recorded:
-            return
-        for i, finished in zip(rows, done):
-            frames = self.frames[i]
-            if frames is not None and (finished or self.lengths[i] % self._frame_skip == 0):
-                frames.append(self._render_episode(i))
 
     def _render_episode(self, i):
         """A frame of episode i, drawn by the env from the episode's own data and goal marker."""

@@ -28,7 +28,7 @@ def seeds_policy(agent_stack, num_seeds, frame_stack=1):
     """The policy `evaluate_seeds` needs for `num_seeds` agents trained together: rows [k * R, (k + 1) * R) of each
     call act with seed k's agent.
 
-    `agent_stack` holds the agents stacked on a leading seed axis (`utils.multi_seed.stack_trees`, as main.py trains
+    `agent_stack` holds the agents stacked on a leading seed axis (`utils.training.stack_trees`, as main.py trains
     them); with num_seeds == 1 it is the single agent, unstacked, and the policy is `agent_policy`'s. Agents act
     through one vmapped `sample_actions` call over [N, R] rows. Agents with their own `evaluation_policy()` (acting
     state) run it per seed on that seed's rows instead, one call each. Frame stacking, if any, wraps the whole
