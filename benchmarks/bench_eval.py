@@ -1,6 +1,8 @@
-"""Wall time of OGBench evaluation against the env-only limit: P x one env's raw gym step rate on one core (through
-the evaluation's own episodes), where P is the parallelism a mode uses (threads or processes), both measured in the
-same run.
+"""Wall time of OGBench evaluation against two limits, measured in the same run:
+* the physics limit: the evaluation's own episodes (the actions it took, recorded) stepped again by the native stepper
+  (`mujoco.batch`) with no policy, on 1, 2, 4, ... and all usable threads: what the machine's cores can step;
+* the env-only limit: P x one env's raw gym step rate on one core (through the same episodes), where P is the
+  parallelism a mode uses (threads or processes), which assumes perfect scaling.
 
     python benchmarks/bench_eval.py                   # main.py's default path: native stepping (where the env supports
                                                    # it), one thread per usable core, all tasks in one batch
@@ -14,7 +16,8 @@ Modes: native = `make_eval_envs`'s default (per-episode MuJoCo states stepped by
 support fall back to the gym paths); parallel = gym envs in an `EnvWorkers` pool of processes; lockstep = gym envs in
 this process; sequential = one episode at a time. The gym modes hold `--episodes` envs, so they run one task's
 episodes per batch, as main.py did before native stepping. The last line reports the first mode:
-`<mode>: X env steps/s = Y% of the env-only limit (P x one env)`.
+`<mode>: X env steps/s = Y% of the env-only limit (P x one env)`, and for native stepping the line before it
+`<mode>: X env steps/s = Y% of the physics limit (...)`.
 """
 
 import argparse
@@ -29,6 +32,7 @@ import numpy as np
 from runtime.checkout import require_own_checkout
 from utils.evaluation import evaluate_seeds, make_env, make_eval_envs, native, usable_cpus
 from utils.evaluation.episodes import episode_seed, reset_episode
+from utils.evaluation.native import NativeEpisodes
 from utils.maze import pointmaze_oracle_policy
 
 MODES = ('native', 'parallel', 'lockstep', 'sequential')
@@ -110,6 +114,49 @@ def _episode_actions(env, policy, num_seeds, task, seed, limit):
     return actions
 
 
+class RecordingStepper:
+    """A stepper that passes everything to `stepper` and records what the evaluation asks of it: each batch's `start`
+    arguments and the actions of each step, so the same episodes can be stepped again without a policy."""
+
+    def __init__(self, stepper):
+        self.stepper, self.batches = stepper, []
+
+    def __getattr__(self, name):
+        return getattr(self.stepper, name)
+
+    def start(self, *args):
+        self.batches.append((args, []))
+        return self.stepper.start(*args)
+
+    def step(self, actions):
+        self.batches[-1][1].append(np.array(actions))
+        return self.stepper.step(actions)
+
+
+def physics_rate(env_name, batches, threads):
+    """Env steps/s of the recorded `batches` stepped by a native stepper on `threads` threads, no policy between the
+    steps: the most an evaluation of these episodes could reach on that many cores."""
+    stepper = NativeEpisodes(make_env(env_name), num_threads=threads)
+    steps, timed = 0, 0.0
+    for args, actions in batches:
+        stepper.start(*args)
+        start = time.perf_counter()
+        for step_actions in actions:
+            stepper.step(step_actions)
+        timed += time.perf_counter() - start
+        steps += int(stepper.results()['length'].sum())
+    stepper.close()
+    return steps / timed
+
+
+def thread_counts(usable):
+    """1, 2, 4, ... below `usable`, then `usable`."""
+    counts = [1]
+    while counts[-1] * 2 < usable:
+        counts.append(counts[-1] * 2)
+    return counts + [usable] if usable > 1 else counts
+
+
 def time_seeds_evaluation(policy_fn, envs, seeds, task_ids=(1, 2, 3, 4, 5), episodes_per_task=50, max_steps=None,
                           lockstep=True):
     """Wall time of one `evaluate_seeds` call of `len(seeds)` seeds, after an untimed one-step evaluation that
@@ -117,6 +164,8 @@ def time_seeds_evaluation(policy_fn, envs, seeds, task_ids=(1, 2, 3, 4, 5), epis
     steps_per_s, results)."""
     kwargs = dict(task_ids=tuple(task_ids), episodes_per_task=episodes_per_task, lockstep=lockstep)
     evaluate_seeds(policy_fn, envs, seeds, max_steps=1, **kwargs)
+    if isinstance(envs, RecordingStepper):
+        envs.batches.clear()  # the warm-up's one step is not the evaluation
     start = time.perf_counter()
     results = evaluate_seeds(policy_fn, envs, seeds, max_steps=max_steps, **kwargs)
     wall = time.perf_counter() - start
@@ -186,9 +235,11 @@ def main():
 
     print('| mode | wall s | env steps/s | env-only limit (P x one env) | of the limit | success |')
     print('|---|---|---|---|---|---|')
-    timings = []
+    timings, recorded = [], None
     for label, make_envs, lockstep, workers in runs:
         envs = make_envs()
+        if isinstance(envs, NativeEpisodes) and recorded is None:
+            envs = recorded = RecordingStepper(envs)
         timing = time_seeds_evaluation(policy, envs, seeds, args.tasks, args.episodes, args.max_steps, lockstep)
         limit = workers * one_env_rate
         success = np.mean([r['evaluation/overall_success'] for r in timing['results']])
@@ -202,6 +253,19 @@ def main():
         same = all(np.array_equal(a['per_episode'][t], b['per_episode'][t])
                    for a, b in zip(first['results'], timing['results']) for t in args.tasks)
         print(f'per-episode outcomes of {label} identical to {first_label}: {same}')
+    if recorded is not None:
+        print('\nThe physics limit: the native evaluation\'s episodes stepped again with no policy\n')
+        print('| threads | env steps/s | x one thread |')
+        print('|---|---|---|')
+        physics = {}
+        for threads in sorted(set(thread_counts(usable_cpus())) | {w for _, _, w in timings if w}):
+            physics[threads] = physics_rate(args.env, recorded.batches, threads)
+            print(f'| {threads} | {physics[threads]:.0f} | {physics[threads] / physics[1]:.2f} |', flush=True)
+        for label, timing, threads in timings:
+            if label.startswith('native') and threads in physics:
+                print(f'{label}: {timing["steps_per_s"]:.0f} env steps/s = '
+                      f'{100 * timing["steps_per_s"] / physics[threads]:.0f}% of the physics limit (no-policy native '
+                      f'stepping of the same episodes on {threads} thread{"s" * (threads > 1)}: {physics[threads]:.0f})')
     limit = workers * one_env_rate
     print(f'{first_label}: {first["steps_per_s"]:.0f} env steps/s = {100 * first["steps_per_s"] / limit:.0f}% of the '
           f'env-only limit ({workers} x one env)')
