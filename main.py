@@ -34,7 +34,7 @@ from agents import get_agent_class
 from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
-from runtime.exits import EXIT_INTERRUPTED, named_error
+from runtime.exits import EXIT_INTERRUPTED, exit_without_teardown, named_error
 from runtime.request import (HelpRequested, Request, check_jax_backend, check_request, define_dataclass_flags, flag,
                              parse_command_line)
 from runtime.run_writer import RunSet
@@ -292,4 +292,7 @@ def keep_argv(argv):
 
 
 if __name__ == '__main__':
-    app.run(main, flags_parser=keep_argv)
+    try:
+        app.run(main, flags_parser=keep_argv)
+    except SystemExit as end:  # app.run always ends with sys.exit
+        exit_without_teardown(end.code)

@@ -1,0 +1,31 @@
+"""main.py's end without the interpreter's teardown (runtime.exits.exit_without_teardown) keeps everything an exit
+must do: the status, the exit handlers, and what is buffered in the logs and the standard streams."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ROOT
+
+PROGRAM = '''
+import atexit, logging, sys
+from runtime.exits import exit_without_teardown
+logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+atexit.register(lambda: open(sys.argv[1], "w").write("handler ran"))
+sys.stdout.write("buffered line, no newline")  # a pipe buffers it until a flush
+logging.info("logged")
+exit_without_teardown(None if sys.argv[2] == "none" else sys.argv[2] if not sys.argv[2].isdigit() else int(sys.argv[2]))
+'''
+
+
+@pytest.mark.parametrize('code, status', [('none', 0), ('0', 0), ('75', 75), ('Error: a message', 1)])
+def test_exit_without_teardown_keeps_status_handlers_and_buffers(code, status, tmp_path):
+    marker = tmp_path / 'marker'
+    result = subprocess.run([sys.executable, '-c', PROGRAM, str(marker), code], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == status, result.stderr
+    assert result.stdout == 'buffered line, no newline'
+    assert 'logged' in result.stderr and marker.read_text() == 'handler ran'
+    if not code.isdigit() and code != 'none':
+        assert result.stderr.rstrip().endswith(code)
