@@ -167,7 +167,8 @@ SAMPLER_RULES = {
     'p_aug': probability(0.5),
     'gc_negative': switch(True),
 }
-assert set(SAMPLER_RULES) == set(SAMPLER_FIELDS)
+if set(SAMPLER_RULES) != set(SAMPLER_FIELDS):
+    raise AssertionError('every sampler field (utils/sampler.py) needs its rule here, and only those')
 
 # A goal mixture's fields (utils/sampler.py): three probabilities that sum to 1, and the trajectory offsets' law.
 MIXTURE_PROBABILITIES = MIXTURE_FIELDS[:3]

@@ -89,7 +89,9 @@ class BatchSpec:
 
     def __post_init__(self):
         unknown = [m for m in self.mixtures if m not in MIXTURES] + [f for f in self.reads if f not in SAMPLER_FIELDS]
-        assert not unknown, f'BatchSpec names unknown mixtures or sampler fields: {unknown}'
+        if unknown:
+            raise ValueError(f'BatchSpec names unknown goal mixtures or sampler fields {unknown}: the mixtures are '
+                             f'{", ".join(MIXTURES)}, the sampler fields {", ".join(SAMPLER_FIELDS)}.')
 
     @property
     def mixtures(self) -> Tuple[str, ...]:
