@@ -28,8 +28,7 @@ from utils.value_networks import ValueEnsemble
 
 class GCIQLAgent(GoalConditionedRLAgent):
     CONFIG_RULES = {'actor_loss': one_of('ddpgbc', 'awr'), **TARGET_RULES}
-    BATCH = GoalConditionedRLAgent.BATCH.with_(goals=[('value', 'goals of the value loss, with their reward')],
-                                               reads=['gc_negative'])
+    BATCH = GoalConditionedRLAgent.REWARDED_BATCH
 
     def value_loss(self, batch, params):
         v = self.network(batch['observations'], batch['value_goals'], name='value', params=params)[0]

@@ -30,8 +30,7 @@ from utils.value_networks import ValueEnsemble
 
 class GCIVLAgent(GoalConditionedRLAgent):
     CONFIG_RULES = TARGET_RULES
-    BATCH = GoalConditionedRLAgent.BATCH.with_(goals=[('value', 'goals of the value loss, with their reward')],
-                                               reads=['gc_negative'])
+    BATCH = GoalConditionedRLAgent.REWARDED_BATCH
 
     def values(self, observations, goals, params):
         """V_e(s, g) for both ensemble members, [2, B]."""

@@ -28,7 +28,8 @@ class GoalConditionedRLAgent(Agent):
         'layer_norm': switch(True),
     }
     BATCH = BatchSpec(goals=(('actor', 'goals of the actor loss'), ('value', 'goals of the value loss')))
-    # The agents whose value loss reads the goal reward declare `gc_negative`, its sign (`BATCH.with_(reads=...)`).
+    # The batch of the agents whose value loss reads the goal reward, whose sign `gc_negative` sets (GCIVL, GCIQL).
+    REWARDED_BATCH = BATCH.with_(goals=[('value', 'goals of the value loss, with their reward')], reads=['gc_negative'])
 
     def loss_terms(self, batch, params, rng):
         """{name: (loss, metrics)}: each term passes `params` only to the networks it trains."""
