@@ -11,17 +11,24 @@
                                                    # MLP's forward pass on every call as a trained agent would
     python benchmarks/bench_eval.py --seeds 4         # 4 seeds' episodes in one batch, their MLPs vmapped
     python benchmarks/bench_eval.py --workers 1 2 --modes native       # scaling with threads
+    python benchmarks/bench_eval.py --beside_training gcbc   # also: the same evaluation again while GCBC trains in
+                                                   # another thread (main.py --eval_mode=async, a GPU run's default)
 
 Modes: native = `make_eval_envs`'s default (per-episode MuJoCo states stepped by a thread pool; envs it does not
 support fall back to the gym paths); parallel = gym envs in an `EnvWorkers` pool of processes; lockstep = gym envs in
 this process; sequential = one episode at a time. The gym modes hold `--episodes` envs, so they run one task's
 episodes per batch, as main.py did before native stepping. The last line reports the first mode:
 `<mode>: X env steps/s = Y% of the env-only limit (P x one env)`, and for native stepping the line before it
-`<mode>: X env steps/s = Y% of the physics limit (...)`.
+`<mode>: X env steps/s = Y% of the physics limit (...)`. With `--beside_training <preset>` the first native mode
+is timed once more with that agent training beside it (batch `--train_batch_size`, `--steps_per_call` updates per
+call, on JAX's default backend, its metrics fetched after every call as main.py does), its share of the physics limit
+printed the same way, with the training's steps/s while the evaluation ran: on a GPU machine the training runs on the
+device and its host thread mostly waits; on a CPU it competes with the evaluation for the same cores.
 """
 
 import argparse
 import os
+import threading
 import time
 
 import flax.linen as nn
@@ -173,6 +180,41 @@ def time_seeds_evaluation(policy_fn, envs, seeds, task_ids=(1, 2, 3, 4, 5), epis
     return dict(wall_s=wall, env_steps=env_steps, steps_per_s=env_steps / wall, results=results)
 
 
+def beside_training(preset, env, make_envs, policy, seeds, args):
+    """The evaluation `make_envs` runs, timed while `preset` trains in another thread from before its start to after
+    its end, as main.py's asynchronous evaluation runs beside training (the training compiled before, not timed).
+    Returns (evaluation timing, the training's updates/s over the evaluation)."""
+    from benchmarks.bench_gpu import compile_training, synthetic_dataset
+    from utils.sampler import DeviceDataset
+
+    raw = synthetic_dataset(env.observation_space.shape[0], env.action_space.shape[0], num_episodes=100, length=201)
+    state, run, _, _ = compile_training(preset, 1, raw, DeviceDataset.from_numpy(**raw), args.train_batch_size,
+                                        args.steps_per_call)
+    state, infos = run(state)  # a first call outside the timed region
+    jax.device_get(infos)
+    stop, updates = threading.Event(), []
+
+    def train():
+        nonlocal state
+        while not stop.is_set():
+            state, infos = run(state)
+            jax.device_get(infos)
+            updates.append(time.perf_counter())
+
+    envs = make_envs()
+    thread = threading.Thread(target=train, name='training-beside-evaluation', daemon=True)
+    start = time.perf_counter()
+    thread.start()
+    timing = time_seeds_evaluation(policy, envs, seeds, args.tasks, args.episodes, args.max_steps, True)
+    end = time.perf_counter()
+    stop.set()
+    thread.join()
+    if hasattr(envs, 'close'):
+        envs.close()
+    calls = sum(start < t <= end for t in updates)
+    return timing, calls * args.steps_per_call / (end - start)
+
+
 def mode_runs(args):
     """(label, make_envs, lockstep, parallelism) of every mode and worker count asked for. The envs are made right
     before their mode is timed: a pool's worker processes starting up would load the cores under another mode."""
@@ -211,7 +253,17 @@ def main():
     parser.add_argument('--modes', nargs='+', default=['native'], choices=MODES,
                         help='the first is the one the last line reports')
     parser.add_argument('--env_seconds', type=float, default=4.0, help='seconds of env-only stepping timed for the limit')
+    parser.add_argument('--beside_training', default=None, metavar='PRESET',
+                        help='time the first native mode again with this preset (configs/presets.py) training beside it')
+    parser.add_argument('--train_batch_size', type=int, default=1024, help='--beside_training: batch per update')
+    parser.add_argument('--steps_per_call', type=int, default=500, help='--beside_training: updates per call, as main.py')
     args = parser.parse_args()
+    if args.beside_training:
+        from configs.presets import PRESETS
+
+        if args.beside_training not in PRESETS:
+            parser.error(f'--beside_training={args.beside_training}: not a preset of configs/presets.py (e.g. gcbc, '
+                         f'byol_gamma_a)')
 
     runs = mode_runs(args)
     env = make_env(args.env)
@@ -248,6 +300,18 @@ def main():
         timings.append((label, timing, workers))
         if hasattr(envs, 'close'):
             envs.close()
+    native_runs = [(label, make, workers) for label, make, _, workers in runs if label.startswith('native')]
+    if args.beside_training and native_runs:
+        label, make_envs, workers = native_runs[0]
+        timing, train_rate = beside_training(args.beside_training, env, make_envs, policy, seeds, args)
+        label = f'{label}, beside {args.beside_training} training'
+        success = np.mean([r['evaluation/overall_success'] for r in timing['results']])
+        limit = workers * one_env_rate
+        print(f'| {label} | {timing["wall_s"]:.1f} | {timing["steps_per_s"]:.0f} | {limit:.0f} ({workers} x '
+              f'{one_env_rate:.0f}) | {100 * timing["steps_per_s"] / limit:.0f}% | {success:.3f} |', flush=True)
+        print(f'training beside it ({args.beside_training}, batch {args.train_batch_size}, on '
+              f'{jax.default_backend()}): {train_rate:.0f} updates/s while the evaluation ran', flush=True)
+        timings.append((label, timing, workers))
     first_label, first, workers = timings[0]
     for label, timing, _ in timings[1:]:
         same = all(np.array_equal(a['per_episode'][t], b['per_episode'][t])

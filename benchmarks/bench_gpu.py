@@ -4,6 +4,7 @@ paper's headline rows on this machine.
     python benchmarks/bench_gpu.py                 # one GPU machine: under 8 min (--budget_s), see below
     python benchmarks/bench_gpu.py --quick         # CPU smoke run: tiny sizes (~10 s)
     python benchmarks/bench_gpu.py --layouts auto leaf --xla_flags='--xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE'
+    python benchmarks/bench_gpu.py --fused_mlp on off   # the fused representation networks against XLA's
 
 Measures, in one process and in this order (each table is printed as soon as it is complete, so a run cut short
 still leaves every finished figure on the screen):
@@ -17,7 +18,8 @@ still leaves every finished figure on the screen):
      action sizes (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not
      depend on the values, so no dataset is needed. `--layouts auto leaf` also times the per-leaf optimizer
      (utils/training.py; auto = flat on accelerators) for `--compare_presets` (GCBC, BYOL-gamma^a) in a last
-     table, in the same process (after the projection, so the time budget cuts it first);
+     table, in the same process (after the projection, so the time budget cuts it first); `--fused_mlp on off` alike
+     times the representation networks as the fused kernel of utils/fused_mlp.py and as XLA's kernels;
   2. evaluation: one evaluation of N = 1, 4, 10 seeds of an untrained BYOL-gamma^a agent (--eval_preset) on
      `--eval_env` (antmaze-medium-stitch; 5 tasks x 50 episodes per seed, all seeds' episodes in one lockstep batch,
      as main.py runs it). Untrained episodes run to the time limit, so this is an upper bound;
@@ -52,6 +54,9 @@ def parse_args(argv=None):
     parser.add_argument('--presets', nargs='+', default=None, choices=list(PRESETS), help='default all (quick: gcbc, byol_gamma_a)')
     parser.add_argument('--layouts', nargs='+', default=['auto'], choices=['auto', 'flat', 'leaf'],
                         help='optimizer-state layouts timed (utils/training.py); the first is the main table')
+    parser.add_argument('--fused_mlp', nargs='+', default=['auto'], choices=['auto', 'on', 'off'],
+                        help='representation networks: the fused kernel (utils/fused_mlp.py) or XLA; the first is the '
+                             'main table, the others are timed for --compare_presets after the projection')
     parser.add_argument('--compare_presets', nargs='+', default=['gcbc', 'byol_gamma_a'], choices=list(PRESETS),
                         help='the agents timed again with the other --layouts (after the projection)')
     parser.add_argument('--eval_preset', default=None, choices=list(PRESETS), help='the agent evaluated; default byol_gamma_a (quick: gcbc)')
@@ -235,16 +240,16 @@ def report_failure(e):
     return f'failed: {type(e).__name__}: {str(e)[:160]}'
 
 
-def training_table(title, results, args, layout_name, presets=None):
-    """Prints the training table of one optimizer layout: rates, GFLOP, kernels, TFLOP/s, cost relative to GCBC."""
+def training_table(title, results, args, variant, presets=None):
+    """Prints the training table of one variant (optimizer layout, fused mode): rates, GFLOP, kernels, TFLOP/s, cost relative to GCBC."""
     ns, presets = args.num_seeds, presets or args.presets
     print(f'\n{title}\n')
     print('| agent | GFLOP/update | kernels/update | ' + ' | '.join(f'N={n} seed-steps/s' for n in ns)
           + f' | TFLOP/s (N={ns[-1]}) | time/update vs GCBC ({", ".join(f"N={n}" for n in ns)}) | start-up s (N={ns[0]}) |')
     print('|---|' + '---|' * (len(ns) + 5))
-    gcbc = results.get(('gcbc', layout_name), {})
+    gcbc = results.get(('gcbc', variant), {})
     for preset in presets:
-        measured = results.get((preset, layout_name), {})
+        measured = results.get((preset, variant), {})
         cells = []
         for n in ns:
             m = measured.get(n)
@@ -262,7 +267,7 @@ def training_table(title, results, args, layout_name, presets=None):
     from benchmarks.hlo_stats import format_counter
     print(f'\nKernels per update by kind and by source (N={ns[0]}, from the compiled program):')
     for preset in presets:
-        m = results.get((preset, layout_name), {}).get(ns[0])
+        m = results.get((preset, variant), {}).get(ns[0])
         if isinstance(m, dict):
             k = m['stats'].per_update
             print(f'- {PRESETS[preset]}: {format_counter(k.by_kind, top=6)}; {format_counter(k.by_source, top=6)}'
@@ -274,6 +279,7 @@ def main(argv=None):
     flags_note = apply_xla_flags(args.xla_flags)
     import jax
 
+    from utils import fused_mlp
     from utils.evaluation import env_spaces, make_eval_envs, usable_cpus
     from utils.sampler import DeviceDataset
 
@@ -292,28 +298,35 @@ def main(argv=None):
           f'{action_space.shape[0]}), {len(raw["observations"])} rows; batch {args.batch_size} per seed, '
           f'{args.steps_per_call} steps per call, >= {args.seconds:g} s timed per figure', flush=True)
 
-    def layout_label(name):
-        flat = name == 'flat' or (name == 'auto' and jax.default_backend() != 'cpu')
-        return f'{name} ({"flat" if flat else "per-leaf"} optimizer)'
+    def variant_label(variant):
+        layout, fused = variant
+        flat = layout == 'flat' or (layout == 'auto' and jax.default_backend() != 'cpu')
+        with fused_mlp.fused_mode(fused):
+            kernel = 'fused kernel' if fused_mlp.use_fused((64,)) else 'XLA'
+        return f'{layout} ({"flat" if flat else "per-leaf"} optimizer), representation networks {fused} ({kernel})'
 
     results = {}
 
-    def train_all(layout_name, presets):
+    def train_all(variant, presets):
         for preset in presets:
-            measured = results.setdefault((preset, layout_name), {})
+            measured = results.setdefault((preset, variant), {})
             for n in args.num_seeds:
                 if not budget.allows(args.seconds + 20 + 1.5 * n):
                     measured[n] = 'skipped (time budget)'
                     continue
                 try:
-                    measured[n] = measure_training(preset, n, raw, data, args, layout_name)
+                    with fused_mlp.fused_mode(variant[1]):
+                        measured[n] = measure_training(preset, n, raw, data, args, variant[0])
                 except Exception as e:  # e.g. out of device memory: report it and go on with the next figure
                     measured[n] = report_failure(e)
 
-    main_layout = args.layouts[0]
-    train_all(main_layout, args.presets)
-    training_table(f'Training, optimizer layout {layout_label(main_layout)}: total seed-steps/s of N vmapped seeds; GFLOP '
-                   f'and kernels per update (per seed) from the compiled program.', results, args, main_layout)
+    # One variant (optimizer layout, fused mode) for the main tables; the others one at a time against it.
+    main_variant = (args.layouts[0], args.fused_mlp[0])
+    others = [(layout, main_variant[1]) for layout in args.layouts[1:]] + \
+             [(main_variant[0], fused) for fused in args.fused_mlp[1:]]
+    train_all(main_variant, args.presets)
+    training_table(f'Training, layout {variant_label(main_variant)}: total seed-steps/s of N vmapped seeds; GFLOP '
+                   f'and kernels per update (per seed) from the compiled program.', results, args, main_variant)
 
     eval_envs = make_eval_envs(args.eval_env, args.eval_episodes, num_workers=args.eval_workers or usable_cpus())
     eval_raw = synthetic_dataset(*(space.shape[0] for space in env_spaces(eval_envs)), num_episodes=2, length=3)
@@ -337,29 +350,31 @@ def main(argv=None):
     if hasattr(eval_envs, 'close'):
         eval_envs.close()
 
-    projections = project_headline(results, evaluation_s, args, main_layout)
+    projections = project_headline(results, evaluation_s, args, main_variant)
 
     compared = [p for p in args.presets if p in args.compare_presets]
-    for other in args.layouts[1:]:
+    for other in others:
         train_all(other, compared)
-        training_table(f'Training, optimizer layout {layout_label(other)} (same run, for comparison with the table above):',
+        training_table(f'Training, layout {variant_label(other)} (same run, for comparison with the table above):',
                        results, args, other, compared)
         ratios = []
         for preset in compared:
-            a, b = results.get((preset, main_layout), {}), results.get((preset, other), {})
+            a, b = results.get((preset, main_variant), {}), results.get((preset, other), {})
             cells = [f'N={n}: {b[n]["rate"] / a[n]["rate"]:.2f}x time, kernels {a[n]["stats"].kernels:.0f} vs {b[n]["stats"].kernels:.0f}'
                      for n in args.num_seeds if isinstance(a.get(n), dict) and isinstance(b.get(n), dict)]
             if cells:
                 ratios.append(f'- {PRESETS[preset]}: ' + '; '.join(cells))
         if ratios:
-            print(f'\nTime per update of {main_layout} relative to {other} (< 1: {main_layout} faster), kernels {main_layout} vs {other}:')
+            main_name, other_name = '/'.join(main_variant), '/'.join(other)
+            print(f'\nTime per update of {main_name} relative to {other_name} (< 1: {main_name} faster), kernels '
+                  f'{main_name} vs {other_name}:')
             print('\n'.join(ratios), flush=True)
     print(f'\ntotal bench time {budget.elapsed():.0f} s', flush=True)
-    return dict(rates={p: {n: m['rate'] for n, m in r.items() if isinstance(m, dict)} for (p, l), r in results.items() if l == main_layout},
+    return dict(rates={p: {n: m['rate'] for n, m in r.items() if isinstance(m, dict)} for (p, v), r in results.items() if v == main_variant},
                 results=results, evaluation_s=evaluation_s, projections=projections)
 
 
-def project_headline(results, evaluation_s, args, layout_name):
+def project_headline(results, evaluation_s, args, variant):
     """Prints (and returns) the projected wall time of the paper's headline rows on this machine."""
     print(f'\nProjected wall time of the headline rows on this machine (antmaze-medium-stitch, {PAPER_STEPS:,} steps at '
           f'batch {args.batch_size}, {EVALUATIONS} evaluations of {args.eval_tasks} tasks x {args.eval_episodes} episodes):')
@@ -377,7 +392,7 @@ def project_headline(results, evaluation_s, args, layout_name):
     for n in HEADLINE_SEEDS:
         cells, total, complete = [], args.datagen_s, True
         for preset in HEADLINE_PRESETS:
-            measured = {k: m for k, m in results.get((preset, layout_name), {}).items() if isinstance(m, dict)}
+            measured = {k: m for k, m in results.get((preset, variant), {}).items() if isinstance(m, dict)}
             if not measured or not evaluation_s:
                 cells.append('not measured')
                 complete = False

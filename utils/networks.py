@@ -10,6 +10,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from utils import fused_mlp
+
 
 def default_init(scale: float = 1.0):
     """Variance-scaling init with fan_avg/uniform (the initialisation OGBench's agents use)."""
@@ -62,7 +64,8 @@ class EnsembleEncoder(nn.Module):
 
     `image_encoder` (pixels: a module class of utils.image_encoders.VISUAL_ENCODERS) puts one image encoder in
     front of the members, shared by them: x is then images. `actions`, if given, are concatenated to the (image
-    features or raw) input of the members: the action-conditioned psi(s, a).
+    features or raw) input of the members: the action-conditioned psi(s, a). The members run as XLA's kernels, or on
+    a GPU as one fused kernel (utils/fused_mlp.py) that reads the same parameters.
     """
 
     hidden_dims: Sequence[int]
@@ -78,7 +81,10 @@ class EnsembleEncoder(nn.Module):
         if actions is not None:
             x = jnp.concatenate([x, actions], axis=-1)
         members = ensemblize(Encoder, self.num_members)(self.hidden_dims, self.latent_dim, self.layer_norm)
-        return members(x)
+        if self.is_initializing() or not fused_mlp.use_fused(self.hidden_dims):
+            return members(x)
+        layers = fused_mlp.mlp_layers(self.variables['params'][members.name], len(self.hidden_dims), self.layer_norm)
+        return fused_mlp.ensemble_mlp(x, layers, self.layer_norm, shared_input=True)
 
 
 class Predictor(nn.Module):
@@ -98,7 +104,7 @@ class Predictor(nn.Module):
 
 class EnsemblePredictor(nn.Module):
     """One predictor per encoder ensemble member. Input latents have shape [M, B, d]: member m only
-    sees (and only trains on) its own encoder's latents."""
+    sees (and only trains on) its own encoder's latents. Fused on a GPU like `EnsembleEncoder`."""
 
     hidden_dims: Sequence[int]
     out_dim: int
@@ -108,8 +114,13 @@ class EnsemblePredictor(nn.Module):
     @nn.compact
     def __call__(self, z, actions=None):
         members = nn.vmap(Predictor, variable_axes={'params': 0}, split_rngs={'params': True}, in_axes=(0, None),
-                          out_axes=0, axis_size=self.num_members)
-        return members(self.hidden_dims, self.out_dim, self.layer_norm)(z, actions)
+                          out_axes=0, axis_size=self.num_members)(self.hidden_dims, self.out_dim, self.layer_norm)
+        if self.is_initializing() or not fused_mlp.use_fused(self.hidden_dims):
+            return members(z, actions)
+        if actions is not None:
+            z = jnp.concatenate([z, jnp.broadcast_to(actions, (z.shape[0], *actions.shape))], axis=-1)
+        layers = fused_mlp.mlp_layers(self.variables['params'][members.name], len(self.hidden_dims), self.layer_norm)
+        return fused_mlp.ensemble_mlp(z, layers, self.layer_norm, shared_input=False)
 
 
 class GaussianActor(nn.Module):
