@@ -42,7 +42,7 @@ def both_paths(module, params, *inputs):
     return results['on'], results['off']
 
 
-@pytest.mark.parametrize('rows, width, latent, layer_norm', [(37, 29, 29, True), (300, 5, 64, True), (8, 29, 3, False)])
+@pytest.mark.parametrize('rows, width, latent, layer_norm', [(300, 29, 29, True), (8, 5, 3, False)])
 def test_encoder_ensemble_matches_xla(rows, width, latent, layer_norm):
     module = EnsembleEncoder((64, 32), latent, num_members=2, layer_norm=layer_norm)
     x = jax.random.normal(jax.random.PRNGKey(0), (rows, width))
