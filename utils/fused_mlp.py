@@ -16,6 +16,7 @@ GPU once a self-check on small shapes matches the XLA computation, and XLA elsew
 in Pallas' interpret mode: the tests' way to check it, slow); `off` keeps XLA everywhere.
 """
 
+import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -301,37 +302,46 @@ def mlp_layers(params, num_hidden: int, layer_norm: bool, final='Dense_0'):
 # ------------------------------------------------------------------ the GPU self-check
 
 
-@functools.lru_cache(maxsize=None)
-def _gpu_self_check_passes() -> bool:
-    """Compile the kernels once on small shapes and compare values and gradients with plain JAX; on a mismatch or a
-    compile error, log why and keep XLA for this process."""
+def self_check() -> bool:
+    """Compile the kernels on small shapes and compare values and gradients with plain JAX; on a mismatch or a
+    compile error, log why and return False (`auto` then keeps XLA for this process). It is first asked while an update is being traced; JAX's
+    trace is per thread, so it runs in a thread of its own, where it computes instead of adding to that trace."""
     try:
-        rng = np.random.default_rng(0)
-        members, rows, width, hidden = 2, 200, 29, (64, 64)
-        sizes = (width, *hidden, 29)
-        layers = []
-        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-            layer = (rng.normal(size=(members, n_in, n_out)) / np.sqrt(n_in), rng.normal(size=(members, n_out)) * 0.1)
-            if i < len(hidden):
-                layer += (1 + 0.1 * rng.normal(size=(members, n_out)), 0.1 * rng.normal(size=(members, n_out)))
-            layers.append(tuple(jnp.asarray(p, jnp.float32) for p in layer))
-        x = jnp.asarray(rng.normal(size=(rows, width)), jnp.float32)
-
-        def loss(fn, x, layers):
-            return jnp.sum(jnp.sin(fn(x, layers)))
-
-        fused = lambda x, layers: ensemble_mlp(x, layers, True, True)
-        plain = lambda x, layers: jax.vmap(lambda m: reference_mlp(
-            x, [tuple(p[m][None] if p.ndim == 2 else p[m] for p in layer) for layer in layers], True))(
-            jnp.arange(members))
-        got = jax.jit(jax.value_and_grad(functools.partial(loss, fused), argnums=(0, 1)))(x, layers)
-        want = jax.jit(jax.value_and_grad(functools.partial(loss, plain), argnums=(0, 1)))(x, layers)
-        for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
-            scale = float(jnp.max(jnp.abs(w))) + 1e-6
-            if not float(jnp.max(jnp.abs(g - w))) <= 2e-2 * scale:  # TF32 matmuls on the GPU
-                raise AssertionError(f'fused and plain differ by {float(jnp.max(jnp.abs(g - w))):.3g} (scale {scale:.3g})')
-        return True
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(_self_check).result()
     except Exception as error:  # noqa: BLE001 -- any failure means: keep the XLA path, and say why
         logging.warning('The fused ensemble-MLP kernel failed its self-check on this GPU (%s: %s); the representation '
                         'networks use XLA. Set FUSED_MLP=off to skip the check.', type(error).__name__, error)
         return False
+
+
+_gpu_self_check_passes = functools.lru_cache(maxsize=None)(self_check)  # once per process
+
+
+def _self_check() -> bool:
+    """Values and gradients of a small ensemble, fused against plain JAX; raises on a mismatch."""
+    rng = np.random.default_rng(0)
+    members, rows, width, hidden = 2, 200, 29, (64, 64)
+    sizes = (width, *hidden, 29)
+    layers = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layer = (rng.normal(size=(members, n_in, n_out)) / np.sqrt(n_in), rng.normal(size=(members, n_out)) * 0.1)
+        if i < len(hidden):
+            layer += (1 + 0.1 * rng.normal(size=(members, n_out)), 0.1 * rng.normal(size=(members, n_out)))
+        layers.append(tuple(jnp.asarray(p, jnp.float32) for p in layer))
+    x = jnp.asarray(rng.normal(size=(rows, width)), jnp.float32)
+
+    def loss(fn, x, layers):
+        return jnp.sum(jnp.sin(fn(x, layers)))
+
+    fused = lambda x, layers: ensemble_mlp(x, layers, True, True)
+    plain = lambda x, layers: jax.vmap(lambda m: reference_mlp(
+        x, [tuple(p[m][None] if p.ndim == 2 else p[m] for p in layer) for layer in layers], True))(
+        jnp.arange(members))
+    got = jax.jit(jax.value_and_grad(functools.partial(loss, fused), argnums=(0, 1)))(x, layers)
+    want = jax.jit(jax.value_and_grad(functools.partial(loss, plain), argnums=(0, 1)))(x, layers)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        scale = float(jnp.max(jnp.abs(w))) + 1e-6
+        if not float(jnp.max(jnp.abs(g - w))) <= 2e-2 * scale:  # TF32 matmuls on the GPU
+            raise AssertionError(f'fused and plain differ by {float(jnp.max(jnp.abs(g - w))):.3g} (scale {scale:.3g})')
+    return True

@@ -140,19 +140,22 @@ def test_one_byol_gamma_step_is_read_in_six_files():
     """A BYOL-gamma^a gradient step, from main.py's training loop (utils.training.train_seeds) to the parameter update
     with the optimizer, per leaf and over one vector: the repository files whose code runs while it is traced (not
     compiled: the same Python runs). With main.py, at most 6 (main.py, utils/training.py, utils/sampler.py,
-    agents/base.py, agents/byol_gamma.py, utils/networks.py)."""
+    agents/base.py, agents/byol_gamma.py, utils/networks.py), and utils/fused_mlp.py's choice between the XLA path
+    and its kernel (on this CPU: XLA; its `use_fused` is all of that file that runs)."""
     import sys
 
     from utils.training import train_seeds
 
     config = config_of('byol_gamma_a')
     data = toy_dataset()
-    seen = set()
+    seen, fused_functions = set(), set()
 
     def record(frame, event, arg):
         path = frame.f_code.co_filename
         if event == 'call' and path.startswith(ROOT + os.sep) and os.sep + '.venv' + os.sep not in path:
             seen.add(os.path.relpath(path, ROOT))
+            if path.endswith('fused_mlp.py'):
+                fused_functions.add(frame.f_code.co_name)
 
     # The agents' shapes only (their create traced, not compiled), per leaf and over one vector.
     for layout in (per_leaf, lambda agent: with_optimizer(agent, one_vector=True)):
@@ -164,5 +167,6 @@ def test_one_byol_gamma_step_is_read_in_six_files():
         finally:
             sys.setprofile(None)
     seen = {path for path in seen if not path.startswith('tests' + os.sep)}  # this test's own lambda
-    assert sorted(seen) == ['agents/base.py', 'agents/byol_gamma.py', 'utils/networks.py', 'utils/sampler.py',
-                            'utils/training.py'], sorted(seen)
+    assert sorted(seen) == ['agents/base.py', 'agents/byol_gamma.py', 'utils/fused_mlp.py', 'utils/networks.py',
+                            'utils/sampler.py', 'utils/training.py'], sorted(seen)
+    assert fused_functions - {'<genexpr>'} == {'use_fused', 'requested_mode', 'supports'}, fused_functions

@@ -102,3 +102,22 @@ def test_a_network_xla_cannot_fuse_is_computed_by_xla_when_fusion_is_on():
         assert 'pallas_call' not in str(jax.make_jaxpr(lambda p: module.apply({'params': p}, x))(params))
     with fused_mlp.fused_mode('off'):
         np.testing.assert_array_equal(on, module.apply({'params': params}, x))
+
+
+def test_the_self_check_runs_while_an_update_is_traced_and_fails_safe(monkeypatch, caplog):
+    """`auto` on a GPU first asks the self-check while the update is being traced: it must compute its arrays, not add
+    them to that trace (before: a ConcretizationTypeError, so the kernel was never used). A kernel that computes the
+    wrong values fails it, with a warning naming FUSED_MLP, and the caller keeps XLA."""
+    verdicts = []
+
+    @jax.jit
+    def traced(x):
+        verdicts.append(fused_mlp.self_check())
+        return x + 1
+
+    traced(jnp.ones(2))
+    assert verdicts == [True]
+    wrong = fused_mlp.ensemble_mlp
+    monkeypatch.setattr(fused_mlp, 'ensemble_mlp', lambda *args, **kwargs: 1.1 * wrong(*args, **kwargs))
+    assert fused_mlp.self_check() is False
+    assert 'failed its self-check' in caplog.text and 'FUSED_MLP=off' in caplog.text
