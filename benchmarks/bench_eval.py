@@ -22,7 +22,7 @@ episodes per batch, as main.py did before native stepping. The last line reports
 `<mode>: X env steps/s = Y% of the physics limit (...)`. With `--beside_training <preset>` the first native mode
 is timed once more with that agent training beside it (batch `--train_batch_size`, `--steps_per_call` updates per
 call, on JAX's default backend, its metrics fetched after every call as main.py does), its share of the physics limit
-printed the same way, with the training's steps/s while the evaluation ran: on a GPU machine the training runs on the
+printed the same way, with the training's updates/s while the evaluation ran: on a GPU machine the training runs on the
 device and its host thread mostly waits; on a CPU it competes with the evaluation for the same cores.
 """
 
@@ -266,6 +266,10 @@ def main():
                          f'byol_gamma_a)')
 
     runs = mode_runs(args)
+    native_runs = [(label, make, workers) for label, make, _, workers in runs if label.startswith('native')]
+    if args.beside_training and not native_runs:
+        why = 'add native to --modes' if 'native' not in args.modes else f'{args.env} has no native stepping'
+        parser.error(f'--beside_training times the native mode beside training, and this run has none: {why}.')
     env = make_env(args.env)
     policy = make_policy(args.policy, env, args.seed, args.seeds)
     seeds = [args.seed + k for k in range(args.seeds)]
@@ -300,8 +304,7 @@ def main():
         timings.append((label, timing, workers))
         if hasattr(envs, 'close'):
             envs.close()
-    native_runs = [(label, make, workers) for label, make, _, workers in runs if label.startswith('native')]
-    if args.beside_training and native_runs:
+    if args.beside_training:
         label, make_envs, workers = native_runs[0]
         timing, train_rate = beside_training(args.beside_training, env, make_envs, policy, seeds, args)
         label = f'{label}, beside {args.beside_training} training'

@@ -43,15 +43,15 @@ def requested_mode() -> str:
     mode = _forced_mode or os.environ.get('FUSED_MLP', 'auto')
     if mode not in MODES:
         raise ConfigError(f'FUSED_MLP={mode!r} is not one of {", ".join(MODES)}: unset it (auto: the fused kernel on a '
-                         f'GPU, XLA elsewhere), or set on / off.')
+                          f'GPU, XLA elsewhere), or set on / off.')
     return mode
 
 
 @contextlib.contextmanager
 def fused_mode(mode: str):
     """Networks traced inside use `mode` (auto / on / off), whatever $FUSED_MLP says: for tests and benchmarks. The
-mode is read when a function is traced, and jax.jit's caches do not know it, so entering and leaving clears them:
-a function jitted at module level (utils.training.train_steps) is traced again, with the mode in force."""
+    mode is read when a function is traced, and jax.jit's caches do not know it, so entering and leaving clears them:
+    a function jitted at module level (utils.training.train_steps) is traced again, with the mode in force."""
     global _forced_mode
     if mode not in MODES:
         raise ValueError(f'fused_mode({mode!r}): expected one of {MODES}.')
@@ -304,8 +304,9 @@ def mlp_layers(params, num_hidden: int, layer_norm: bool, final='Dense_0'):
 
 def self_check() -> bool:
     """Compile the kernels on small shapes and compare values and gradients with plain JAX; on a mismatch or a
-    compile error, log why and return False (`auto` then keeps XLA for this process). It is first asked while an update is being traced; JAX's
-    trace is per thread, so it runs in a thread of its own, where it computes instead of adding to that trace."""
+    compile error, log why and return False (`auto` then keeps XLA for this process). It is first asked while an
+    update is being traced; JAX's trace is per thread, so it runs in a thread of its own, where it computes instead
+    of adding to that trace."""
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(_self_check).result()
