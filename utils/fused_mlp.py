@@ -50,18 +50,23 @@ def requested_mode() -> str:
 @contextlib.contextmanager
 def fused_mode(mode: str):
     """Networks traced inside use `mode` (auto / on / off), whatever $FUSED_MLP says: for tests and benchmarks. The
-    mode is read when a function is traced, and jax.jit's caches do not know it, so entering and leaving clears them:
-    a function jitted at module level (utils.training.train_steps) is traced again, with the mode in force."""
+    mode is read when a function is traced, and jax.jit's caches do not know it, so where entering or leaving changes
+    the path a 64-wide network takes, JAX's caches are cleared: a function jitted at module level
+    (utils.training.train_steps) is then traced again, with the path in force."""
     global _forced_mode
     if mode not in MODES:
         raise ValueError(f'fused_mode({mode!r}): expected one of {MODES}.')
+    before = use_fused((64,))
     previous, _forced_mode = _forced_mode, mode
-    jax.clear_caches()
+    if use_fused((64,)) != before:
+        jax.clear_caches()
     try:
         yield
     finally:
+        inside = use_fused((64,))
         _forced_mode = previous
-        jax.clear_caches()
+        if use_fused((64,)) != inside:
+            jax.clear_caches()
 
 
 def supports(hidden_dims: Sequence[int], dtype=jnp.float32) -> bool:

@@ -4,6 +4,7 @@ float32 rounding (rtol 1e-4, atol 1e-6), for BYOL-γ^a: its encoder ensemble (TR
 same module) and its action-conditioned forward and backward predictors. The XLA path, the CPU's default, is what the regression records hold."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from configs.presets import get_config as preset_config
@@ -18,13 +19,13 @@ def test_training_with_the_fused_networks_equals_training_with_xla():
     config.encoder_hidden_dims = (32, 32)
     seeds = [0, 1]
     keys = np.stack([jax.random.PRNGKey(10 + s) for s in seeds])
+    agents = stack_trees([make_agent(config, s) for s in seeds])  # the same initial parameters on both paths
     results = {}
     for mode in ('off', 'on'):
         with fused_mlp.fused_mode(mode):
-            traced = jax.make_jaxpr(train_steps_multi, static_argnums=4)(
-                stack_trees([make_agent(config, s) for s in seeds]), data, keys, 0, 1)
+            traced = jax.make_jaxpr(train_steps_multi, static_argnums=4)(agents, data, keys, 0, 1)
             assert ('pallas_call' in str(traced)) == (mode == 'on')  # the update itself takes the path
-            results[mode] = train_steps_multi(stack_trees([make_agent(config, s) for s in seeds]), data, keys, 0, 5)
+            results[mode] = train_steps_multi(jax.tree_util.tree_map(jnp.copy, agents), data, keys, 0, 5)
     (fused_agents, fused_infos), (xla_agents, xla_infos) = results['on'], results['off']
     assert set(fused_infos) == set(xla_infos)
     for name in xla_infos:
