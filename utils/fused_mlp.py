@@ -20,6 +20,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import math
 import os
 from typing import Optional, Sequence
 
@@ -34,6 +35,7 @@ LAYER_NORM_EPSILON = 1e-6  # flax.linen.LayerNorm's default
 MODES = ('auto', 'on', 'off')
 MIN_DIM = 16  # the smallest matrix side a GPU kernel's dot takes; narrower inputs and outputs are zero-padded
 ROW_TILE = 128  # rows per program
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # a Python float: a weakly typed literal inside the kernels
 
 _forced_mode: Optional[str] = None
 
@@ -97,12 +99,12 @@ def interpret_mode() -> bool:
 def gelu(a):
     """The tanh approximation (flax.linen.gelu's default), written out so that the kernels and their derivative
     below use one definition."""
-    return 0.5 * a * (1.0 + jnp.tanh(np.sqrt(2.0 / np.pi) * (a + 0.044715 * a**3)))
+    return 0.5 * a * (1.0 + jnp.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a**3)))
 
 
 def gelu_derivative(a):
-    t = jnp.tanh(np.sqrt(2.0 / np.pi) * (a + 0.044715 * a**3))
-    return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * np.sqrt(2.0 / np.pi) * (1.0 + 3 * 0.044715 * a * a)
+    t = jnp.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a**3))
+    return 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * a * a)
 
 
 def normalize(u):
