@@ -215,6 +215,14 @@ def beside_training(preset, env, make_envs, policy, seeds, args):
     return timing, calls * args.steps_per_call / (end - start)
 
 
+def print_row(label, timing, workers, one_env_rate):
+    """One row of the modes table: wall time, env steps/s, the env-only limit and the share of it, success."""
+    limit = workers * one_env_rate
+    success = np.mean([r['evaluation/overall_success'] for r in timing['results']])
+    print(f'| {label} | {timing["wall_s"]:.1f} | {timing["steps_per_s"]:.0f} | {limit:.0f} ({workers} x '
+          f'{one_env_rate:.0f}) | {100 * timing["steps_per_s"] / limit:.0f}% | {success:.3f} |', flush=True)
+
+
 def mode_runs(args):
     """(label, make_envs, lockstep, parallelism) of every mode and worker count asked for. The envs are made right
     before their mode is timed: a pool's worker processes starting up would load the cores under another mode."""
@@ -297,10 +305,7 @@ def main():
         if isinstance(envs, NativeEpisodes) and recorded is None:
             envs = recorded = RecordingStepper(envs)
         timing = time_seeds_evaluation(policy, envs, seeds, args.tasks, args.episodes, args.max_steps, lockstep)
-        limit = workers * one_env_rate
-        success = np.mean([r['evaluation/overall_success'] for r in timing['results']])
-        print(f'| {label} | {timing["wall_s"]:.1f} | {timing["steps_per_s"]:.0f} | {limit:.0f} ({workers} x '
-              f'{one_env_rate:.0f}) | {100 * timing["steps_per_s"] / limit:.0f}% | {success:.3f} |', flush=True)
+        print_row(label, timing, workers, one_env_rate)
         timings.append((label, timing, workers))
         if hasattr(envs, 'close'):
             envs.close()
@@ -308,10 +313,7 @@ def main():
         label, make_envs, workers = native_runs[0]
         timing, train_rate = beside_training(args.beside_training, env, make_envs, policy, seeds, args)
         label = f'{label}, beside {args.beside_training} training'
-        success = np.mean([r['evaluation/overall_success'] for r in timing['results']])
-        limit = workers * one_env_rate
-        print(f'| {label} | {timing["wall_s"]:.1f} | {timing["steps_per_s"]:.0f} | {limit:.0f} ({workers} x '
-              f'{one_env_rate:.0f}) | {100 * timing["steps_per_s"] / limit:.0f}% | {success:.3f} |', flush=True)
+        print_row(label, timing, workers, one_env_rate)
         print(f'training beside it ({args.beside_training}, batch {args.train_batch_size}, on '
               f'{jax.default_backend()}): {train_rate:.0f} updates/s while the evaluation ran', flush=True)
         timings.append((label, timing, workers))

@@ -241,7 +241,8 @@ def report_failure(e):
 
 
 def training_table(title, results, args, variant, presets=None):
-    """Prints the training table of one variant (optimizer layout, fused mode): rates, GFLOP, kernels, TFLOP/s, cost relative to GCBC."""
+    """Prints the training table of one variant (optimizer layout, fused mode): rates, GFLOP, kernels, TFLOP/s, cost
+    relative to GCBC."""
     ns, presets = args.num_seeds, presets or args.presets
     print(f'\n{title}\n')
     print('| agent | GFLOP/update | kernels/update | ' + ' | '.join(f'N={n} seed-steps/s' for n in ns)

@@ -59,6 +59,16 @@ class Encoder(nn.Module):
         return nn.Dense(self.latent_dim, kernel_init=default_init())(x)
 
 
+def fused_layers(ensemble: nn.Module, members: nn.Module):
+    """The layers `utils.fused_mlp.ensemble_mlp` computes `members` (an ensemblized Encoder / Predictor of `ensemble`)
+    with, read from the parameters the XLA path uses; None when this trace takes the XLA path (and always at init,
+    which creates those parameters)."""
+    if ensemble.is_initializing() or not fused_mlp.use_fused(ensemble.hidden_dims):
+        return None
+    params = ensemble.variables['params'][members.name]
+    return fused_mlp.mlp_layers(params, len(ensemble.hidden_dims), ensemble.layer_norm)
+
+
 class EnsembleEncoder(nn.Module):
     """An ensemble of `num_members` encoders; returns all members' outputs, shape [M, ..., latent].
 
@@ -81,9 +91,9 @@ class EnsembleEncoder(nn.Module):
         if actions is not None:
             x = jnp.concatenate([x, actions], axis=-1)
         members = ensemblize(Encoder, self.num_members)(self.hidden_dims, self.latent_dim, self.layer_norm)
-        if self.is_initializing() or not fused_mlp.use_fused(self.hidden_dims):
+        layers = fused_layers(self, members)
+        if layers is None:
             return members(x)
-        layers = fused_mlp.mlp_layers(self.variables['params'][members.name], len(self.hidden_dims), self.layer_norm)
         return fused_mlp.ensemble_mlp(x, layers, self.layer_norm, shared_input=True)
 
 
@@ -115,11 +125,11 @@ class EnsemblePredictor(nn.Module):
     def __call__(self, z, actions=None):
         members = nn.vmap(Predictor, variable_axes={'params': 0}, split_rngs={'params': True}, in_axes=(0, None),
                           out_axes=0, axis_size=self.num_members)(self.hidden_dims, self.out_dim, self.layer_norm)
-        if self.is_initializing() or not fused_mlp.use_fused(self.hidden_dims):
+        layers = fused_layers(self, members)
+        if layers is None:
             return members(z, actions)
         if actions is not None:
             z = jnp.concatenate([z, jnp.broadcast_to(actions, (z.shape[0], *actions.shape))], axis=-1)
-        layers = fused_mlp.mlp_layers(self.variables['params'][members.name], len(self.hidden_dims), self.layer_norm)
         return fused_mlp.ensemble_mlp(z, layers, self.layer_norm, shared_input=False)
 
 
