@@ -17,6 +17,11 @@ the batch size, 1024, is the agent config's). A run:
 docs/guarantees.md says what a run promises when something goes wrong.
 """
 
+import gc
+
+if __name__ == '__main__':  # a run: no garbage collection while the imports build what lives as long as it does
+    gc.disable()
+
 import dataclasses
 import logging as py_logging
 import os
@@ -35,6 +40,7 @@ from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
 from runtime.exits import EXIT_INTERRUPTED, exit_without_teardown, named_error
+from runtime.garbage_collection import freeze_imported_objects
 from runtime.request import (HelpRequested, Request, check_jax_backend, check_request, define_dataclass_flags, flag,
                              parse_command_line)
 from runtime.run_writer import RunSet
@@ -292,6 +298,7 @@ def keep_argv(argv):
 
 
 if __name__ == '__main__':
+    freeze_imported_objects()  # the imports' objects out of the collector's reach; collecting again
     try:
         app.run(main, flags_parser=keep_argv)
     except SystemExit as end:  # app.run always ends with sys.exit

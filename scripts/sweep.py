@@ -25,6 +25,7 @@ from experiments import sweep
 from main import request_of
 from runtime import exits
 from runtime.checkout import require_own_checkout
+from runtime.garbage_collection import freeze_imported_objects
 from utils.errors import ConfigError, DatasetError
 
 
@@ -202,4 +203,5 @@ def submit(args, jobs):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
+    freeze_imported_objects()  # main.py's imports: runtime/garbage_collection.py
     exits.exit_without_teardown(main())  # sys.exit(main()), less freeing main.py's imports one by one

@@ -58,6 +58,14 @@ def pytest_configure(config):
         jax.devices()
 
 
+def pytest_collection_finish(session):
+    # Every test module is imported: what they imported lives as long as the process; the collector then walks
+    # only what the tests make (as main.py's runs do, runtime/garbage_collection.py).
+    from runtime.garbage_collection import freeze_imported_objects
+
+    freeze_imported_objects()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     # A test worker ends here, after it has sent its results to the main pytest process: it skips the

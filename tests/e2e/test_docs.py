@@ -131,6 +131,7 @@ TOY_FLAGS = {
     'benchmarks/bench_train.py': ['--steps=2', '--rounds=1', '--batch_sizes=16', '--presets=gcbc'],
     'benchmarks/bench_seeds.py': ['--steps=2', '--rounds=1', '--num_seeds=1,2', '--batch_size=16', '--preset=gcbc'],
     'benchmarks/bench_init.py': ['--rounds=1', '--presets=gcbc'],
+    'benchmarks/bench_startup.py': ['--rounds=1', '--presets=gcbc'],
     'benchmarks/bench_eval.py': ['--episodes=2', '--tasks', '1', '--max_steps=50', '--env_seconds=0.2',
                                  '--train_batch_size=16', '--steps_per_call=2'],
     'benchmarks/bench_datagen.py': ['--num_episodes=2', '--repeats=1'],

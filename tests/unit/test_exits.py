@@ -29,3 +29,24 @@ def test_exit_without_teardown_keeps_status_handlers_and_buffers(code, status, t
     assert 'logged' in result.stderr and marker.read_text() == 'handler ran'
     if not code.isdigit() and code != 'none':
         assert result.stderr.rstrip().endswith(code)
+
+
+# main.py run as a script, its collector's state reported by an exit handler (exit_without_teardown runs them).
+COLLECTOR_PROBE = '''
+import atexit, gc, runpy, sys
+atexit.register(lambda: print("collector", gc.isenabled(), gc.get_freeze_count(), gc.get_threshold()[0]))
+sys.argv = ["main.py", "--help"]
+runpy.run_path("main.py", run_name="__main__")
+'''
+
+
+def test_main_py_freezes_its_imports_and_collects_again():
+    """runtime/garbage_collection.py: main.py collects nothing while importing, then freezes what the imports made
+    (hundreds of thousands of objects) and collects again, the first generation less often. A collector left off
+    would never free a cycle in a month-long run."""
+    from runtime.garbage_collection import YOUNG_GENERATION_THRESHOLD
+
+    result = subprocess.run([sys.executable, '-c', COLLECTOR_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    enabled, frozen, threshold = result.stdout.strip().splitlines()[-1].split()[1:]
+    assert enabled == 'True' and int(frozen) > 100_000 and int(threshold) == YOUNG_GENERATION_THRESHOLD, result.stdout
