@@ -302,8 +302,7 @@ def main(argv=None):
     def variant_label(variant):
         layout, fused = variant
         flat = layout == 'flat' or (layout == 'auto' and jax.default_backend() != 'cpu')
-        with fused_mlp.fused_mode(fused):
-            kernel = 'fused kernel' if fused_mlp.use_fused((64,)) else 'XLA'
+        kernel = 'fused kernel' if fused_mlp.use_fused((64,), mode=fused) else 'XLA'
         return f'{layout} ({"flat" if flat else "per-leaf"} optimizer), representation networks {fused} ({kernel})'
 
     results = {}

@@ -22,10 +22,10 @@ from ml_collections import config_flags
 
 from runtime.loggers import effective_wandb_mode
 from runtime.run_dir import name_too_long
-from utils.render_backend import unavailable_message
 from utils import fused_mlp
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
 from utils.errors import ConfigError, StorageError
+from utils.render_backend import unavailable_message
 from utils.sampler import SamplerConfig
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -78,9 +78,10 @@ def supports(hidden_dims: Sequence[int], dtype=jnp.float32) -> bool:
         size >= MIN_DIM and size & (size - 1) == 0 for size in hidden_dims)
 
 
-def use_fused(hidden_dims: Sequence[int], dtype=jnp.float32) -> bool:
-    """Whether a network with these hidden sizes, traced now, takes the fused path."""
-    mode = requested_mode()
+def use_fused(hidden_dims: Sequence[int], dtype=jnp.float32, mode: Optional[str] = None) -> bool:
+    """Whether a network with these hidden sizes, traced now, takes the fused path (under `mode`, default the
+    requested one)."""
+    mode = mode or requested_mode()
     if mode == 'off' or not supports(hidden_dims, dtype):
         return False
     if mode == 'on':
@@ -94,6 +95,10 @@ def interpret_mode() -> bool:
 
 
 # ------------------------------------------------------------------ the computation, in plain JAX
+
+
+def _dot(a, b, contract_a=1, contract_b=0):
+    return jax.lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())), preferred_element_type=jnp.float32)
 
 
 def gelu(a):
@@ -114,23 +119,18 @@ def normalize(u):
     return centred * inv_std, inv_std
 
 
-def reference_mlp(x, layers, layer_norm: bool):
-    """One member's MLP in plain jnp (the self-check's yardstick). `layers`: per hidden layer (W, b, scale, offset)
-    (no scale / offset without LayerNorm), then (W_out, b_out); biases [1, size]."""
+def member_mlp(x, layers, layer_norm: bool):
+    """One member's MLP on a block of rows: the forward kernel's body, and in plain JAX the self-check's yardstick.
+    `layers`: per hidden layer (W, b, scale, offset) (no scale / offset without LayerNorm), then (W_out, b_out); biases
+    [1, size]."""
     h = x
     for layer in layers[:-1]:
-        u = gelu(h @ layer[0] + layer[1])
-        if layer_norm:
-            u = normalize(u)[0] * layer[2] + layer[3]
-        h = u
-    return h @ layers[-1][0] + layers[-1][1]
+        u = gelu(_dot(h, layer[0]) + layer[1])
+        h = normalize(u)[0] * layer[2] + layer[3] if layer_norm else u
+    return _dot(h, layers[-1][0]) + layers[-1][1]
 
 
 # ------------------------------------------------------------------ the kernels
-
-
-def _dot(a, b, contract_a=1, contract_b=0):
-    return jax.lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())), preferred_element_type=jnp.float32)
 
 
 def _group(refs, num_hidden: int, layer_norm: bool):
@@ -142,12 +142,8 @@ def _group(refs, num_hidden: int, layer_norm: bool):
 
 def _forward_kernel(num_hidden, layer_norm, x_ref, *refs):
     *weight_refs, out_ref = refs
-    layers = _group(weight_refs, num_hidden, layer_norm)
-    h = x_ref[...]
-    for layer in layers[:-1]:
-        u = gelu(_dot(h, layer[0][...]) + layer[1][...])
-        h = normalize(u)[0] * layer[2][...] + layer[3][...] if layer_norm else u
-    out_ref[...] = _dot(h, layers[-1][0][...]) + layers[-1][1][...]
+    layers = [[ref[...] for ref in layer] for layer in _group(weight_refs, num_hidden, layer_norm)]
+    out_ref[...] = member_mlp(x_ref[...], layers, layer_norm)
 
 
 def _backward_kernel(num_hidden, layer_norm, x_ref, *refs):
@@ -343,7 +339,7 @@ def _self_check() -> bool:
         return jnp.sum(jnp.sin(fn(x, layers)))
 
     fused = lambda x, layers: ensemble_mlp(x, layers, True, True)
-    plain = lambda x, layers: jax.vmap(lambda m: reference_mlp(
+    plain = lambda x, layers: jax.vmap(lambda m: member_mlp(
         x, [tuple(p[m][None] if p.ndim == 2 else p[m] for p in layer) for layer in layers], True))(
         jnp.arange(members))
     got = jax.jit(jax.value_and_grad(functools.partial(loss, fused), argnums=(0, 1)))(x, layers)
