@@ -8,6 +8,7 @@ Shared helpers live in tests/helpers.py; no test module imports another."""
 
 import fcntl
 import os
+import shutil
 import sys
 import tempfile
 
@@ -24,8 +25,12 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('WANDB_MODE', 'disabled')
 os.environ.setdefault('MUJOCO_GL', 'egl')
 # One persistent XLA compilation cache for the whole session, inherited by every main.py subprocess: the
-# end-to-end tests start main.py with the same configs many times, and compiling is most of their cost.
-os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', tempfile.mkdtemp(prefix='byol-gamma-tests-xla-'))
+# end-to-end tests start main.py with the same configs many times, and compiling is most of their cost. Made by
+# the process that starts the session (the workers inherit it) and removed when that process ends; a cache
+# directory the caller names is the caller's, and is kept.
+SESSION_CACHE_DIR = None
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+    SESSION_CACHE_DIR = os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='byol-gamma-tests-xla-')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 # Most tests run tiny networks for a few steps, so compiling costs far more than running (about four fifths
@@ -74,6 +79,8 @@ def pytest_unconfigure(config):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    if SESSION_CACHE_DIR:
+        shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope='session')
