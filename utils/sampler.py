@@ -31,8 +31,10 @@ class DeviceDataset(flax.struct.PyTreeNode):
         episode_id = np.searchsorted(ends, np.arange(len(terminals)))
         episode_end = ends[episode_id].astype(np.int32)
         sample_idxs = np.nonzero(~terminals)[0].astype(np.int32)
-        return cls(observations=jnp.asarray(observations), actions=jnp.asarray(actions),
-                   episode_end=jnp.asarray(episode_end), sample_idxs=jnp.asarray(sample_idxs))
+        # device_put, not jnp.asarray: the same arrays and dtypes, copied to the device without compiling a copy
+        # program per array shape (~6 ms each at start-up).
+        return cls(**jax.device_put(dict(observations=observations, actions=actions, episode_end=episode_end,
+                                         sample_idxs=sample_idxs)))
 
     @property
     def size(self) -> int:
