@@ -1,8 +1,8 @@
-"""Training steps/s of this codebase's GCIVL / GCIQL next to OGBench's reference implementation of the
+r"""Training steps/s of this codebase's GCIVL / GCIQL next to OGBench's reference implementation of the
 same agent, on the same dataset, same hyperparameters, in one process.
 
     pip download --no-binary :all: --no-deps ogbench==1.2.2 -d /tmp/ogb && tar xzf /tmp/ogb/ogbench-1.2.2.tar.gz -C /tmp/ogb
-    python benchmarks/bench_ogbench_reference.py --ogbench_src=/tmp/ogb/ogbench-1.2.2 --agent=gcivl \\
+    python benchmarks/bench_ogbench_reference.py --ogbench_src=/tmp/ogb/ogbench-1.2.2 --agent=gcivl \
         --dataset=/tmp/ogbench_data/pointmaze-medium-stitch-v0.npz
 
 OGBench's agents need `distrax` (and its dependencies) importable; nothing of OGBench is copied here:

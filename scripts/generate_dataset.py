@@ -1,4 +1,4 @@
-"""Generate an OGBench dataset offline (train `<name>.npz` and val `<name>-val.npz`).
+r"""Generate an OGBench dataset offline (train `<name>.npz` and val `<name>-val.npz`).
 
     python scripts/generate_dataset.py --env_name=pointmaze-medium-stitch-v0 --dataset_dir=~/.ogbench/data \
         [--num_episodes=N] [--num_val_episodes=M] [--seed=S] [--workers=W]

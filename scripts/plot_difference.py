@@ -1,4 +1,4 @@
-"""One figure of a method's gain over a baseline on every dataset measured: the difference of means over seeds (each
+r"""One figure of a method's gain over a baseline on every dataset measured: the difference of means over seeds (each
 seed's score as scripts/results.py computes it) with its Welch t-interval, one row per (run set, dataset).
 
     python scripts/plot_difference.py --runs="CPU=results/cpu_stitch_6k" --runs="H200=results/h200_headline_200k" \

@@ -1,4 +1,4 @@
-"""Launch a grid of main.py runs: methods x environments x hyperparameters x seeds.
+r"""Launch a grid of main.py runs: methods x environments x hyperparameters x seeds.
 
     python scripts/sweep.py --name=state --envs=antmaze-medium-stitch-v0,antmaze-large-stitch-v0 \
         --method=byol_gamma_a:alpha=1,6,40,100 --method=gcbc --seeds=0-9 \

@@ -4,6 +4,7 @@ import ast
 import os
 import re
 import subprocess
+import tokenize
 import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -87,6 +88,23 @@ def test_test_modules_import_helpers_not_each_other():
                 imported = [module] + [f'{module}.{n}' if module else n for n in names]
                 if any(re.search(r'(^|\.)(test_\w+|conftest)$', m) for m in imported if m.startswith('tests')):
                     offenders.append(name)
+    assert not offenders, offenders
+
+
+def test_command_examples_in_strings_keep_their_line_continuations():
+    """A backslash at the end of a line inside a plain string joins the lines: a script's docstring, printed by
+    --help, showed its multi-line example command as one line with runs of spaces where the breaks were. A string
+    that spans lines with a backslash must be raw (an r before its quotes), so the example prints as written (an
+    escaped backslash, two of them before the line break, is a character and continues nothing)."""
+    offenders = []
+    for name in tracked_text_files():
+        if name.endswith('.py'):
+            with open(os.path.join(ROOT, name)) as f:
+                for token in tokenize.generate_tokens(f.readline):
+                    prefix = re.match(r'[A-Za-z]*', token.string).group().lower()
+                    continued = re.search(r'(?<!\\)(\\\\)*\\\n', token.string)
+                    if token.type == tokenize.STRING and 'r' not in prefix and continued:
+                        offenders.append(f'{name}:{token.start[0]}')
     assert not offenders, offenders
 
 
