@@ -17,6 +17,7 @@ from absl import app, flags
 
 from datagen.antmaze import generate_antmaze_dataset
 from runtime.checkout import require_own_checkout
+from runtime.exits import parse_absl_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('dataset_name', 'antmaze-medium-stitch-v0', 'A generatable antmaze stitch dataset.')
@@ -45,4 +46,4 @@ def main(_):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    app.run(main)
+    app.run(main, flags_parser=parse_absl_flags)

@@ -13,6 +13,7 @@ from absl import app, flags
 
 from datagen.pointmaze import generate_pointmaze_dataset, generate_pointmaze_dataset_reference
 from runtime.checkout import require_own_checkout
+from runtime.exits import parse_absl_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -54,4 +55,4 @@ def main(_):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    app.run(main)
+    app.run(main, flags_parser=parse_absl_flags)

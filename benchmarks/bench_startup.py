@@ -21,6 +21,7 @@ import time
 from absl import app, flags
 
 from runtime.checkout import require_own_checkout
+from runtime.exits import parse_absl_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('presets', ['gcbc', 'byol_gamma_a'], 'Presets (configs/presets.py).')
@@ -88,4 +89,4 @@ def main(_):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    app.run(main)
+    app.run(main, flags_parser=parse_absl_flags)

@@ -17,6 +17,7 @@ import numpy as np
 from absl import app, flags
 
 from runtime.checkout import require_own_checkout
+from runtime.exits import parse_absl_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('presets', 'gcbc_visual,byol_gamma_a_visual,tra_visual,tdsr_a_visual', 'Visual presets to time.')
@@ -91,4 +92,4 @@ def main(_):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    app.run(main)
+    app.run(main, flags_parser=parse_absl_flags)

@@ -1,5 +1,6 @@
 """How main.py ends: its exit statuses, and the one-paragraph message it prints for an error that is not a bug (a
-named error type of utils/errors.py, a failed write, an out-of-memory error), where a traceback would only hide the fix."""
+named error type of utils/errors.py, a failed write, an out-of-memory error), where a traceback would only hide the fix.
+And how the absl scripts end when asked for help."""
 
 import atexit
 import errno
@@ -88,3 +89,20 @@ def exit_without_teardown(code) -> None:
         except (OSError, ValueError):  # a closed or broken pipe: nothing more can reach it
             pass
     os._exit(code)
+
+
+def parse_absl_flags(argv):
+    """The flag parser of every absl script: `app.run(main, flags_parser=parse_absl_flags)`. absl's own parser, except
+    that a request for help (--help, --helpshort, --helpfull, and -h, which absl alone does not know) prints the usage
+    and exits with status 0, as main.py's and the argparse scripts' do. absl's help flags exit with status 1, which a
+    shell (`&&`, `set -e`) or a job scheduler reads as a failure. A flag error still exits 1 with absl's message."""
+    from absl import app, flags
+
+    options = argv[1:argv.index('--')] if '--' in argv else argv[1:]
+    argv = [argv[0]] + ['--help' if arg == '-h' else arg for arg in options] + argv[1 + len(options):]
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error:
+        return app.parse_flags_with_usage(argv)  # the same error again: absl's message, exit 1
+    except SystemExit as end:  # only absl's help flags exit while parsing, once the usage is printed
+        raise SystemExit(0 if end.code == 1 else end.code) from None

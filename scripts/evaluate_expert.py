@@ -18,6 +18,7 @@ from absl import app, flags
 from datagen.antmaze import EXPERT_RECORD, evaluate_subgoal_following, load_expert
 from runtime.atomic_io import read_json, write_json
 from runtime.checkout import require_own_checkout
+from runtime.exits import parse_absl_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('episodes_per_task', 20, 'Episodes for each of the 5 evaluation tasks.')
@@ -61,4 +62,4 @@ def main(_):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    app.run(main)
+    app.run(main, flags_parser=parse_absl_flags)

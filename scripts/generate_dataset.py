@@ -25,7 +25,7 @@ from absl import app, flags
 from datagen import GENERATABLE_DATASETS, describe, is_faithful, write_dataset
 from runtime.checkout import require_own_checkout
 from runtime.dataset_files import dataset_paths
-from runtime.exits import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PREEMPTED
+from runtime.exits import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PREEMPTED, parse_absl_flags
 from utils.errors import DatasetError
 
 FLAGS = flags.FLAGS
@@ -99,4 +99,4 @@ def interrupted_message(dataset_name, paths, present_before, cause='Ctrl-C'):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    app.run(main)
+    app.run(main, flags_parser=parse_absl_flags)

@@ -50,3 +50,49 @@ def test_main_py_freezes_its_imports_and_collects_again():
     assert result.returncode == 0, result.stderr[-3000:]
     enabled, frozen, threshold = result.stdout.strip().splitlines()[-1].split()[1:]
     assert enabled == 'True' and int(frozen) > 100_000 and int(threshold) == YOUNG_GENERATION_THRESHOLD, result.stdout
+
+
+ABSL_SCRIPT = '''
+import sys
+from absl import app, flags
+from runtime.exits import parse_absl_flags
+flags.DEFINE_integer("count", 1, "How many times to say it.")
+def main(argv):
+    print("main ran with", flags.FLAGS.count, argv[1:])
+    return int(sys.argv[-1]) if sys.argv[-1].isdigit() else None
+app.run(main, flags_parser=parse_absl_flags)
+'''
+
+
+@pytest.mark.parametrize('args, status, printed', [
+    (['--help'], 0, 'How many times to say it.'), (['-h'], 0, 'How many times to say it.'),
+    (['--helpfull'], 0, 'How many times to say it.'), (['--count=3', '--help'], 0, 'How many times to say it.'),
+    (['--count=3'], 0, 'main ran with 3 []'), (['--count=3', '--', '-h', '7'], 7, "main ran with 3 ['-h', '7']"),
+    (['--bogus'], 1, "Unknown command line flag 'bogus'"), (['--count=x', '--help'], 1, "flag --count=x"),
+])
+def test_absl_scripts_exit_0_when_asked_for_help_and_1_on_a_bad_flag(args, status, printed):
+    """absl's help flags exit 1, which `&&`, `set -e` and schedulers read as a failure: the scripts' parser makes
+    -h / --help / --helpfull exit 0 with the usage on stdout, as main.py does; a flag error still exits 1 (even beside
+    --help), and after `--` a -h is an argument, not a request for help."""
+    result = subprocess.run([sys.executable, '-c', ABSL_SCRIPT, *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == status, result.stderr[-2000:]
+    assert printed in (result.stdout if status == 0 else result.stdout + result.stderr), result
+
+
+def test_every_absl_script_parses_its_flags_with_parse_absl_flags():
+    import ast
+    import subprocess as sp
+
+    offenders = []
+    for name in sp.run(['git', 'ls-files', '*.py'], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split():
+        with open(f'{ROOT}/{name}') as f:
+            tree = ast.parse(f.read(), filename=name)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == 'run'
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == 'app'):
+                parser = next((k.value for k in node.keywords if k.arg == 'flags_parser'), None)
+                # main.py parses its own flags (runtime/request.py), --help included.
+                if not (isinstance(parser, ast.Name) and parser.id in ('parse_absl_flags', 'keep_argv')):
+                    offenders.append(f'{name}:{node.lineno}')
+    assert not offenders, offenders
