@@ -1,6 +1,8 @@
 """main.py's end without the interpreter's teardown (runtime.exits.exit_without_teardown) keeps everything an exit
-must do: the status, the exit handlers, and what is buffered in the logs and the standard streams."""
+must do: the status, the exit handlers, and what is buffered in the logs and the standard streams. And the absl
+scripts' exit status when asked for help."""
 
+import ast
 import subprocess
 import sys
 
@@ -81,11 +83,8 @@ def test_absl_scripts_exit_0_when_asked_for_help_and_1_on_a_bad_flag(args, statu
 
 
 def test_every_absl_script_parses_its_flags_with_parse_absl_flags():
-    import ast
-    import subprocess as sp
-
     offenders = []
-    for name in sp.run(['git', 'ls-files', '*.py'], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split():
+    for name in subprocess.run(['git', 'ls-files', '*.py'], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split():
         with open(f'{ROOT}/{name}') as f:
             tree = ast.parse(f.read(), filename=name)
         for node in ast.walk(tree):
