@@ -2,7 +2,6 @@
 must do: the status, the exit handlers, and what is buffered in the logs and the standard streams. And the absl
 scripts' exit status when asked for help."""
 
-import ast
 import subprocess
 import sys
 
@@ -81,17 +80,3 @@ def test_absl_scripts_exit_0_when_asked_for_help_and_1_on_a_bad_flag(args, statu
     assert result.returncode == status, result.stderr[-2000:]
     assert printed in (result.stdout if status == 0 else result.stdout + result.stderr), result
 
-
-def test_every_absl_script_parses_its_flags_with_parse_absl_flags():
-    offenders = []
-    for name in subprocess.run(['git', 'ls-files', '*.py'], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split():
-        with open(f'{ROOT}/{name}') as f:
-            tree = ast.parse(f.read(), filename=name)
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == 'run'
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == 'app'):
-                parser = next((k.value for k in node.keywords if k.arg == 'flags_parser'), None)
-                # main.py parses its own flags (runtime/request.py), --help included.
-                if not (isinstance(parser, ast.Name) and parser.id in ('parse_absl_flags', 'keep_argv')):
-                    offenders.append(f'{name}:{node.lineno}')
-    assert not offenders, offenders

@@ -108,6 +108,23 @@ def test_command_examples_in_strings_keep_their_line_continuations():
     assert not offenders, offenders
 
 
+def test_every_absl_script_parses_its_flags_with_parse_absl_flags():
+    """runtime.exits.parse_absl_flags makes an absl script's --help exit 0 (tests/unit/test_exits.py); main.py parses
+    its own flags (runtime/request.py), --help included."""
+    offenders = []
+    for name in tracked_text_files():
+        if name.endswith('.py'):
+            with open(os.path.join(ROOT, name)) as f:
+                tree = ast.parse(f.read(), filename=name)
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == 'run'
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == 'app'):
+                    parser = next((k.value for k in node.keywords if k.arg == 'flags_parser'), None)
+                    if not (isinstance(parser, ast.Name) and parser.id in ('parse_absl_flags', 'keep_argv')):
+                        offenders.append(f'{name}:{node.lineno}')
+    assert not offenders, offenders
+
+
 def test_no_folder_outside_tests_holds_more_than_20_python_files():
     counts = {}
     for name in tracked_text_files():
