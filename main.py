@@ -34,7 +34,6 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-import datagen
 from agents import get_agent_class
 from runtime import provenance
 from runtime.checkpoints import load_checkpoint
@@ -166,7 +165,7 @@ def train(request: Request, started: float):
                          f'nothing to do.')
             return
         train_path, val_path = ensure_dataset(flags.env_name, flags.dataset_dir, download=flags.download,
-                                              generator=datagen, generate=flags.generate_dataset)
+                                              generator='datagen', generate=flags.generate_dataset)
         record = provenance.dataset_record(flags.env_name, train_path, val_path)
         runs.check_dataset(record)
         data = Data(request, train_path, val_path)

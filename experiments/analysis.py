@@ -150,11 +150,10 @@ def load_states(run: TrainedRun, dataset_dir: str = '') -> Dict[str, np.ndarray]
     xy comes from the file's `qpos` (OGBench files and this repository's generated ones have it), else from the
     first two observation entries, which are the xy position in every state-based maze (point, ant, humanoid).
     """
-    import datagen
     from runtime.dataset_files import ensure_dataset
     from utils.datasets import load_dataset
 
-    train_path, _ = ensure_dataset(run.env_name, dataset_dir or run.flags['dataset_dir'], generator=datagen)
+    train_path, _ = ensure_dataset(run.env_name, dataset_dir or run.flags['dataset_dir'], generator='datagen')
     data = load_dataset(train_path, run.env.observation_space, run.env.action_space)
     with np.load(train_path) as file:
         qpos = file['qpos'][:, :2] if 'qpos' in file else None

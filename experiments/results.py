@@ -25,7 +25,6 @@ from collections import Counter, defaultdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy.special import stdtrit  # Student's t quantile: stdtrit(df, p) = t.ppf(p, df), at a fifth of scipy.stats' import
 
 from configs.presets import METHODS, method_of, methods_of_kind
 from runtime import atomic_io
@@ -262,6 +261,14 @@ def seed_score(run: SeedResult, last_n: int = 3, scale: float = 100.0) -> Option
     return float(np.mean(run.values[-last_n:])) * scale
 
 
+def t_quantile(df, p):
+    """Student's t quantile t.ppf(p, df), as scipy.special.stdtrit(df, p): at a fifth of scipy.stats' import, and
+    imported on first use, since a table without intervals needs no scipy."""
+    from scipy.special import stdtrit
+
+    return stdtrit(df, p)
+
+
 def t_interval(scores, confidence: float = 0.95) -> Tuple[float, float]:
     """Student's t confidence interval of the mean over seeds: mean ± t_{(1+c)/2, n-1} s / sqrt(n), s the sample
     standard deviation (ddof=1). Exact coverage when seed scores are normal, whatever n (a percentile bootstrap of 4
@@ -269,7 +276,7 @@ def t_interval(scores, confidence: float = 0.95) -> Tuple[float, float]:
     scores = np.asarray(scores, dtype=np.float64)
     if scores.size < 2:
         return float('nan'), float('nan')
-    half = stdtrit(scores.size - 1, (1.0 + confidence) / 2) * np.std(scores, ddof=1) / np.sqrt(scores.size)
+    half = t_quantile(scores.size - 1, (1.0 + confidence) / 2) * np.std(scores, ddof=1) / np.sqrt(scores.size)
     return float(np.mean(scores) - half), float(np.mean(scores) + half)
 
 
@@ -285,7 +292,7 @@ def welch_interval(scores, baseline, confidence: float = 0.95) -> Tuple[float, f
     if va + vb == 0:
         return float(difference), float(difference)
     df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
-    half = stdtrit(df, (1.0 + confidence) / 2) * np.sqrt(va + vb)
+    half = t_quantile(df, (1.0 + confidence) / 2) * np.sqrt(va + vb)
     return float(difference - half), float(difference + half)
 
 

@@ -348,7 +348,6 @@ def prepare_datasets(requests, log=print) -> Dict[str, Tuple[str, str]]:
     or an OSError), before anything is launched."""
     import jax
 
-    import datagen
     from runtime.dataset_files import ensure_dataset
 
     # Generation that runs a network (the antmaze expert) must not open the GPUs in this long-lived launcher
@@ -361,7 +360,7 @@ def prepare_datasets(requests, log=print) -> Dict[str, Tuple[str, str]]:
         key = (flags.env_name, flags.dataset_dir, flags.download, flags.generate_dataset)
         if key not in paths:
             paths[key] = ensure_dataset(flags.env_name, flags.dataset_dir, download=flags.download,
-                                        generator=datagen, generate=flags.generate_dataset, log=log)
+                                        generator='datagen', generate=flags.generate_dataset, log=log)
     return {key[0]: value for key, value in paths.items()}
 
 

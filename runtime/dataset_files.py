@@ -6,6 +6,7 @@ from is recorded beside it (runtime/provenance.py); what a dataset file is, and 
 import contextlib
 import errno
 import fcntl
+import importlib
 import json
 import logging
 import os
@@ -291,7 +292,9 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, g
 
     `generator` is an object with `can_generate(name)`, `is_faithful(name)`, `describe(name)` and
     `write_dataset(name, dataset_dir, **kwargs)` (the `datagen` package; the caller chooses, so this
-    core module never imports the generators). First, before any work, a DatasetError if something other
+    core module never imports the generators), or the name of such a module, imported only when a file
+    must be made: the generators import every simulator they drive, which a run whose files exist does
+    not need. First, before any work, a DatasetError if something other
     than a readable file sits at either path (a directory, a dangling link, a FIFO, an unreadable file).
     Whatever may write runs under `dataset_lock`: a process finding another one obtaining the same dataset
     logs whom it waits for, waits, and then uses the files that process wrote. Order:
@@ -327,6 +330,8 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, g
 
 def _obtain(dataset_name, dataset_dir, download, generator, generate, log):
     """Steps 2-6 of ensure_dataset (called with the dataset's lock held)."""
+    if isinstance(generator, str):
+        generator = importlib.import_module(generator)
     train_path, val_path = dataset_paths(dataset_name, dataset_dir)
     present = [path for path in (train_path, val_path) if os.path.exists(path)]
     if len(present) == 1:

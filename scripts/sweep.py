@@ -14,6 +14,11 @@ here with the dataset flags given to main.py (--dataset_dir, --download/--nodown
 one that cannot be obtained stops the sweep with main.py's message. See docs/experiments.md.
 """
 
+import gc
+
+if __name__ == '__main__':  # as main.py: no garbage collection while the imports build what lives as long as it does
+    gc.disable()
+
 import argparse
 import os
 import re

@@ -10,7 +10,6 @@ import os
 import zipfile
 from typing import Dict, List, Tuple
 
-import gymnasium
 import numpy as np
 
 from utils.errors import ConfigError, DatasetError
@@ -63,6 +62,7 @@ def dataset_families() -> str:
 
 def goal_conditioned_env_ids():
     """OGBench's goal-conditioned environment ids (`pointmaze-medium-v0`, ...)."""
+    import gymnasium
     import ogbench  # noqa: F401  (registers the environments)
 
     return sorted(
@@ -104,6 +104,8 @@ def env_id_for(dataset_name: str) -> str:
 def num_tasks(dataset_name: str) -> int:
     """How many evaluation tasks the dataset's environment defines (`len(env.unwrapped.task_infos)`),
     read from one env of the state version (a visual env would need a renderer; its tasks are the same)."""
+    import gymnasium
+
     env_id = env_id_for(dataset_name)
     if env_id.startswith('visual-'):
         env_id = env_id[len('visual-'):]

@@ -1,6 +1,7 @@
 """Tests for the offline pointmaze dataset generator (datagen/pointmaze.py)."""
 
 import os
+import sys
 
 import numpy as np
 import ogbench
@@ -250,6 +251,19 @@ def test_only_faithful_datasets_are_generated_unasked(tmp_path):
     ensure_dataset('antmaze-medium-stitch-v0', str(tmp_path), download=False, generator=generator, generate=True,
                    log=lambda m: None)  # asked for: generated
     assert generator.calls == [STITCH, 'antmaze-medium-stitch-v0']
+
+
+def test_a_generator_named_by_its_module_is_imported_only_to_make_a_file(tmp_path, monkeypatch):
+    """main.py names its generator ('datagen'): with both files there the name is never imported (the generators
+    import every simulator they drive, which such a run does not need); with a file missing it is, and generates."""
+    present = tmp_path / 'present'
+    paths = write_dataset(STITCH, str(present), seed=0, num_train_episodes=2, num_val_episodes=1, progress=False)
+    assert ensure_dataset(STITCH, str(present), download=False, generator='no_such_module', log=lambda m: None) == paths
+    generator = FakeGenerator()
+    monkeypatch.setitem(sys.modules, 'no_such_module', generator)  # what importlib.import_module then returns
+    (tmp_path / 'missing').mkdir()
+    ensure_dataset(STITCH, str(tmp_path / 'missing'), download=False, generator='no_such_module', log=lambda m: None)
+    assert generator.calls == [STITCH]
 
 
 def test_the_target_folder_is_checked_before_generating(tmp_path, monkeypatch):

@@ -3,6 +3,8 @@
 import csv
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -186,6 +188,22 @@ def test_results_cli(sweep_dir, capsys):
     out = capsys.readouterr().out
     assert out.startswith('% Needs') and r'\begin{tabular}{lllll}' in out
     assert all(line.startswith(('%', '\\')) or not line.strip() for line in out.splitlines())  # pastes into LaTeX
+
+
+def test_a_table_without_intervals_imports_neither_scipy_nor_jax(sweep_dir):
+    """scripts/results.py starts in about a quarter of a second: scipy is imported for intervals only, and nothing it
+    imports pulls in JAX or the simulators (a fresh process: the test worker has imported them all)."""
+    probe = ('import sys\nfrom scripts import results\nassert results.main(sys.argv[1:]) == 0\n'
+             'print(sorted(m for m in ("gymnasium", "jax", "mujoco", "scipy") if m in sys.modules))')
+
+    def imported(*args):
+        out = subprocess.run([sys.executable, '-c', probe, f'--runs={sweep_dir}', *args], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip().splitlines()[-1]
+
+    assert imported() == '[]'
+    assert imported('--ci') == "['scipy']"
 
 
 def test_plot_curves(sweep_dir, tmp_path, capsys):
