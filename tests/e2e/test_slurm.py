@@ -1,7 +1,8 @@
 """The Slurm backend (scripts/sweep.py --backend=slurm --wait) against a real Slurm cluster, at toy size: a job
 array gives the local backend's results; a job is requeued by Slurm after main.py's --time_limit and after Slurm's
 time-limit warning (SIGUSR2) and resumes exactly; a cancelled job resumes when the sweep runs again; a failing job
-is reported with its log, not requeued.
+is reported with its log, not requeued. The two scenarios that mostly wait for Slurm (each requeue waits for a
+credential to expire) start together with the first test, which trains meanwhile.
 
 These need a cluster that answers: `bash .ci/slurm_cluster.sh start` (as root, with Debian's slurmctld,
 slurmd, munge and slurm-client packages) starts a one-node one on this machine. The tests use the cluster of
@@ -167,6 +168,30 @@ def long_reference(tmp_path_factory, pointmaze_data_dir):
         reference.process.communicate()
 
 
+@pytest.fixture(scope='module')
+def waiting_sweeps(tmp_path_factory, slurm_env, pointmaze_data_dir):
+    """The two scenarios that spend most of their time waiting for Slurm (a requeued job starts again only once the
+    credential of its last start has expired), started together with the module's first test, which trains
+    meanwhile; their tests read the outcomes. {name: (save_dir, reference or None, sweep process)}."""
+    time_limit, failing = tmp_path_factory.mktemp('time-limit'), tmp_path_factory.mktemp('failing')
+    stub = failing / 'stub_main.py'
+    stub.write_text(STUB_MAIN)
+    sweeps = {
+        'time_limit': (time_limit, Reference(time_limit, pointmaze_data_dir, TINY),
+                       start(sweep_command('tl', time_limit, pointmaze_data_dir, [*TINY, '--time_limit=1']), slurm_env)),
+        'failing': (failing, None, start(sweep_command('fail', failing, pointmaze_data_dir, [], f'--main={stub}',
+                                                       '--max_timeouts=1', seeds='0,13'),
+                                         dict(slurm_env, STUB_TIME_LIMIT='always'))),
+    }
+    yield sweeps
+    for _, reference, process in sweeps.values():
+        for running in (process, reference.process if reference else None):
+            if running is not None and running.poll() is None:
+                running.kill()
+                running.communicate()
+
+
+@pytest.mark.usefixtures('waiting_sweeps')  # started first, they wait while this test trains
 def test_a_job_array_gives_the_local_backends_results(tmp_path, slurm_env, pointmaze_data_dir):
     """2 methods x 2 seeds, two seeds per process: two array tasks on Slurm and the same sweep on the local backend
     (run at the same time) write the same rows and the same results table."""
@@ -204,21 +229,42 @@ def test_a_job_array_gives_the_local_backends_results(tmp_path, slurm_env, point
     assert slurm_table == table('local')
 
 
-def test_a_job_at_main_py_time_limit_is_requeued_by_slurm_and_resumes(tmp_path, slurm_env, pointmaze_data_dir):
+def test_a_job_at_main_py_time_limit_is_requeued_by_slurm_and_resumes(slurm_env, waiting_sweeps):
     """main.py --time_limit=1 stops after its first chunk (exit 75, checkpoint saved); the job requeues itself
     (submitit's checkpoint, `scontrol requeue`), and the requeued job resumes the run to the rows of a run nobody
     stopped (the local backend's, at the same time)."""
-    reference = Reference(tmp_path, pointmaze_data_dir, TINY)
-    code, out = run(sweep_command('tl', tmp_path, pointmaze_data_dir, [*TINY, '--time_limit=1']), slurm_env)
+    save_dir, reference, sweep = waiting_sweeps['time_limit']
+    code, out = finish(sweep)
     assert code == 0 and f'[1/1] gcbc_{ENV}_sd0: ok' in out, out
     job = re.search(r'first id (\S+)\)', out).group(1)
     assert job_record(job, slurm_env) == ('COMPLETED', 1)  # Slurm ran it twice
-    log = tmp_path / 'tl' / f'gcbc_{ENV}_sd0.log'
+    log = save_dir / 'tl' / f'gcbc_{ENV}_sd0.log'
     text = log.read_text()
     assert attempts(log) == 2 and '--time_limit=1s reached' in text
     assert 'stopped at its --time_limit (exit 75, checkpoint saved): requeueing the same command (1 of at most 20)' in text
-    assert f'Resumed {tmp_path / "tl" / f"gcbc_{ENV}_sd0"} from step 30.' in text
-    assert run_rows(tmp_path / 'tl' / f'gcbc_{ENV}_sd0') == reference.rows()
+    assert f'Resumed {save_dir / "tl" / f"gcbc_{ENV}_sd0"} from step 30.' in text
+    assert run_rows(save_dir / 'tl' / f'gcbc_{ENV}_sd0') == reference.rows()
+
+
+def test_failing_jobs_are_reported_not_requeued_forever(slurm_env, waiting_sweeps):
+    """A main.py that fails (the stub, for seed 13) is reported with its log excerpt, run once; one that stops at
+    its time limit at every start (without getting further) is requeued --max_timeouts times, then reported."""
+    save_dir, _, sweep = waiting_sweeps['failing']
+    stub = save_dir / 'stub_main.py'
+    code, out = finish(sweep)
+    assert code == 1, out
+    assert f'[2/2] gcbc_{ENV}_sd13: FAILED' in out or f'[1/2] gcbc_{ENV}_sd13: FAILED' in out
+    assert '0 jobs finished, 1 failed, 1 stopped at their time limit.' in out
+    failed = save_dir / 'fail' / f'gcbc_{ENV}_sd13.log'
+    assert f'FAILED gcbc_{ENV}_sd13: main.py exited with status 1; log {failed}' in out
+    assert out[out.index(f'FAILED gcbc_{ENV}_sd13:'):].splitlines()[2].strip() == 'stub failure for seed 13'
+    limited = save_dir / 'fail' / f'gcbc_{ENV}_sd0.log'
+    assert (f'STOPPED gcbc_{ENV}_sd0: main.py stopped at its --time_limit (exit 75, checkpoint saved) after 1 requeues '
+            f'(--max_timeouts=1)') in out
+    assert 'resume from their last checkpoints when the same sweep command runs again' in out
+    array = re.search(r'first id (\d+)_0\)', out).group(1)
+    assert job_record(f'{array}_1', slurm_env) == ('FAILED', 0) and attempts(failed, str(stub)) == 1
+    assert job_record(f'{array}_0', slurm_env) == ('FAILED', 1) and attempts(limited, str(stub)) == 2
 
 
 def test_slurms_time_limit_warning_requeues_a_job_that_resumes(tmp_path, slurm_env, pointmaze_data_dir, long_reference):
@@ -263,28 +309,6 @@ def test_a_cancelled_job_resumes_when_the_sweep_runs_again(tmp_path, slurm_env, 
     step = int(re.search(rf'Resumed {re.escape(str(run_dir))} from step (\d+)\.', log).group(1))
     assert 200 <= step < 800
     assert run_rows(run_dir) == long_reference.rows()
-
-
-def test_failing_jobs_are_reported_not_requeued_forever(tmp_path, slurm_env, pointmaze_data_dir):
-    """A main.py that fails (the stub, for seed 13) is reported with its log excerpt, run once; one that stops at
-    its time limit at every start (without getting further) is requeued --max_timeouts times, then reported."""
-    stub = tmp_path / 'stub_main.py'
-    stub.write_text(STUB_MAIN)
-    code, out = run(sweep_command('fail', tmp_path, pointmaze_data_dir, [], f'--main={stub}', '--max_timeouts=1',
-                                  seeds='0,13'), dict(slurm_env, STUB_TIME_LIMIT='always'))
-    assert code == 1, out
-    assert f'[2/2] gcbc_{ENV}_sd13: FAILED' in out or f'[1/2] gcbc_{ENV}_sd13: FAILED' in out
-    assert '0 jobs finished, 1 failed, 1 stopped at their time limit.' in out
-    failed = tmp_path / 'fail' / f'gcbc_{ENV}_sd13.log'
-    assert f'FAILED gcbc_{ENV}_sd13: main.py exited with status 1; log {failed}' in out
-    assert out[out.index(f'FAILED gcbc_{ENV}_sd13:'):].splitlines()[2].strip() == 'stub failure for seed 13'
-    limited = tmp_path / 'fail' / f'gcbc_{ENV}_sd0.log'
-    assert (f'STOPPED gcbc_{ENV}_sd0: main.py stopped at its --time_limit (exit 75, checkpoint saved) after 1 requeues '
-            f'(--max_timeouts=1)') in out
-    assert 'resume from their last checkpoints when the same sweep command runs again' in out
-    array = re.search(r'first id (\d+)_0\)', out).group(1)
-    assert job_record(f'{array}_1', slurm_env) == ('FAILED', 0) and attempts(failed, str(stub)) == 1
-    assert job_record(f'{array}_0', slurm_env) == ('FAILED', 1) and attempts(limited, str(stub)) == 2
 
 
 @pytest.mark.skipif(not os.environ.get('SLURM_SLOW_TESTS'),
