@@ -230,20 +230,30 @@ def test_a_job_array_gives_the_local_backends_results(tmp_path, slurm_env, point
 
 
 def test_a_job_at_main_py_time_limit_is_requeued_by_slurm_and_resumes(slurm_env, waiting_sweeps):
-    """main.py --time_limit=1 stops after its first chunk (exit 75, checkpoint saved); the job requeues itself
-    (submitit's checkpoint, `scontrol requeue`), and the requeued job resumes the run to the rows of a run nobody
-    stopped (the local backend's, at the same time)."""
+    """main.py --time_limit=1 stops (exit 75, checkpoint saved); the job requeues itself (submitit's checkpoint,
+    `scontrol requeue`), and the requeued job resumes the run to the rows of a run nobody stopped (the local
+    backend's, at the same time). Every start has the same 1-s limit, so where a start stops is the machine's load:
+    after its chunk (step 30), or on a busy machine before it (step 0) or inside the evaluation of step 30 that a
+    resumed start owes; each stop is requeued and the next start resumes from the step it saved."""
     save_dir, reference, sweep = waiting_sweeps['time_limit']
     code, out = finish(sweep)
     assert code == 0 and f'[1/1] gcbc_{ENV}_sd0: ok' in out, out
     job = re.search(r'first id (\S+)\)', out).group(1)
-    assert job_record(job, slurm_env) == ('COMPLETED', 1)  # Slurm ran it twice
+    state, requeues = job_record(job, slurm_env)
+    assert state == 'COMPLETED' and requeues >= 1
+    run_dir = save_dir / 'tl' / f'gcbc_{ENV}_sd0'
     log = save_dir / 'tl' / f'gcbc_{ENV}_sd0.log'
     text = log.read_text()
-    assert attempts(log) == 2 and '--time_limit=1s reached' in text
-    assert 'stopped at its --time_limit (exit 75, checkpoint saved): requeueing the same command (1 of at most 20)' in text
-    assert f'Resumed {save_dir / "tl" / f"gcbc_{ENV}_sd0"} from step 30.' in text
-    assert run_rows(save_dir / 'tl' / f'gcbc_{ENV}_sd0') == reference.rows()
+    assert attempts(log) == requeues + 1  # Slurm started the job once more per requeue, and the last one finished
+    stops = [int(step) for step in re.findall(r'--time_limit=1s reached: checkpoints saved at step (\d+); rerun with '
+                                              r'--resume\.', text)]
+    assert len(stops) == requeues and stops == sorted(stops), stops
+    for k in range(1, requeues + 1):
+        assert (f'stopped at its --time_limit (exit 75, checkpoint saved): requeueing the same command ({k} of at '
+                f'most 20)') in text
+    resumed = re.findall(rf'Resumed {re.escape(str(run_dir))} from step (\d+)\.', text)
+    assert resumed == [str(step) for step in stops if step], (resumed, stops)  # a step-0 checkpoint starts afresh
+    assert run_rows(run_dir) == reference.rows()
 
 
 def test_failing_jobs_are_reported_not_requeued_forever(slurm_env, waiting_sweeps):
