@@ -21,7 +21,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from runtime.loggers import effective_wandb_mode
-from runtime.run_dir import name_too_long
+from runtime.run_dir import name_too_long, not_one_name
 from utils import fused_mlp
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
 from utils.errors import ConfigError, StorageError
@@ -155,12 +155,7 @@ def check_request(flags_class, flag_values: flags.FlagValues, config,
     seeds = tuple(values['seed'] + k for k in range(values['num_seeds']))
     config_defaults = plain(defaults.to_dict())
     names = run_names(values, config, config_defaults, seeds)
-    group_dir = os.path.join(save_dir, values['run_group'])
-    for name, directory, what in [(values['run_group'], save_dir, 'run group (--run_group)')] + \
-            [(name, group_dir, 'run directory name') for name in names]:
-        problem = name_too_long(name, directory, what, 'pass a shorter --run_name (or --run_group)')
-        if problem:
-            raise StorageError(problem)
+    check_run_names(values, config, save_dir, names)
     return Request(flags_class(**values), config, config_defaults, agent_class,
                    SamplerConfig.for_agent(agent_class, config), seeds, eval_tasks, names)
 
@@ -228,10 +223,6 @@ def check_flags(values) -> Tuple[int, ...]:
     if not 0 <= values['seed'] <= MAX_SEED - values['num_seeds'] + 1:
         raise ConfigError(f'--seed must lie in 0..{MAX_SEED - values["num_seeds"] + 1} (with --num_seeds='
                           f'{values["num_seeds"]}; JAX keys keep 32 bits), got {values["seed"]}.')
-    for name in ('run_group', 'run_name'):
-        value = values[name]
-        if os.sep in value or value in ('.', '..') or (name == 'run_group' and not value):
-            raise ConfigError(f'--{name} must be one directory name (no "{os.sep}", not "." or ".."), got {value!r}.')
     try:
         tasks = tuple(int(t) for t in values['eval_tasks'].split(','))
     except ValueError:
@@ -300,6 +291,31 @@ def config_label(config, config_defaults: Optional[Mapping] = None) -> str:
         return name
     digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:6]
     return f'{name}-{digest}'
+
+
+def check_run_names(values, config, save_dir: str, names: Sequence[str]):
+    """ConfigError unless the run group and every run directory name are each one directory name, so that every
+    file of the run lands inside <save_dir>/<run_group>/; StorageError for a name the file system cannot hold. A
+    default name is made from the config's preset label (or agent name), which a config file sets: it is checked
+    here, where names are made, whatever made it."""
+    plain_name = 'one directory name (letters, digits, "_", "-", ".")'
+    if values['run_name']:
+        origin, fix = f'--run_name={values["run_name"]!r}', f'pass a --run_name that is {plain_name}'
+    else:
+        field = 'preset' if config.get('preset') else 'agent_name'
+        origin = f'the {field} {config.get(field)!r} of the --agent config'
+        fix = f'set the config\'s {field} to {plain_name}, or pass --run_name'
+    group = values['run_group']
+    entries = [('run group', group, save_dir, f'--run_group={group!r}', f'pass a --run_group that is {plain_name}')]
+    entries += [('run directory name', name, os.path.join(save_dir, group), origin, fix) for name in names]
+    for what, name, directory, origin, fix in entries:
+        problem = not_one_name(name)
+        if problem:
+            raise ConfigError(f'The {what} {name!r}, made from {origin}, is not one directory name ({problem}): the '
+                              f'run would be written outside {directory}. Nothing was written; {fix}.')
+        problem = name_too_long(name, directory, what, 'pass a shorter --run_name (or --run_group)')
+        if problem:
+            raise StorageError(problem)
 
 
 def run_names(values, config, config_defaults, seeds) -> Tuple[str, ...]:

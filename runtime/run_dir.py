@@ -359,6 +359,21 @@ def name_max(directory: str) -> int:
         return 255
 
 
+def not_one_name(name: str) -> Optional[str]:
+    """Why `name` is not one plain directory name, so that joined to a directory it could lead out of it (or nowhere);
+    None when it is one."""
+    if not name:
+        return 'it is empty'
+    if name in ('.', '..'):
+        return f'"{name}" is the directory itself or its parent'
+    for separator in filter(None, (os.sep, os.altsep)):
+        if separator in name:
+            return f'it holds "{separator}", which makes it a path'
+    if '\0' in name:
+        return 'it holds a NUL character'
+    return None
+
+
 def name_too_long(name: str, directory: str, what: str, fix: str) -> Optional[str]:
     """A sentence naming `what` (`name`, to go in `directory`) and `fix` if the file system cannot hold the name."""
     limit, size = name_max(directory), len(name.encode())

@@ -39,13 +39,14 @@ if [ -z "$ALPHA" ]; then
     "or to the paper's grid (HEADLINE_ALPHA=1,6,40,100; the best alpha is then reported, with its selection bias)." >&2
   exit 2
 fi
-# Every seed of a method in one process (vmapped): on one GPU that beats one process per seed.
-SEED_COUNT=$("$PY" -c "from experiments.sweep import parse_seeds; print(len(parse_seeds('$SEEDS')))")
 GENERATE=--nogenerate_dataset
 if [ "${HEADLINE_GENERATE:-0}" = 1 ]; then GENERATE=--generate_dataset; fi
-"$PY" scripts/sweep.py --name="$NAME" --save_dir="$SAVE_DIR" --envs="$ENV" --seeds="$SEEDS" --seeds_per_job="$SEED_COUNT" \
+# Values reach Python as arguments, each whole (a path may hold spaces), never as source. Every seed of a method in
+# one process (vmapped): on one GPU that beats one process per seed.
+"$PY" scripts/sweep.py --name="$NAME" --save_dir="$SAVE_DIR" --envs="$ENV" --seeds="$SEEDS" --seeds_per_job=all \
   --method=gcbc --method="byol_gamma_a:alpha=$ALPHA" --backend=local \
-  --main_flags="--dataset_dir=${HEADLINE_DATASET_DIR:-~/.ogbench/data} $GENERATE --wandb_mode=offline" "$@"
+  --main_flag="--dataset_dir=${HEADLINE_DATASET_DIR:-~/.ogbench/data}" --main_flag="$GENERATE" \
+  --main_flag=--wandb_mode=offline "$@"
 case " $* " in *" --dry_run "*) echo "# BYOL-gamma^a alpha: $ALPHA"; exit 0 ;; esac
 "$PY" scripts/results.py --runs="$SAVE_DIR/$NAME" --format=markdown --ci --per_task --per_seed --baseline=gcbc
 case "$ALPHA" in

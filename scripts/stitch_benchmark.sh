@@ -28,7 +28,16 @@ PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
 ENV=${STITCH_ENV:-pointmaze-large-stitch-v0}
 STEPS=${STITCH_STEPS:-6000}
 BATCH=${STITCH_BATCH:-256}
-EVAL_INTERVAL=${STITCH_EVAL_INTERVAL:-$((STEPS / 3))}
+# The counts are checked before bash's arithmetic reads them: it would evaluate any expression (and run any command
+# substitution) a variable held.
+for setting in STITCH_STEPS STITCH_BATCH STITCH_EVAL_INTERVAL STITCH_EVAL_EPISODES; do
+  value=${!setting-}
+  if [ -n "$value" ] && ! [[ $value =~ ^[1-9][0-9]*$ ]]; then
+    echo "stitch_benchmark.sh: $setting must be a positive whole number, got '$value'." >&2
+    exit 2
+  fi
+done
+EVAL_INTERVAL=${STITCH_EVAL_INTERVAL:-$(( STEPS / 3 > 0 ? STEPS / 3 : 1 ))}
 EPISODES=${STITCH_EVAL_EPISODES:-20}
 SEEDS=${STITCH_SEEDS:-0-7}
 NAME=${STITCH_NAME:-stitch}
@@ -38,9 +47,9 @@ METHODS=${STITCH_METHODS:-gcbc gcbc_phi byol_gamma_a:alpha=1,6 byol tra:alpha=10
 METHOD_FLAGS=()
 for method in $METHODS; do METHOD_FLAGS+=("--method=$method"); done
 "$PY" scripts/sweep.py --name="$NAME" --save_dir="$SAVE_DIR" --envs="$ENV" --seeds="$SEEDS" --seeds_per_job=4 \
-  "${METHOD_FLAGS[@]}" --backend=local \
-  --main_flags="--train_steps=$STEPS --agent.batch_size=$BATCH --log_interval=$LOG_INTERVAL \
---eval_interval=$EVAL_INTERVAL --save_interval=$EVAL_INTERVAL --eval_episodes=$EPISODES --wandb_mode=disabled" \
+  "${METHOD_FLAGS[@]}" --backend=local --main_flag="--train_steps=$STEPS" --main_flag="--agent.batch_size=$BATCH" \
+  --main_flag="--log_interval=$LOG_INTERVAL" --main_flag="--eval_interval=$EVAL_INTERVAL" \
+  --main_flag="--save_interval=$EVAL_INTERVAL" --main_flag="--eval_episodes=$EPISODES" --main_flag=--wandb_mode=disabled \
   "$@"
 case " $* " in *" --dry_run "*) exit 0 ;; esac
 # Every method against GCBC and GCBC-phi, those of the two that are in the list.

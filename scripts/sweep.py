@@ -57,11 +57,16 @@ def parse_args(argv):
     parser.add_argument('--prepare_datasets', action=argparse.BooleanOptionalAction, default=True,
                         help='Obtain each dataset here, once, before launching (default). --no-prepare_datasets: '
                              'this machine cannot see the jobs\' --dataset_dir; each job then obtains it itself.')
-    parser.add_argument('--seeds_per_job', type=int, default=1, help='Consecutive seeds trained in one process (main.py --num_seeds).')
+    parser.add_argument('--seeds_per_job', type=seeds_per_job, default=1,
+                        help='Consecutive seeds trained in one process (main.py --num_seeds); "all": every seed of a '
+                             'setting in one process.')
     parser.add_argument('--dry_run', action='store_true', help='Print the commands of unfinished runs; launch nothing.')
-    parser.add_argument('--main_flags', action='append', default=[],
-                        help='main.py flags for every run, as one string (wrapper scripts); repeatable, later ones win, '
-                             'and flags after `--` come last and win over all.')
+    parser.add_argument('--main_flags', action='append', default=[], type=shlex.split,
+                        help='main.py flags for every run, as one string split as a shell would; repeatable, later ones '
+                             'win, and flags after `--` come last and win over all.')
+    parser.add_argument('--main_flag', action='append', dest='main_flags', type=lambda flag: [flag],
+                        help='One main.py flag for every run, passed as given, never split (wrapper scripts pass '
+                             'values this way: a path may hold spaces); repeatable, in order with --main_flags.')
     parser.add_argument('--main', default=sweep.DEFAULT_MAIN, help='Training script (tests substitute a stub).')
     slurm = parser.add_argument_group('slurm (and submitit_local)')
     defaults = sweep.SlurmOptions()
@@ -102,7 +107,17 @@ def parse_args(argv):
             args.gpus = int(args.gpus)
     except ConfigError as e:
         parser.error(str(e))
-    return args, [flag for flags in args.main_flags for flag in shlex.split(flags)] + main_flags
+    return args, [flag for flags in args.main_flags for flag in flags] + main_flags
+
+
+def seeds_per_job(text: str):
+    """--seeds_per_job: a positive count, or "all" (None: every seed of a setting in one job)."""
+    if text == 'all':
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'{text!r} is neither a number of seeds nor "all"') from None
 
 
 def main(argv=None):
@@ -110,8 +125,9 @@ def main(argv=None):
     try:
         methods = [sweep.parse_method(spec) for spec in args.method]
         envs = [env.strip() for env in args.envs.split(',') if env.strip()]
-        runs = sweep.build_runs(args.name, methods, envs, sweep.parse_seeds(args.seeds), args.save_dir)
-        jobs = sweep.build_jobs(runs, main_flags, args.seeds_per_job, main_path=os.path.abspath(args.main))
+        seeds = sweep.parse_seeds(args.seeds)
+        runs = sweep.build_runs(args.name, methods, envs, seeds, args.save_dir)
+        jobs = sweep.build_jobs(runs, main_flags, args.seeds_per_job or len(seeds), main_path=os.path.abspath(args.main))
         problems, requests = sweep.check_grid(methods, envs, main_flags), []
         if not problems:
             problems, requests = sweep.check_job_commands(jobs, request_of)

@@ -28,7 +28,10 @@ BAD_INPUTS = [
     (['--time_limit=-5'], '--time_limit must be 0'),
     (['--eval_mode=later'], 'eval_mode'),
     (['--seed=2147483647', '--num_seeds=2'], '--seed must lie in 0..2147483646'),
-    (['--run_name=a/b'], '--run_name must be one directory name'),
+    (['--run_name=a/b'], "The run directory name 'a/b', made from --run_name='a/b', is not one directory name"),
+    (['--run_group=..'], "The run group '..', made from --run_group='..', is not one directory name"),
+    (['--run_group='], "The run group '', made from --run_group='', is not one directory name (it is empty)"),
+    (['--agent.preset=../../x'], "made from the preset '../../x' of the --agent config, is not one directory name"),
     (['--env_name=pointmaze-medum-stitch-v0'], 'Did you mean pointmaze-medium-stitch-v0'),
     # Environments OGBench has, datasets it does not publish (before: accepted, then "download it from OGBench").
     (['--env_name=pointmaze-medium-play-v0'], "Unknown dataset 'pointmaze-medium-play-v0': OGBench's environment "
