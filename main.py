@@ -53,8 +53,10 @@ from utils.evaluation.scheduler import Evaluations
 from utils.pixel_batches import example_observations
 from utils.progress import progress_bar
 from utils.random_streams import stream_key
-from utils.sampler import DeviceDataset
-from utils.training import first_nonfinite, stack_trees, train_seeds, validation_metrics
+from utils import fused_mlp
+from utils.sampler import DeviceDataset, sample_batch
+from utils.training import (batch_config, first_nonfinite, stack_trees, train_seeds, validation_metrics,
+                            with_optimizer)
 
 # The agent config when --agent is not given.
 DEFAULT_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs/presets.py:byol_gamma_a')
@@ -89,6 +91,15 @@ class Flags:
     video_episodes: int = flag(0, 'Episodes per task rendered to wandb video (needs MUJOCO_GL=egl).', resume_may_differ=True)
     save_interval: int = flag(100_000, 'Steps between checkpoints (and one at the end).', resume_may_differ=True)
     steps_per_call: int = flag(500, 'Gradient steps fused into one jitted call (lax.scan).', resume_may_differ=True)
+    optimizer_layout: str = flag('per_leaf', "per_leaf: optax's optimizer, each parameter array on its own; one_vector: "
+                                 'the same optimizer over all parameters as one vector (fewer kernels on an accelerator; '
+                                 'equal up to float rounding). The same on every backend unless asked.',
+                                 choices=('per_leaf', 'one_vector'))
+    network_kernel: str = flag('xla', "xla: every network as flax's layers compiled by XLA; fused: the encoder and "
+                               'predictor ensembles as one Pallas kernel each (utils/fused_mlp.py, for GPUs; interpreted, '
+                               'slowly, elsewhere), for every such network the kernel is checked to compute exactly on '
+                               "this run's batch (the others stay on XLA, and the run says why).",
+                               choices=('xla', 'fused'))
     time_limit: int = flag(0, 'Seconds after which the run checkpoints and exits with status 75, for --resume to continue '
                            "(a job scheduler's time limit); 0 = none.", resume_may_differ=True)
     save_dir: str = flag('runs', 'Root directory of run directories.', resume_may_differ=True)
@@ -195,8 +206,9 @@ class Data:
 
 def build_agents(request: Request, data: Data, runs: RunSet):
     """One agent per seed, exactly as a single-seed run with that seed would make it, restored from its checkpoint
-    when resuming; stacked along a seed axis when there are several. Also what the checkpoints carried besides (one
-    dict per seed; empty for a new run)."""
+    when resuming, with the optimizer layout and network kernel the flags ask for; stacked along a seed axis when there
+    are several. Also what the checkpoints carried besides (one dict per seed; empty for a new run)."""
+    flags = request.flags
     create = request.agent_class.compiled_create(data.example_observations, data.example_actions, request.config)
     agents, extras = [], []
     for writer in runs.writers:
@@ -204,9 +216,30 @@ def build_agents(request: Request, data: Data, runs: RunSet):
         if runs.start_step:
             agent, step, extra = load_checkpoint(writer.checkpoint_path, agent)
             logging.info(f'Resumed {writer.dir} from step {step}.')
-        agents.append(agent)
+        agents.append(with_optimizer(agent, one_vector=flags.optimizer_layout == 'one_vector'))
         extras.append(extra)
+    if flags.network_kernel == 'fused':
+        agents = with_fused_networks(agents, data, request.seeds[0])
     return (stack_trees(agents) if len(agents) > 1 else agents[0]), extras
+
+
+def with_fused_networks(agents, data: Data, seed: int):
+    """The agents with every ensemble network the fused kernel computes exactly (checked on a batch of the run's own
+    data against the network's flax module) computed by it; the others stay on XLA, each named with why."""
+    batch = sample_batch(stream_key(seed, 'network_check'), data.train, batch_config(agents[0]))
+    verdicts = fused_mlp.check_networks(agents[0], lambda agent: agent.metrics(batch, stream_key(seed, 'network_check')))
+    fused = sorted(name for name, problem in verdicts.items() if problem is None)
+    if fused:
+        where = 'on the GPU' if not fused_mlp.interpret_mode() else 'interpreted by Pallas on this CPU (slow)'
+        logging.info(f'--network_kernel=fused: {", ".join(fused)} run as the fused kernel, {where}; checked against '
+                     f'their flax modules on a batch of this run.')
+    for name, problem in sorted(verdicts.items()):
+        if problem is not None:
+            logging.warning(f'--network_kernel=fused: {name} stays on XLA: {problem}.')
+    if not verdicts:
+        logging.warning('--network_kernel=fused: this agent has no encoder or predictor ensemble; every network runs '
+                        'on XLA.')
+    return [fused_mlp.with_kernel(agent, fused) for agent in agents]
 
 
 class TrainingLoop:
@@ -219,7 +252,8 @@ class TrainingLoop:
         self.step = runs.start_step
         self.metrics = TrainingMetrics.resumed(self.step, extras)
         seed_keys = lambda name: jnp.stack([stream_key(seed, name) for seed in request.seeds])  # noqa: E731  [N, 2]
-        self.data_keys, self.val_keys, self.eval_seed_keys = (seed_keys(n) for n in ('sampling', 'validation', 'evaluation'))
+        self.data_keys, self.val_keys, self.val_noise_keys, self.eval_seed_keys = (
+            seed_keys(n) for n in ('sampling', 'validation', 'validation/noise', 'evaluation'))
         self.stops = StopRequests(self.flags.time_limit, started)
         evaluations = Evaluations(self.evaluate, request.eval_asynchronously(jax.default_backend()), self.stops.requested)
         self.schedule = Schedule(runs, self.flags, evaluations, self.stops, on_stop=self.close_progress,
@@ -276,7 +310,8 @@ class TrainingLoop:
         for k, writer in enumerate(self.runs.writers):
             metrics = {f'training/{key}': v for key, v in rows[k].items()}
             val_info = validation_metrics(self.runs.seed_agent(self.state, k), self.data.val,
-                                          jax.random.fold_in(self.val_keys[k], self.step))
+                                          jax.random.fold_in(self.val_keys[k], self.step),
+                                          jax.random.fold_in(self.val_noise_keys[k], self.step))
             metrics.update({f'validation/{key}': float(v) for key, v in val_info.items()})
             metrics['time/steps_per_second'] = steps_per_second
             writer.log_train(metrics, self.step)

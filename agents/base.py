@@ -27,7 +27,7 @@ from utils.image_encoders import VISUAL_ENCODERS, VISUAL_LATENT_DIM, check_encod
 from utils.networks import EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
 from utils.random_streams import stream_key
 from utils.sampler import BatchSpec
-from utils.training import TrainState, ema_update, for_backend, nonpytree_field, update_keys
+from utils.training import TrainState, ema_update, nonpytree_field, update_keys
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
@@ -106,20 +106,20 @@ class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
         network, info = self.network.apply_loss_fn(self.loss_fn(batch, noise_key))
         return self.replace(network=network, targets=self.updated_targets(network), rng=new_rng), info
 
-    def metrics(self, batch) -> Dict[str, jax.Array]:
-        """The losses and metrics of `batch` at the current parameters, without an update (validation)."""
-        return self.loss_fn(batch, self.rng)(self.network.params)[1]
+    def metrics(self, batch, key) -> Dict[str, jax.Array]:
+        """The losses and metrics of `batch` at the current parameters, without an update (validation); `key` draws
+        the losses' noise, from a stream of its own: never a key an update draws."""
+        return self.loss_fn(batch, key)(self.network.params)[1]
 
     @classmethod
     def from_modules(cls, seed, modules, example_args, config, optimizer, targets: Sequence[str] = ()):
-        """Initialise a ModuleDict of `modules` on `example_args`, wrap it in a train state (its optimizer over one
-        vector on an accelerator, `utils.training.for_backend`), and start the target network of each module named
-        in `targets` as an exact copy of it."""
+        """Initialise a ModuleDict of `modules` on `example_args`, wrap it in a train state with `optimizer`, and start
+        the target network of each module named in `targets` as an exact copy of it."""
         model = ModuleDict(modules)
         params = model.init(stream_key(seed, 'init'), example_args)['params']
         # Real copies: sharing buffers with the online parameters would break buffer donation.
         target_params = {name: jax.tree_util.tree_map(jnp.copy, params[f'modules_{name}']) for name in targets}
-        network = TrainState.create(model, params, for_backend(optimizer))
+        network = TrainState.create(model, params, optimizer)
         return cls(rng=stream_key(seed, 'update'), network=network, targets=target_params, config=flax.core.FrozenDict(config.to_dict()))
 
 

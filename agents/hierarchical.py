@@ -59,7 +59,7 @@ from utils.errors import ConfigError
 from utils.networks import GaussianActor, ModuleDict, sample_gaussian
 from utils.random_streams import stream_key
 from utils.sampler import goal_mixture
-from utils.training import TrainState, for_backend, frozen, nonpytree_field
+from utils.training import TrainState, frozen, nonpytree_field, update_keys
 
 
 def phi_policy_inputs(network, observations, goals, params, encoder_name='encoder'):
@@ -105,9 +105,7 @@ class HighLevelPolicy(flax.struct.PyTreeNode):
         subgoal_dim = cls.subgoal_targets(low, ex_observations).shape[-1]
         modules, example_args = cls.modules(config, ex_observations, subgoal_dim)
         model = ModuleDict(modules)
-        # The optimizer layout of every agent (utils.training.for_backend): one vector on an accelerator, as the low level.
-        tx = for_backend(optax.adam(config.high_lr))
-        return cls(network=TrainState.create(model, model.init(init_rng, example_args)['params'], tx))
+        return cls(network=TrainState.create(model, model.init(init_rng, example_args)['params'], optax.adam(config.high_lr)))
 
     def loss(self, batch, params, low):
         """L_BC of pi_h: -log pi_h(target(high_targets) | s, high_goals). Only `params` (the high level's)
@@ -259,10 +257,10 @@ class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
             return ~self.in_stage2(), self.in_stage2()
         return not self.config['stage1_checkpoint'], True
 
-    def metrics(self, batch):
-        """Both levels' losses and metrics on `batch` without an update (validation); `total_loss` is the
-        objective of the levels the next update trains."""
-        info = self.low.metrics(self.low_batch(batch))
+    def metrics(self, batch, key):
+        """Both levels' losses and metrics on `batch` without an update (validation, `key` the low level's noise);
+        `total_loss` is the objective of the levels the next update trains."""
+        info = self.low.metrics(self.low_batch(batch), key)
         high_info = self.high.metrics(batch, self.low)
         info.update({f'high_actor/{k}': v for k, v in high_info.items()})
         info['total_loss'] = objective(info['total_loss'], high_info['bc_loss'], *self.trained_levels())
@@ -276,7 +274,7 @@ class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
         if train_low:
             low, info = self.low.update(low_batch)
         else:
-            low, info = self.low, self.low.metrics(low_batch)
+            low, info = self.low, self.low.metrics(low_batch, update_keys(self.low.rng)[1])  # the key its update would draw
             info['grad_norm'] = frozen_grad_norm
         if train_high:
             high, high_info = self.high.update(batch, self.low)

@@ -3,8 +3,8 @@ paper's headline rows on this machine.
 
     python benchmarks/bench_gpu.py                 # one GPU machine: under 8 min (--budget_s), see below
     python benchmarks/bench_gpu.py --quick         # CPU smoke run: tiny sizes (~10 s)
-    python benchmarks/bench_gpu.py --layouts auto leaf --xla_flags='--xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE'
-    python benchmarks/bench_gpu.py --fused_mlp on off   # the fused representation networks against XLA's
+    python benchmarks/bench_gpu.py --layouts per_leaf one_vector --xla_flags='--xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE'
+    python benchmarks/bench_gpu.py --network_kernel xla fused   # the fused representation networks against XLA's
 
 Measures, in one process and in this order (each table is printed as soon as it is complete, so a run cut short
 still leaves every finished figure on the screen):
@@ -16,10 +16,11 @@ still leaves every finished figure on the screen):
      body launches), the achieved TFLOP/s, and each agent's
      time per update relative to GCBC's. The data are a synthetic dataset with `--train_env`'s observation and
      action sizes (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not
-     depend on the values, so no dataset is needed. `--layouts auto leaf` also times the per-leaf optimizer
-     (utils/training.py; auto = flat on accelerators) for `--compare_presets` (GCBC, BYOL-gamma^a) in a last
-     table, in the same process (after the projection, so the time budget cuts it first); `--fused_mlp on off` alike
-     times the representation networks as the fused kernel of utils/fused_mlp.py and as XLA's kernels;
+     depend on the values, so no dataset is needed. `--layouts per_leaf one_vector` also times Adam over one vector
+     (main.py --optimizer_layout, utils/training.py) for `--compare_presets` (GCBC, BYOL-gamma^a) in a last
+     table, in the same process (after the projection, so the time budget cuts it first); `--network_kernel xla fused`
+     alike times the representation networks as XLA's kernels and as the fused kernel of utils/fused_mlp.py
+     (main.py --network_kernel; each network checked as main.py checks it);
   2. evaluation: one evaluation of N = 1, 4, 10 seeds of an untrained BYOL-gamma^a agent (--eval_preset) on
      `--eval_env` (antmaze-medium-stitch; 5 tasks x 50 episodes per seed, all seeds' episodes in one lockstep batch,
      as main.py runs it). Untrained episodes run to the time limit, so this is an upper bound;
@@ -52,11 +53,11 @@ def parse_args(argv=None):
     parser.add_argument('--eval_env', default=None, help='the env of the evaluation timings (default antmaze-medium-stitch-v0; quick: pointmaze-large-stitch-v0)')
     parser.add_argument('--quick', action='store_true', help='tiny sizes for a CPU smoke run')
     parser.add_argument('--presets', nargs='+', default=None, choices=list(PRESETS), help='default all (quick: gcbc, byol_gamma_a)')
-    parser.add_argument('--layouts', nargs='+', default=['auto'], choices=['auto', 'flat', 'leaf'],
-                        help='optimizer-state layouts timed (utils/training.py); the first is the main table')
-    parser.add_argument('--fused_mlp', nargs='+', default=['auto'], choices=['auto', 'on', 'off'],
-                        help='representation networks: the fused kernel (utils/fused_mlp.py) or XLA; the first is the '
-                             'main table, the others are timed for --compare_presets after the projection')
+    parser.add_argument('--layouts', nargs='+', default=['per_leaf'], choices=['per_leaf', 'one_vector'],
+                        help='optimizer layouts timed (main.py --optimizer_layout); the first is the main table')
+    parser.add_argument('--network_kernel', nargs='+', default=['xla'], choices=['xla', 'fused'],
+                        help='representation networks as XLA\'s kernels or the fused kernel (main.py --network_kernel); '
+                             'the first is the main table, the others are timed for --compare_presets after the projection')
     parser.add_argument('--compare_presets', nargs='+', default=['gcbc', 'byol_gamma_a'], choices=list(PRESETS),
                         help='the agents timed again with the other --layouts (after the projection)')
     parser.add_argument('--eval_preset', default=None, choices=list(PRESETS), help='the agent evaluated; default byol_gamma_a (quick: gcbc)')
@@ -133,9 +134,13 @@ def timed_chunks(run, state, seconds):
             return state, calls, time.perf_counter() - start
 
 
-def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='auto'):
-    """`num_seeds` agents of `preset` (stacked on a seed axis when > 1) as main.py creates them, their optimizer over one
-    vector ('flat'), per leaf ('leaf') or as main.py chooses for this backend ('auto')."""
+def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='per_leaf', network_kernel='xla', data=None):
+    """`num_seeds` agents of `preset` (stacked on a seed axis when > 1) as main.py creates them with
+    --optimizer_layout=`optimizer_layout` and --network_kernel=`network_kernel` (the kernel checked on a batch of
+    `data`, as main.py checks it)."""
+    import types
+
+    import main
     from agents import get_agent_class
     from configs.presets import get_config as preset_config
     from utils.training import stack_trees, with_optimizer
@@ -143,20 +148,21 @@ def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='auto'):
     config = preset_config(preset)
     config.batch_size = batch_size
     create = get_agent_class(config.agent_name).compiled_create(raw['observations'][:1], raw['actions'][:1], config)
-    agents = [create(s) for s in range(num_seeds)]
-    if optimizer_layout != 'auto':
-        agents = [with_optimizer(agent, one_vector=optimizer_layout == 'flat') for agent in agents]
+    agents = [with_optimizer(create(s), one_vector=optimizer_layout == 'one_vector') for s in range(num_seeds)]
+    if network_kernel == 'fused':
+        agents = main.with_fused_networks(agents, types.SimpleNamespace(train=data), seed=0)
     return agents[0] if num_seeds == 1 else stack_trees(agents)
 
 
-def compile_training(preset, num_seeds, raw, data, batch_size, steps_per_call, optimizer_layout='auto'):
+def compile_training(preset, num_seeds, raw, data, batch_size, steps_per_call, optimizer_layout='per_leaf',
+                     network_kernel='xla'):
     """main.py's training call for `num_seeds` seeds of `preset`, compiled once ahead of time: (agents, `run`,
     lowered, compiled), where `run(agents) -> (agents, metrics)` makes the next call, `steps_per_call` updates on."""
     import jax
 
     from utils.training import train_steps, train_steps_multi
 
-    state = make_agents(preset, num_seeds, raw, batch_size, optimizer_layout)
+    state = make_agents(preset, num_seeds, raw, batch_size, optimizer_layout, network_kernel, data)
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
     key = keys[0] if num_seeds == 1 else keys
     step_fn = train_steps if num_seeds == 1 else train_steps_multi  # exactly main.py's calls
@@ -172,7 +178,7 @@ def compile_training(preset, num_seeds, raw, data, batch_size, steps_per_call, o
     return state, run, lowered, compiled
 
 
-def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='auto'):
+def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='per_leaf', network_kernel='xla'):
     """main.py's training call for `num_seeds` seeds of `preset`, compiled once ahead of time: dict of the total
     seed-steps/s, start-up seconds (agent creation + compilation) and the compiled program's ProgramStats."""
     import jax
@@ -181,7 +187,7 @@ def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='auto'
 
     start = time.perf_counter()
     state, run, lowered, compiled = compile_training(preset, num_seeds, raw, data, args.batch_size, args.steps_per_call,
-                                                     optimizer_layout)
+                                                     optimizer_layout, network_kernel)
     jax.block_until_ready(state)
     startup_s = time.perf_counter() - start
     stats = program_stats(compiled, lowered)
@@ -241,7 +247,7 @@ def report_failure(e):
 
 
 def training_table(title, results, args, variant, presets=None):
-    """Prints the training table of one variant (optimizer layout, fused mode): rates, GFLOP, kernels, TFLOP/s, cost
+    """Prints the training table of one variant (optimizer layout, network kernel): rates, GFLOP, kernels, TFLOP/s, cost
     relative to GCBC."""
     ns, presets = args.num_seeds, presets or args.presets
     print(f'\n{title}\n')
@@ -280,7 +286,6 @@ def main(argv=None):
     flags_note = apply_xla_flags(args.xla_flags)
     import jax
 
-    from utils import fused_mlp
     from utils.evaluation import env_spaces, make_eval_envs, usable_cpus
     from utils.sampler import DeviceDataset
 
@@ -300,10 +305,8 @@ def main(argv=None):
           f'{args.steps_per_call} steps per call, >= {args.seconds:g} s timed per figure', flush=True)
 
     def variant_label(variant):
-        layout, fused = variant
-        flat = layout == 'flat' or (layout == 'auto' and jax.default_backend() != 'cpu')
-        kernel = 'fused kernel' if fused_mlp.use_fused((64,), mode=fused) else 'XLA'
-        return f'{layout} ({"flat" if flat else "per-leaf"} optimizer), representation networks {fused} ({kernel})'
+        layout, kernel = variant
+        return f'--optimizer_layout={layout} --network_kernel={kernel}'
 
     results = {}
 
@@ -315,17 +318,16 @@ def main(argv=None):
                     measured[n] = 'skipped (time budget)'
                     continue
                 try:
-                    with fused_mlp.fused_mode(variant[1]):
-                        measured[n] = measure_training(preset, n, raw, data, args, variant[0])
+                    measured[n] = measure_training(preset, n, raw, data, args, *variant)
                 except Exception as e:  # e.g. out of device memory: report it and go on with the next figure
                     measured[n] = report_failure(e)
 
-    # One variant (optimizer layout, fused mode) for the main tables; the others one at a time against it.
-    main_variant = (args.layouts[0], args.fused_mlp[0])
+    # One variant (optimizer layout, network kernel) for the main tables; the others one at a time against it.
+    main_variant = (args.layouts[0], args.network_kernel[0])
     others = [(layout, main_variant[1]) for layout in args.layouts[1:]] + \
-             [(main_variant[0], fused) for fused in args.fused_mlp[1:]]
+             [(main_variant[0], kernel) for kernel in args.network_kernel[1:]]
     train_all(main_variant, args.presets)
-    training_table(f'Training, layout {variant_label(main_variant)}: total seed-steps/s of N vmapped seeds; GFLOP '
+    training_table(f'Training, {variant_label(main_variant)}: total seed-steps/s of N vmapped seeds; GFLOP '
                    f'and kernels per update (per seed) from the compiled program.', results, args, main_variant)
 
     eval_envs = make_eval_envs(args.eval_env, args.eval_episodes, num_workers=args.eval_workers or usable_cpus())
@@ -355,7 +357,7 @@ def main(argv=None):
     compared = [p for p in args.presets if p in args.compare_presets]
     for other in others:
         train_all(other, compared)
-        training_table(f'Training, layout {variant_label(other)} (same run, for comparison with the table above):',
+        training_table(f'Training, {variant_label(other)} (same run, for comparison with the table above):',
                        results, args, other, compared)
         ratios = []
         for preset in compared:

@@ -163,7 +163,7 @@ def activations_in(which):
     activations' bytes would buy, not a training option (no test covers bfloat16 training)."""
     import jax.numpy as jnp
 
-    from utils import fused_mlp, networks
+    from utils import networks
 
     original = networks.MLP
     if which == 'float32':
@@ -178,8 +178,7 @@ def activations_in(which):
 
     networks.MLP = MLP
     try:
-        with fused_mlp.fused_mode('off'):  # the what-if is of XLA's kernels; the fused kernel computes in float32
-            yield
+        yield  # the what-if is of XLA's kernels (every run's default path)
     finally:
         networks.MLP = original
 

@@ -26,8 +26,8 @@ separate environment: `python -m venv /tmp/gpuvenv && echo $PWD/.venv/lib/python
 jax-cuda12-plugin==<jax version> jax-cuda12-pjrt==<jax version> nvidia-cuda-nvcc-cu12`, then
 `JAX_PLATFORMS=cpu /tmp/gpuvenv/bin/python benchmarks/hlo_kernels.py --target=h100`.
 
-`--layout` picks the optimizer of utils/training.py (flat: Adam over all parameters as one vector, `OneVector`;
-leaf: per parameter leaf; auto: flat on accelerators, leaf on the CPU, what main.py runs).
+`--layout` picks the optimizer layout, as main.py's --optimizer_layout (per_leaf: optax's, each parameter array on its
+own, main.py's default on every backend; one_vector: Adam over all parameters as one vector, utils/training.OneVector).
 """
 
 import argparse
@@ -107,15 +107,14 @@ def _sharding(device):
     return None if device is None else jax.sharding.SingleDeviceSharding(device)
 
 
-def abstract_agents(config, num_seeds, obs_dim, action_dim, device=None, one_vector=None):
+def abstract_agents(config, num_seeds, obs_dim, action_dim, device=None, one_vector=False):
     """The agent `create` would build (N stacked along a new axis 0 when num_seeds > 1), as shapes only (placed on
-    `device`, e.g. a compile-only GPU, when given), its optimizer over one vector or per leaf (`one_vector`; None:
-    as `create` chose for this backend)."""
+    `device`, e.g. a compile-only GPU, when given), its optimizer over one vector or per leaf (`one_vector`)."""
     agent_class = get_agent_class(config.agent_name)
     observations, actions = np.zeros((1, obs_dim), np.float32), np.zeros((1, action_dim), np.float32)
     def create():
         agent = agent_class.create(0, observations, actions, config)
-        return agent if one_vector is None else with_optimizer(agent, one_vector)
+        return with_optimizer(agent, one_vector)
 
     agent = jax.eval_shape(create)
     lead = (num_seeds,) if num_seeds > 1 else ()
@@ -162,14 +161,12 @@ def threefry_lowering(mode):
 
 
 def train_step_stats(preset, num_seeds, batch_size=1024, obs_dim=29, action_dim=8, steps_per_call=500, overrides=None,
-                     rng='compiled', compiler_options=None, optimizer_layout='auto', device=None):
+                     rng='compiled', compiler_options=None, optimizer_layout='per_leaf', device=None):
     """(ProgramStats, compile seconds) of main.py's training call for `preset` at N = `num_seeds` (on `device`, e.g.
     `compile_only_device('h100')`, else JAX's default device)."""
     config = agent_config(preset, batch_size, overrides)
     start = time.perf_counter()
-    if optimizer_layout == 'auto' and device is not None:
-        optimizer_layout = 'leaf' if device.platform == 'cpu' else 'flat'  # what 'auto' picks on that device
-    one_vector = {'auto': None, 'flat': True, 'leaf': False}[optimizer_layout]
+    one_vector = {'per_leaf': False, 'one_vector': True}[optimizer_layout]
     with threefry_lowering(rng):
         lowered = lower_train_step(abstract_agents(config, num_seeds, obs_dim, action_dim, device, one_vector),
                                    abstract_dataset(obs_dim, action_dim, device=device), num_seeds, steps_per_call, device)
@@ -185,7 +182,7 @@ def parse_args(argv=None):
     parser.add_argument('--steps_per_call', type=int, default=500, help='updates per call (main.py default; >= 2 keeps the loop)')
     parser.add_argument('--env', default='antmaze-medium-stitch-v0', choices=sorted(ENV_SIZES), help='observation/action sizes')
     parser.add_argument('--rng', default='unrolled', choices=['compiled', 'unrolled'], help='CPU only: see the docstring')
-    parser.add_argument('--layout', nargs='+', default=['auto'], choices=['auto', 'flat', 'leaf'],
+    parser.add_argument('--layout', nargs='+', default=['per_leaf'], choices=['per_leaf', 'one_vector'],
                         help='optimizer-state layout(s) to count, side by side (utils/training.py)')
     parser.add_argument('--target', default='local', choices=['local', 'h100'], help="'h100': compile-only H100, see the docstring")
     parser.add_argument('--set', nargs='*', default=[], metavar='KEY=VALUE', help='config overrides, e.g. tau=0.99 (Python literals)')

@@ -22,7 +22,6 @@ from ml_collections import config_flags
 
 from runtime.loggers import effective_wandb_mode
 from runtime.run_dir import name_too_long, not_one_name
-from utils import fused_mlp
 from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
 from utils.errors import ConfigError, StorageError
 from utils.render_backend import unavailable_message
@@ -138,7 +137,6 @@ def check_request(flags_class, flag_values: flags.FlagValues, config,
     values = {name: flag_values[name].value for name in flag_defaults(flags_class)}
     eval_tasks = check_flags(values)
     check_rendering(values)
-    fused_mlp.requested_mode()  # a bad FUSED_MLP is named now, not at the first trace
     values['wandb_mode'] = effective_wandb_mode(values['wandb_mode'], flag_given=bool(flag_values['wandb_mode'].present))
     defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
     check_types(config, defaults)

@@ -33,19 +33,8 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
     SESSION_CACHE_DIR = os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='byol-gamma-tests-xla-')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
-# Most tests run tiny networks for a few steps, so compiling costs far more than running (about four fifths
-# of the suite's CPU time): XLA skips most of its optimisations, which compiles in about 60% of the time and
-# computes the same functions. Comparisons within a test (fused vs per-call, resumed vs uninterrupted) see
-# the same setting on both sides. The few tests that run long enough to need fast code use
-# `with optimized_xla():` (in-process) or `OPTIMIZED_XLA_ENV` (main.py subprocesses), from tests/helpers.py.
-os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
-# Two XLA CPU compiler settings that cut compilation by more than half (22 s -> 8.5 s for four presets'
-# training steps): the classic emitters (XLA's fusion emitters generate code ~20% faster, but take twice as
-# long to compile), and code generation in one piece (the test workers already keep both cores busy). Set
-# before jax is imported; main.py subprocesses inherit them. Same numbers up to float rounding.
-for flag in ('--xla_cpu_use_fusion_emitters=false', '--xla_cpu_parallel_codegen_split_count=1'):
-    if flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
-        os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flag).strip()
+# XLA's own settings for every test process (fewer optimisations, faster CPU compilation, one instruction set) are
+# tests/__init__.py's, set when this package is imported, before this file.
 
 POINTMAZE = 'pointmaze-medium-stitch-v0'
 

@@ -255,7 +255,7 @@ def distinct_presets():
 # Every agent's numbers stay what they were: the per-step metrics (losses, gradient norms, ...) of the first
 # RECORDED_STEPS fused updates at seed 0 (main.py's streams: `sampling_key`) of a preset of each code path, recorded in tests/data/agent_metrics.json.
 # Record again only for a change that is meant to change the numbers, and say so in its commit:
-#     JAX_PLATFORMS=cpu JAX_DISABLE_MOST_OPTIMIZATIONS=1 python -m tests.agents.test_regression --record
+#     JAX_PLATFORMS=cpu python -m tests.agents.test_regression --record
 RECORD = os.path.join(ROOT, 'tests', 'data', 'agent_metrics.json')
 RECORDED_STEPS = 10
 
@@ -292,7 +292,7 @@ def assert_recorded_metrics(preset, infos):
         np.testing.assert_allclose(
             np.asarray(infos[key])[:RECORDED_STEPS], values, rtol=1e-6, atol=1e-7,
             err_msg=f'{preset}: {key} changed. If the change is meant (a loss changed on purpose), record again with '
-                    f'JAX_PLATFORMS=cpu JAX_DISABLE_MOST_OPTIMIZATIONS=1 .venv/bin/python -m tests.agents.test_regression '
+                    f'JAX_PLATFORMS=cpu .venv/bin/python -m tests.agents.test_regression '
                     f'--record --all and say so in the commit; else the change broke this agent.')
 
 

@@ -1,5 +1,6 @@
-"""Ensembles of small MLPs, forward and backward, as one fused kernel per (ensemble member, row tile): the GPU path of
-utils.networks' encoder and predictor ensembles (phi, psi_f, psi_b; TRA's and TD-SR's encoders).
+"""Ensembles of small MLPs, forward and backward, as one fused kernel per (ensemble member, row tile): an optional GPU
+path for utils.networks' encoder and predictor ensembles (phi, psi_f, psi_b; TRA's and TD-SR's encoders), which a run
+takes only when asked (main.py --network_kernel=fused) and only for the networks it computes exactly.
 
 Why: the representation networks are 64 wide. Run as XLA kernels, every Dense, GELU and LayerNorm pass reads and
 writes a [rows, 64] float32 activation in device memory, forward and backward, and the arithmetic per byte is too
@@ -8,85 +9,39 @@ chip: the forward reads inputs and weights and writes only the outputs; the back
 activations inside the same program instead of storing them, and writes the input gradient and that tile's weight
 gradients, which are summed over tiles afterwards (a fixed order, so the sum is deterministic).
 
-The function computed is exactly `utils.networks.Encoder` / `Predictor` on each member: for each hidden layer
-h <- LayerNorm(gelu(h W + b)) (LayerNorm optional; flax's epsilon 1e-6 and tanh-approximate GELU), then h W_out + b_out.
-
-`FUSED_MLP` in the environment selects the path when a network is traced: `auto` (the default) uses the kernel on a
-GPU once a self-check on small shapes matches the XLA computation, and XLA elsewhere; `on` forces it (on a CPU it runs
-in Pallas' interpret mode: the tests' way to check it, slow); `off` keeps XLA everywhere.
+The function the kernel computes is `utils.networks.Encoder` / `Predictor` as written today, on each member: for each
+hidden layer h <- LayerNorm(gelu(h W + b)) (LayerNorm optional; flax's epsilon 1e-6 and tanh-approximate GELU), then
+h W_out + b_out. A network changed in any other way (another activation, more layers, other widths) is not that
+function, so `check_networks` compares the kernel with the network's own flax module, on the run's own batch, before
+the run uses it, and keeps XLA for every network where they differ. On a CPU, Pallas interprets the kernel: same
+values, slowly (the tests' way to check it).
 """
 
-import concurrent.futures
-import contextlib
 import functools
-import logging
 import math
-import os
-from typing import Optional, Sequence
+from typing import Callable, Dict, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from jax.experimental import pallas as pl
 
-from utils.errors import ConfigError
+from utils.networks import EnsembleEncoder, EnsemblePredictor, ModuleDict
 
 LAYER_NORM_EPSILON = 1e-6  # flax.linen.LayerNorm's default
-MODES = ('auto', 'on', 'off')
 MIN_DIM = 16  # the smallest matrix side a GPU kernel's dot takes; narrower inputs and outputs are zero-padded
 ROW_TILE = 128  # rows per program
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # a Python float: a weakly typed literal inside the kernels
-
-_forced_mode: Optional[str] = None
-
-
-def requested_mode() -> str:
-    """The path asked for: `fused_mode(...)`'s if inside one, else $FUSED_MLP (default auto)."""
-    mode = _forced_mode or os.environ.get('FUSED_MLP', 'auto')
-    if mode not in MODES:
-        raise ConfigError(f'FUSED_MLP={mode!r} is not one of {", ".join(MODES)}: unset it (auto: the fused kernel on a '
-                          f'GPU, XLA elsewhere), or set on / off.')
-    return mode
+FLOAT32_UNIT_ROUNDOFF = 2.0**-24
+ENSEMBLES = (EnsembleEncoder, EnsemblePredictor)
 
 
-@contextlib.contextmanager
-def fused_mode(mode: str):
-    """Networks traced inside use `mode` (auto / on / off), whatever $FUSED_MLP says: for tests and benchmarks. The
-    mode is read when a function is traced, and jax.jit's caches do not know it, so where entering or leaving changes
-    the path a 64-wide network takes, JAX's caches are cleared: a function jitted at module level
-    (utils.training.train_steps) is then traced again, with the path in force."""
-    global _forced_mode
-    if mode not in MODES:
-        raise ValueError(f'fused_mode({mode!r}): expected one of {MODES}.')
-    before = use_fused((64,))
-    previous, _forced_mode = _forced_mode, mode
-    if use_fused((64,)) != before:
-        jax.clear_caches()
-    try:
-        yield
-    finally:
-        inside = use_fused((64,))
-        _forced_mode = previous
-        if use_fused((64,)) != inside:
-            jax.clear_caches()
-
-
-def supports(hidden_dims: Sequence[int], dtype=jnp.float32) -> bool:
+def supports(hidden_dims, dtype=jnp.float32) -> bool:
     """Whether the kernel computes this MLP: float32, and hidden sizes powers of two of at least 16 (a LayerNorm's
     row must be one block, unpadded). Other networks keep the XLA path."""
     return jnp.dtype(dtype) == jnp.float32 and all(
         size >= MIN_DIM and size & (size - 1) == 0 for size in hidden_dims)
-
-
-def use_fused(hidden_dims: Sequence[int], dtype=jnp.float32, mode: Optional[str] = None) -> bool:
-    """Whether a network with these hidden sizes, traced now, takes the fused path (under `mode`, default the
-    requested one)."""
-    mode = mode or requested_mode()
-    if mode == 'off' or not supports(hidden_dims, dtype):
-        return False
-    if mode == 'on':
-        return True
-    return jax.default_backend() == 'gpu' and _gpu_self_check_passes()
 
 
 def interpret_mode() -> bool:
@@ -302,50 +257,131 @@ def mlp_layers(params, num_hidden: int, layer_norm: bool, final='Dense_0'):
     return layers + [(params[final]['kernel'], params[final]['bias'])]
 
 
-# ------------------------------------------------------------------ the GPU self-check
+def member_kernel(x, member_params, layer_norm: bool, shared_input: bool):
+    """The `kernel` of `EnsembleEncoder` / `EnsemblePredictor`: the members' MLPs of `member_params` (flax's own
+    tree, so checkpoints serve both paths), fused."""
+    num_hidden = sum(name.startswith('Dense_') for name in member_params['MLP_0'])
+    return ensemble_mlp(x, mlp_layers(member_params, num_hidden, layer_norm), layer_norm, shared_input)
 
 
-def self_check() -> bool:
-    """Compile the kernels on small shapes and compare values and gradients with plain JAX; on a mismatch or a
-    compile error, log why and return False (`auto` then keeps XLA for this process). It is first asked while an
-    update is being traced; JAX's trace is per thread, so it runs in a thread of its own, where it computes instead
-    of adding to that trace."""
+# ------------------------------------------------------------------ which networks a run may fuse
+
+
+def structure_problem(module, member_params) -> Optional[str]:
+    """Why the kernel cannot compute ensemble `module` with these members' parameters (sizes, dtype, the layers of its
+    parameter tree), or None."""
+    if not supports(module.hidden_dims, jax.tree_util.tree_leaves(member_params)[0].dtype):
+        return (f'its hidden sizes {tuple(module.hidden_dims)} (float32) are not all powers of two from {MIN_DIM}, '
+                f'which the kernel needs')
+    num_hidden = len(module.hidden_dims)
+    expected = {f'Dense_{i}' for i in range(num_hidden)} | ({f'LayerNorm_{i}' for i in range(num_hidden)}
+                                                            if module.layer_norm else set())
+    if set(member_params) != {'MLP_0', 'Dense_0'} or set(member_params['MLP_0']) != expected:
+        return ('its parameters are not the layers the kernel re-implements (an MLP of Dense and LayerNorm layers, '
+                'then one Dense)')
+    return None
+
+
+def tolerance(member_params) -> float:
+    """The largest difference, relative to an array's largest magnitude, allowed between the kernel and flax's layers.
+    Both paths multiply the same float32 numbers and differ only in the order of the additions: two orders of a sum
+    of K products differ by at most 2 K u of its magnitude (u = 2^-24, float32's unit roundoff), and L layers add up
+    their differences, 2 L K u in all. Gradients run the chain twice and sums may cancel, hence 4x that: 8 L K u,
+    1.2e-4 for four layers of fan-in 64 (a wrong activation differs by about 0.1-1)."""
+    mlp = member_params['MLP_0']
+    kernels = [mlp[name]['kernel'] for name in mlp if name.startswith('Dense_')] + [member_params['Dense_0']['kernel']]
+    return 8 * len(kernels) * max(kernel.shape[-2] for kernel in kernels) * FLOAT32_UNIT_ROUNDOFF
+
+
+def _members_name(module) -> str:
+    """The name of the ensemblized members (nn.vmap of Encoder / Predictor) among `module`'s parameters."""
+    return next(name for name in module.variables['params'] if name.startswith('Vmap'))
+
+
+def _relative_difference(got, want) -> float:
+    return max(float(jnp.max(jnp.abs(g - w))) / (float(jnp.max(jnp.abs(w))) + 1e-30)
+               for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True))
+
+
+def compare(module, args, kwargs) -> Optional[str]:
+    """None when the kernel computes bound ensemble `module` on these inputs as its flax layers do (values, and the
+    gradients with respect to its parameters and floating inputs, within `tolerance`), else why not."""
+    params = module.variables['params']
+    member_params = params[_members_name(module)]
+    problem = structure_problem(module, member_params)
+    if problem:
+        return problem
+    floating = [i for i, a in enumerate(args) if isinstance(a, jax.Array) and jnp.issubdtype(a.dtype, jnp.floating)]
+
+    def outputs_and_gradients(kernel):
+        unbound = module.clone(parent=None, name=None, kernel=kernel)
+
+        @jax.jit
+        def run(params, inputs):
+            def apply(params, *floating_inputs):
+                full = list(args)
+                for i, x in zip(floating, floating_inputs):
+                    full[i] = x
+                return unbound.apply({'params': params}, *full, **kwargs)
+
+            out, vjp = jax.vjp(apply, params, *inputs)
+            return out, vjp(jax.random.normal(jax.random.PRNGKey(0), out.shape, out.dtype))
+
+        return run(params, [args[i] for i in floating])
+
     try:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(_self_check).result()
-    except Exception as error:  # noqa: BLE001 -- any failure means: keep the XLA path, and say why
-        logging.warning('The fused ensemble-MLP kernel failed its self-check on this GPU (%s: %s); the representation '
-                        'networks use XLA. Set FUSED_MLP=off to skip the check.', type(error).__name__, error)
-        return False
+        fused = outputs_and_gradients(member_kernel)
+    except Exception as error:  # noqa: BLE001 -- a kernel that cannot run here: keep XLA, and say why
+        return f'the kernel failed here ({type(error).__name__}: {str(error).splitlines()[0][:200]})'
+    reference = outputs_and_gradients(None)
+    allowed = tolerance(member_params)
+    values, gradients = _relative_difference(fused[0], reference[0]), _relative_difference(fused[1], reference[1])
+    if max(values, gradients) > allowed:
+        return (f'the kernel computes another function than this network\'s flax module (values differ by '
+                f'{values:.2g} and gradients by {gradients:.2g} of their scale, {allowed:.2g} allowed): the module is '
+                f'not the MLP the kernel re-implements (another activation, layer or normalisation?)')
+    return None
 
 
-_gpu_self_check_passes = functools.lru_cache(maxsize=None)(self_check)  # once per process
+def check_networks(agent, probe: Callable) -> Dict[str, Optional[str]]:
+    """{network name: None if the kernel computes it exactly, else why it keeps XLA}, for every ensemble network of
+    `agent`'s train states. `probe(agent)` runs the agent's networks once, eagerly, on the run's own batch (its losses
+    on a batch): each network is checked on the inputs it receives there, against its own flax module."""
+    calls = []
+
+    def record(next_fun, args, kwargs, context):
+        module = context.module
+        if context.method_name == '__call__' and isinstance(module, ENSEMBLES) and isinstance(module.parent, ModuleDict):
+            calls.append((module.name.removeprefix('modules_'), module, args, kwargs))
+        return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(record):
+        probe(agent)
+    verdicts = {name: 'the check batch did not exercise it' for name in ensemble_names(agent)}
+    for name, module, args, kwargs in calls:
+        if name in verdicts and (verdicts[name] is None or verdicts[name].startswith('the check batch')):
+            verdicts[name] = compare(module, args, kwargs)
+    return verdicts
 
 
-def _self_check() -> bool:
-    """Values and gradients of a small ensemble, fused against plain JAX; raises on a mismatch."""
-    rng = np.random.default_rng(0)
-    members, rows, width, hidden = 2, 200, 29, (64, 64)
-    sizes = (width, *hidden, 29)
-    layers = []
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layer = (rng.normal(size=(members, n_in, n_out)) / np.sqrt(n_in), rng.normal(size=(members, n_out)) * 0.1)
-        if i < len(hidden):
-            layer += (1 + 0.1 * rng.normal(size=(members, n_out)), 0.1 * rng.normal(size=(members, n_out)))
-        layers.append(tuple(jnp.asarray(p, jnp.float32) for p in layer))
-    x = jnp.asarray(rng.normal(size=(rows, width)), jnp.float32)
+def _train_states(agent):
+    is_state = lambda x: isinstance(getattr(x, 'model', None), ModuleDict)  # noqa: E731
+    return is_state, [x for x in jax.tree_util.tree_leaves(agent, is_leaf=is_state) if is_state(x)]
 
-    def loss(fn, x, layers):
-        return jnp.sum(jnp.sin(fn(x, layers)))
 
-    fused = lambda x, layers: ensemble_mlp(x, layers, True, True)
-    plain = lambda x, layers: jax.vmap(lambda m: member_mlp(
-        x, [tuple(p[m][None] if p.ndim == 2 else p[m] for p in layer) for layer in layers], True))(
-        jnp.arange(members))
-    got = jax.jit(jax.value_and_grad(functools.partial(loss, fused), argnums=(0, 1)))(x, layers)
-    want = jax.jit(jax.value_and_grad(functools.partial(loss, plain), argnums=(0, 1)))(x, layers)
-    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
-        scale = float(jnp.max(jnp.abs(w))) + 1e-6
-        if not float(jnp.max(jnp.abs(g - w))) <= 2e-2 * scale:  # TF32 matmuls on the GPU
-            raise AssertionError(f'fused and plain differ by {float(jnp.max(jnp.abs(g - w))):.3g} (scale {scale:.3g})')
-    return True
+def ensemble_names(agent):
+    """The names of the ensemble networks in `agent`'s train states."""
+    _, states = _train_states(agent)
+    return sorted({name for state in states for name, m in state.model.modules.items() if isinstance(m, ENSEMBLES)})
+
+
+def with_kernel(agent, names):
+    """`agent` with its ensemble networks named `names` computed by the fused kernel (the same parameters)."""
+    is_state, _ = _train_states(agent)
+
+    def fuse(state):
+        modules = {name: m.clone(kernel=member_kernel) if name in names and isinstance(m, ENSEMBLES) else m
+                   for name, m in state.model.modules.items()}
+        return state.replace(model=ModuleDict(modules))
+
+    return jax.tree_util.tree_map(lambda x: fuse(x) if is_state(x) else x, agent, is_leaf=is_state)

@@ -10,8 +10,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from utils import fused_mlp
-
 
 def default_init(scale: float = 1.0):
     """Variance-scaling init with fan_avg/uniform (the initialisation OGBench's agents use)."""
@@ -59,23 +57,12 @@ class Encoder(nn.Module):
         return nn.Dense(self.latent_dim, kernel_init=default_init())(x)
 
 
-def fused_layers(ensemble: nn.Module, members: nn.Module):
-    """The layers `utils.fused_mlp.ensemble_mlp` computes `members` (an ensemblized Encoder / Predictor of `ensemble`)
-    with, read from the parameters the XLA path uses; None when this trace takes the XLA path (and always at init,
-    which creates those parameters)."""
-    if ensemble.is_initializing() or not fused_mlp.use_fused(ensemble.hidden_dims):
-        return None
-    params = ensemble.variables['params'][members.name]
-    return fused_mlp.mlp_layers(params, len(ensemble.hidden_dims), ensemble.layer_norm)
-
-
 class EnsembleEncoder(nn.Module):
     """An ensemble of `num_members` encoders; returns all members' outputs, shape [M, ..., latent].
 
     `image_encoder` (pixels: a module class of utils.image_encoders.VISUAL_ENCODERS) puts one image encoder in
     front of the members, shared by them: x is then images. `actions`, if given, are concatenated to the (image
-    features or raw) input of the members: the action-conditioned psi(s, a). The members run as XLA's kernels, or on
-    a GPU as one fused kernel (utils/fused_mlp.py) that reads the same parameters.
+    features or raw) input of the members: the action-conditioned psi(s, a).
     """
 
     hidden_dims: Sequence[int]
@@ -83,6 +70,10 @@ class EnsembleEncoder(nn.Module):
     num_members: int = 2
     layer_norm: bool = True
     image_encoder: Optional[Callable[[], nn.Module]] = None
+    # The members' MLPs computed by `kernel(x, member_params, layer_norm, shared_input)` from the parameters flax's
+    # layers own, instead of by those layers: utils/fused_mlp.py's kernel, passed in by a run that asks for it
+    # (main.py --network_kernel=fused) once it has checked it against this module. None: flax's layers.
+    kernel: Optional[Callable] = None
 
     @nn.compact
     def __call__(self, x, actions=None):
@@ -91,10 +82,9 @@ class EnsembleEncoder(nn.Module):
         if actions is not None:
             x = jnp.concatenate([x, actions], axis=-1)
         members = ensemblize(Encoder, self.num_members)(self.hidden_dims, self.latent_dim, self.layer_norm)
-        layers = fused_layers(self, members)
-        if layers is None:
+        if self.kernel is None or self.is_initializing():
             return members(x)
-        return fused_mlp.ensemble_mlp(x, layers, self.layer_norm, shared_input=True)
+        return self.kernel(x, self.variables['params'][members.name], self.layer_norm, shared_input=True)
 
 
 class Predictor(nn.Module):
@@ -114,23 +104,23 @@ class Predictor(nn.Module):
 
 class EnsemblePredictor(nn.Module):
     """One predictor per encoder ensemble member. Input latents have shape [M, B, d]: member m only
-    sees (and only trains on) its own encoder's latents. Fused on a GPU like `EnsembleEncoder`."""
+    sees (and only trains on) its own encoder's latents. `kernel` as `EnsembleEncoder`'s."""
 
     hidden_dims: Sequence[int]
     out_dim: int
     num_members: int = 2
     layer_norm: bool = True
+    kernel: Optional[Callable] = None
 
     @nn.compact
     def __call__(self, z, actions=None):
         members = nn.vmap(Predictor, variable_axes={'params': 0}, split_rngs={'params': True}, in_axes=(0, None),
                           out_axes=0, axis_size=self.num_members)(self.hidden_dims, self.out_dim, self.layer_norm)
-        layers = fused_layers(self, members)
-        if layers is None:
+        if self.kernel is None or self.is_initializing():
             return members(z, actions)
         if actions is not None:
             z = jnp.concatenate([z, jnp.broadcast_to(actions, (z.shape[0], *actions.shape))], axis=-1)
-        return fused_mlp.ensemble_mlp(z, layers, self.layer_norm, shared_input=False)
+        return self.kernel(z, self.variables['params'][members.name], self.layer_norm, shared_input=False)
 
 
 class GaussianActor(nn.Module):

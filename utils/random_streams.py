@@ -4,9 +4,11 @@
     update        the agent's update noise (its `rng`: latents, target smoothing, actor noise) and acting seed
     sampling      the batches: the batch of step t is drawn with fold_in(sampling, t)
     validation    the held-out batch logged at step t: fold_in(validation, t)
+    validation/noise  the noise of that batch's losses (FB's latents, RL agents' actor noise): fold_in(it, t)
     evaluation    the evaluation seed at step t: drawn from fold_in(evaluation, t)
     high/init     a hierarchy's high-level initialisation
     high/acting   a hierarchy's acting seed (the levels' own streams are the flat agent's)
+    network_check the batch on which --network_kernel=fused checks the kernel against the networks' flax modules
 
 A stream is fold_in(PRNGKey(seed), id) with `id` a 32-bit hash of its name, so no stream is derived from another
 and no two share bits whatever JAX's PRNG implementation. Deriving them by position would not do that: with JAX's
@@ -19,7 +21,8 @@ from typing import Dict
 
 import jax
 
-STREAMS = ('init', 'update', 'sampling', 'validation', 'evaluation', 'high/init', 'high/acting')
+STREAMS = ('init', 'update', 'sampling', 'validation', 'validation/noise', 'evaluation', 'high/init', 'high/acting',
+           'network_check')
 
 # Runs recorded before this version drew their streams by position (see above): their checkpoints cannot continue
 # with the same random numbers, so --resume refuses them (runtime/run_writer.py).

@@ -1,7 +1,8 @@
 """One gradient step, the optimizer layouts, and the fused training loop that main.py runs.
 
     TrainState                  a network's parameters and optimizer state; `apply_loss_fn` is one gradient step
-    OneVector, for_backend      the optimizer over all parameters as one vector (accelerators), or per leaf (CPU)
+    OneVector, with_optimizer   the optimizer over all parameters as one vector, which a run may ask for
+                                (main.py --optimizer_layout=one_vector); per leaf, optax's own, by default
     train_steps(agent, data, data_key, start_step, num_steps)
                                 sample a batch on device, update, `num_steps` times in one jitted lax.scan
     train_steps_multi, train_seeds
@@ -35,19 +36,19 @@ class TrainState(flax.struct.PyTreeNode):
     """Parameters, optimizer and optimizer state of one ModuleDict network."""
 
     step: jax.Array
-    apply_fn: Callable = nonpytree_field()
+    model: Any = nonpytree_field()  # the ModuleDict (utils/networks.py) whose parameters these are
     tx: Any = nonpytree_field()
     params: Any = None
     opt_state: Any = None
 
     @classmethod
-    def create(cls, model_def, params, tx):
-        return cls(step=jnp.array(0, jnp.int32), apply_fn=model_def.apply, tx=tx, params=params, opt_state=tx.init(params))
+    def create(cls, model, params, tx):
+        return cls(step=jnp.array(0, jnp.int32), model=model, tx=tx, params=params, opt_state=tx.init(params))
 
     def __call__(self, *args, name: str, params, **kwargs):
         """Run sub-module `name` with `params`: the parameters being differentiated, `frozen(...)`
         ones, or `self.params` when acting. There is no default, so every call says which."""
-        return self.apply_fn({'params': params}, *args, name=name, **kwargs)
+        return self.model.apply({'params': params}, *args, name=name, **kwargs)
 
     def apply_gradients(self, grads):
         updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
@@ -69,11 +70,12 @@ def gradient_norm(grads, tx):
 
 
 # ---------------------------------------------------------------------------------------------
-# The optimizer layouts, chosen when an agent is built. On an accelerator, an update of an agent with many small parameter leaves (layer norms, ensemble members,
-# predictors) launches an optimizer kernel per leaf; `OneVector(adam)` runs Adam on all of them concatenated: one
-# elementwise computation, and one reduction for the gradient norm (benchmarks/hlo_kernels.py counts the kernels; an
-# H100's BYOL-gamma^a update: 201 instead of 242). `for_backend` picks it on accelerators and keeps optax's per-leaf
-# Adam on the CPU. `with_optimizer` converts an agent between the two (checkpoints hold the per-leaf layout).
+# The optimizer layouts. Agents are built with optax's optimizer, which updates each parameter leaf on its own. On an
+# accelerator, an update of an agent with many small parameter leaves (layer norms, ensemble members, predictors)
+# launches an optimizer kernel per leaf; `OneVector(adam)` runs Adam on all of them concatenated: one elementwise
+# computation, and one reduction for the gradient norm (benchmarks/hlo_kernels.py counts the kernels; an H100's
+# BYOL-gamma^a update: 201 instead of 242). It is a run's explicit choice (main.py --optimizer_layout), recorded in
+# its flags.json; `with_optimizer` converts an agent between the two (checkpoints hold the per-leaf layout).
 # ---------------------------------------------------------------------------------------------
 
 
@@ -92,12 +94,6 @@ class OneVector(NamedTuple):
     def update(self, grads, state, params=None):
         flat_updates, state = self.inner.update(ravel_leaves(grads), state, None if params is None else ravel_leaves(params))
         return unravel_like(flat_updates, grads), state
-
-
-def for_backend(tx, backend: str = None):
-    """The optimizer an agent is built with: `tx` over one vector on an accelerator, per leaf on the CPU (where a
-    kernel costs little, and the per-leaf numbers are the ones tests/data/agent_metrics.json records)."""
-    return OneVector(tx) if (backend or jax.default_backend()) != 'cpu' else tx
 
 
 def _is_train_state(x) -> bool:
@@ -226,9 +222,10 @@ def train_seeds(agents, data: DeviceDataset, data_keys, start_step, num_steps: i
 
 
 @jax.jit
-def validation_metrics(agent, data: DeviceDataset, key):
-    """The agent's losses on one batch of held-out data (no update, no augmentation, as OGBench)."""
-    return agent.metrics(sample_batch(key, data, dataclasses.replace(batch_config(agent), p_aug=0.0)))
+def validation_metrics(agent, data: DeviceDataset, batch_key, noise_key):
+    """The agent's losses on one batch of held-out data drawn with `batch_key` (no update, no augmentation, as
+    OGBench), their noise drawn with `noise_key`: both from the validation streams, never an update's keys."""
+    return agent.metrics(sample_batch(batch_key, data, dataclasses.replace(batch_config(agent), p_aug=0.0)), noise_key)
 
 
 def first_nonfinite(infos):

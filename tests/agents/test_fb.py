@@ -1,6 +1,8 @@
 """FB agent: its losses against NumPy, z sampling, gradient routing, EMA targets, training and evaluation."""
 
 
+import dataclasses
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -15,7 +17,8 @@ from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import env_spaces, evaluate, make_eval_envs
 from utils.sampler import DeviceDataset, sample_batch
-from utils.training import train_steps
+from utils.random_streams import stream_key
+from utils.training import train_steps, update_keys, validation_metrics
 
 pytestmark = pytest.mark.xdist_group('test_fb')  # its module fixtures are built once, in one worker
 
@@ -218,12 +221,33 @@ def test_ema_targets_follow_tau(agent, batch):
         )
 
 
-def test_validation_metrics_use_the_agents_own_key(agent, batch):
-    info = jax.jit(lambda a: a.metrics(batch))(agent)
-    loss, _ = jax.jit(lambda p: agent.total_loss(batch, p, agent.rng))(agent.network.params)
+def test_validation_draws_its_noise_from_its_own_stream(agent, data):
+    """Validation (utils.training.validation_metrics, as main.py calls it at step t with the validation streams' keys)
+    computes FB's loss with the noise key it is given: the latents z and the noise come from the validation/noise
+    stream. No key FB's loss draws from in validation (the key and its three splits) equals one an update draws from
+    (the update stream's states, each update's noise key and its splits), over the first 200 steps."""
+    batch_key, noise_key = (jax.random.fold_in(stream_key(0, name), 20) for name in ('validation', 'validation/noise'))
+    info = validation_metrics(agent, data, batch_key, noise_key)
+    batch = sample_batch(batch_key, data, dataclasses.replace(sampler_of(agent.config), p_aug=0.0))
+    loss, _ = jax.jit(lambda p: agent.total_loss(batch, p, noise_key))(agent.network.params)
     # Two programs compiled apart may round differently; another key (other latents z) changes the loss by far more.
     np.testing.assert_allclose(float(info['total_loss']), float(loss), rtol=1e-6)
-    np.testing.assert_allclose(float(loss), float(info['critic/loss']) + float(info['actor/q_loss']) + float(info['actor/bc_loss']), rtol=1e-5)
+    other, _ = jax.jit(lambda p: agent.total_loss(batch, p, agent.rng))(agent.network.params)
+    assert abs(float(other) - float(loss)) > 1e-3 * abs(float(loss))
+
+    def drawn(key):  # a key FB's loss receives, and the three it splits it into (latents, target and actor noise)
+        return [key, *jax.random.split(key, 3)]
+
+    update_keys_seen, rng = set(), stream_key(0, 'update')
+    for _ in range(200):
+        next_rng, step_key = update_keys(rng)
+        update_keys_seen.update(tuple(np.asarray(k).tolist()) for k in [rng, *drawn(step_key)])
+        rng = next_rng
+    validation_keys_seen = {tuple(np.asarray(k).tolist()) for t in range(0, 200, 10)
+                            for k in drawn(jax.random.fold_in(stream_key(0, 'validation/noise'), t))}
+    assert len(update_keys_seen) == 200 * 5 and len(validation_keys_seen) == 20 * 4
+    assert not update_keys_seen & validation_keys_seen
+    np.testing.assert_array_equal(agent.rng, stream_key(0, 'update'))  # the agent's rng is the update stream's
 
 
 # ---- training and acting ----------------------------------------------------------------------

@@ -88,7 +88,7 @@ def first_batch(data, config):
 def test_hierarchical_batch_reaches_the_right_losses(preset, trained, data):
     agent = trained[preset]['snapshots'][0]
     batch = first_batch(data, trained[preset]['config'])
-    metrics = jax.jit(agent.metrics)
+    metrics = jax.jit(lambda batch: agent.metrics(batch, jax.random.PRNGKey(3)))
     base = metrics(batch)
     # pi_l learns from low_goals only, pi_h from (high_goals, high_targets) only.
     touches = {'low_goals': 'actor/bc_loss', 'high_goals': 'high_actor/bc_loss', 'high_targets': 'high_actor/bc_loss'}
@@ -134,7 +134,7 @@ def test_a_joint_update_is_each_levels_own_update(data):
     low_batch = dict(batch, actor_goals=batch['low_goals'])
     expected_low, low_info = jax.jit(lambda a: a.low.update(low_batch))(agent)
     expected_high, high_info = jax.jit(lambda a: a.high.update(batch, a.low))(agent)
-    metrics = jax.jit(agent.metrics)(batch)
+    metrics = jax.jit(agent.metrics)(batch, jax.random.PRNGKey(3))
     new_agent, info = agent.update(batch)
     assert_trees_equal(new_agent.low, expected_low)
     assert_trees_equal(new_agent.high, expected_high)
@@ -352,15 +352,17 @@ def test_replanning_every_k_steps_holds_the_subgoal(every, pointmaze):
 
 
 
-def test_both_levels_get_the_accelerator_optimizer_layout(monkeypatch):
-    """On an accelerator every network trains with Adam over one vector (utils.training.for_backend), the high level
-    as the low one; on the CPU both stay per leaf."""
+def test_both_levels_take_the_optimizer_layout_a_run_asks_for(monkeypatch):
+    """Every network is built with optax's per-leaf optimizer, whatever the backend; a run that asks for Adam over one
+    vector (main.py --optimizer_layout=one_vector, utils.training.with_optimizer) gets it for the high level as for
+    the low one."""
     from utils import training as optimizers
 
     config = tiny('hbyol_gamma_a')
-    cpu = make_agent(config)
-    assert not isinstance(cpu.high.network.tx, optimizers.OneVector) and not isinstance(cpu.low.network.tx, optimizers.OneVector)
-    monkeypatch.setattr(optimizers.jax, 'default_backend', lambda: 'gpu')
-    accelerator = make_agent(config)
-    assert isinstance(accelerator.high.network.tx, optimizers.OneVector)
-    assert isinstance(accelerator.low.network.tx, optimizers.OneVector)
+    monkeypatch.setattr(optimizers.jax, 'default_backend', lambda: 'gpu')  # no backend changes the layout
+    built = make_agent(config)
+    assert not isinstance(built.high.network.tx, optimizers.OneVector)
+    assert not isinstance(built.low.network.tx, optimizers.OneVector)
+    asked = optimizers.with_optimizer(built, one_vector=True)
+    assert isinstance(asked.high.network.tx, optimizers.OneVector)
+    assert isinstance(asked.low.network.tx, optimizers.OneVector)

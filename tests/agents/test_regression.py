@@ -2,10 +2,10 @@
 code path, against tests/data/agent_metrics.json (tests/helpers.py says when to record them again). The presets that
 tests/agents/test_agents.py trains anyway are compared there, on the first updates of its run.
 
-    JAX_PLATFORMS=cpu JAX_DISABLE_MOST_OPTIMIZATIONS=1 python -m tests.agents.test_regression --record
+    JAX_PLATFORMS=cpu python -m tests.agents.test_regression --record
 
 records every preset of a code path (a new method's preset included), keeping the others' records unchanged unless
-`--all` is passed.
+`--all` is passed, compiled with the test processes' XLA settings (tests/__init__.py).
 """
 
 import json
@@ -42,7 +42,7 @@ def metrics_of(preset):
 
 def test_every_preset_of_a_code_path_is_recorded():
     missing = [p for p in PRESETS_CHECKED if p not in recorded_metrics()]
-    assert not missing, (f'no recorded metrics for {missing}: JAX_PLATFORMS=cpu JAX_DISABLE_MOST_OPTIMIZATIONS=1 '
+    assert not missing, (f'no recorded metrics for {missing}: JAX_PLATFORMS=cpu '
                          f'.venv/bin/python -m tests.agents.test_regression --record')
 
 

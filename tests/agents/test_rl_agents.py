@@ -80,10 +80,10 @@ def test_trains_vmapped_resumes_exactly_and_acts(agent_name, data, tmp_path):
     np.testing.assert_array_equal(*greedy)
     assert greedy[0].shape == noisy.shape == (5, ACTION_DIM) and np.all(np.abs(noisy) <= 1.0)
     assert not np.allclose(greedy[0], noisy)
-    # Validation (main.py's validation_metrics): the stored parameters, no rng, a scalar 'total_loss'.
+    # Validation (main.py's validation_metrics): the stored parameters, a key of its own, a scalar 'total_loss'.
     # (Traced abstractly: the training metrics above are already checked finite.)
     batch = sample_batch(jax.random.PRNGKey(5), data, sampler_config)
-    assert jax.eval_shape(lambda a: a.metrics(batch)['total_loss'], agent).shape == ()
+    assert jax.eval_shape(lambda a: a.metrics(batch, jax.random.PRNGKey(6))['total_loss'], agent).shape == ()
 
 
 def chain_dataset(num_states=10, num_episodes=60, length=40, seed=0):

@@ -12,13 +12,13 @@ from utils import networks
 
 
 def test_bench_gpu_quick(capsys):
-    result = bench_gpu.main(['--quick', '--fused_mlp', 'off'])
+    result = bench_gpu.main(['--quick'])
     out = capsys.readouterr().out
     rates = result['rates']
     assert sorted(rates) == ['byol_gamma_a', 'gcbc'] and all(sorted(r) == [1, 2] and min(r.values()) > 0 for r in rates.values())
     # Kernels and GFLOP per update come from the compiled programs that were timed.
     measured = result['results']
-    gcbc, byol = measured['gcbc', ('auto', 'off')][1]['stats'], measured['byol_gamma_a', ('auto', 'off')][1]['stats']
+    gcbc, byol = measured['gcbc', ('per_leaf', 'xla')][1]['stats'], measured['byol_gamma_a', ('per_leaf', 'xla')][1]['stats']
     assert byol.kernels > gcbc.kernels > 0 and byol.flops > gcbc.flops > 0 and gcbc.trip_count == 2
     assert sorted(result['evaluation_s']) == [1, 2] and min(result['evaluation_s'].values()) > 0
     # Every table was printed, Markdown-formatted, and the headline rows projected for 4 and 10 seeds.
@@ -29,8 +29,8 @@ def test_bench_gpu_quick(capsys):
                    '| 4 | ', '| 10 | '):
         assert header in out, header
     assert result['projections']['total', 10] > result['projections']['total', 4] > 0
-    # --fused_mlp off: the tables say which path the representation networks took.
-    assert 'Training, layout auto (per-leaf optimizer), representation networks off (XLA): total seed-steps/s' in out
+    # The tables say which optimizer layout and network kernel they timed: main.py's defaults.
+    assert 'Training, --optimizer_layout=per_leaf --network_kernel=xla: total seed-steps/s' in out
     assert 'skipped' not in out and 'failed' not in out
 
 

@@ -74,7 +74,7 @@ def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tm
 
 def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_written(tmp_path, pointmaze_data_dir):
     """--resume of copies of one finished run, each with one file replaced by JSON main.py never writes, a value
-    recorded as another JSON type, or resumed in another numeric mode: each is refused with a paragraph naming the
+    recorded as another JSON type, or resumed in another numeric mode, network kernel or optimizer layout: each is refused with a paragraph naming the
     file (or the difference) and its way out, and the directory is left byte for byte as it was."""
     import shutil
 
@@ -89,7 +89,13 @@ def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_writ
         'dataset_empty': ('dataset.json', '{}', 'dataset.json is damaged (it lacks files'),
         'seed_text': ('flags.json', None, '--seed: "0" (str) -> 0 (int)'),
         'x64': (None, None, 'trained in float32, in float64'),
+        'kernel': (None, None, '--network_kernel: xla -> fused'),
+        'layout': (None, None, '--optimizer_layout: per_leaf -> one_vector'),
     }
+    # The choices that change a run's numbers without changing its config are recorded: main.py's defaults.
+    recorded = json.loads((reference / 'default' / 'r' / 'flags.json').read_text())
+    assert (recorded['network_kernel'], recorded['optimizer_layout']) == ('xla', 'per_leaf')
+    asked = {'kernel': ['--network_kernel=fused'], 'layout': ['--optimizer_layout=one_vector']}
     processes = {}
     for case, (name, content, _) in cases.items():
         save_dir = tmp_path / case
@@ -102,7 +108,8 @@ def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_writ
             (run_dir / name).write_text(content)
         before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
         env = dict(os.environ, JAX_ENABLE_X64='1') if case == 'x64' else None
-        command = main_command(pointmaze_data_dir, save_dir, *BUDGET[1:], '--train_steps=60', '--run_name=r', '--resume')
+        command = main_command(pointmaze_data_dir, save_dir, *BUDGET[1:], '--train_steps=60', '--run_name=r', '--resume',
+                               *asked.get(case, ()))
         processes[case] = (start(command, env=env), run_dir, before)
     for case, (process, run_dir, before) in processes.items():
         paragraph = error_paragraph(*finish(process)[::2])

@@ -1,5 +1,6 @@
 """The fused ensemble-MLP kernel (utils/fused_mlp.py), run on the CPU in Pallas' interpret mode, against the XLA path
-of the same flax modules (utils.networks' EnsembleEncoder and EnsemblePredictor, whose parameters both paths read):
+of the same flax modules (utils.networks' EnsembleEncoder and EnsemblePredictor with the kernel passed in, and as they
+are; both paths read the same parameters):
 values, parameter gradients and input gradients, for shared and per-member inputs, with and without LayerNorm, odd
 input and output widths (padded), row counts that are not whole tiles and several tiles, and under jax.vmap (the
 multi-seed update). Tolerance: float32 rounding of sums reordered, |fused - xla| <= 1e-5 * (1 + max|xla|)."""
@@ -9,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from utils import fused_mlp
-from utils.errors import ConfigError
+import flax.linen as nn
+
+from utils import fused_mlp, networks
 from utils.networks import EnsembleEncoder, EnsemblePredictor
 
 
@@ -33,13 +35,14 @@ def value_and_grads(module, params, *inputs):
 
 
 def both_paths(module, params, *inputs):
+    """(fused, xla): `value_and_grads` of `module` with the kernel passed in, and of the module as it is."""
     results = {}
-    for mode in ('off', 'on'):
-        with fused_mlp.fused_mode(mode):
-            step = lambda p, *x: value_and_grads(module, p, *x)
-            assert ('pallas_call' in str(jax.make_jaxpr(step)(params, *inputs))) == (mode == 'on')
-            results[mode] = jax.jit(step)(params, *inputs)
-    return results['on'], results['off']
+    for kernel in (fused_mlp.member_kernel, None):
+        path = module.clone(kernel=kernel)
+        step = lambda p, *x: value_and_grads(path, p, *x)  # noqa: E731
+        assert ('pallas_call' in str(jax.make_jaxpr(step)(params, *inputs))) == (kernel is not None)
+        results[kernel is None] = jax.jit(step)(params, *inputs)
+    return results[False], results[True]
 
 
 @pytest.mark.parametrize('rows, width, latent, layer_norm', [(300, 29, 29, True), (8, 5, 3, False)])
@@ -68,56 +71,58 @@ def test_leading_dims_and_vmapped_seeds_match_xla():
     x = jax.random.normal(jax.random.PRNGKey(0), (4, 10, 7))
     seeds = jax.vmap(lambda k: module.init(k, x)['params'])(jax.random.split(jax.random.PRNGKey(1), 3))
     results = {}
-    for mode in ('off', 'on'):
-        with fused_mlp.fused_mode(mode):
-            results[mode] = jax.jit(jax.vmap(lambda p: value_and_grads(module, p, x)))(seeds)
-    assert results['on'][0].shape == (3, 3, 4, 10, 16)
-    assert_trees_close(results['on'], results['off'])
+    for kernel in (fused_mlp.member_kernel, None):
+        path = module.clone(kernel=kernel)
+        results[kernel is None] = jax.jit(jax.vmap(lambda p: value_and_grads(path, p, x)))(seeds)
+    assert results[False][0].shape == (3, 3, 4, 10, 16)
+    assert_trees_close(results[False], results[True])
 
 
-def test_the_modes_and_the_shapes_that_keep_xla(monkeypatch):
+def test_the_shapes_the_kernel_takes():
     assert fused_mlp.supports((64, 64, 64)) and fused_mlp.supports((16, 512))
     assert not fused_mlp.supports((64, 48)) and not fused_mlp.supports((8, 64))
     assert not fused_mlp.supports((64,), jnp.bfloat16)
-    monkeypatch.delenv('FUSED_MLP', raising=False)
-    assert fused_mlp.requested_mode() == 'auto' and not fused_mlp.use_fused((64, 64))  # auto: a GPU only
-    with fused_mlp.fused_mode('on'):
-        assert fused_mlp.use_fused((64, 64)) and not fused_mlp.use_fused((64, 48))
-    monkeypatch.setenv('FUSED_MLP', 'on')
-    assert fused_mlp.use_fused((64, 64))
-    with fused_mlp.fused_mode('off'):
-        assert not fused_mlp.use_fused((64, 64))
-    monkeypatch.setenv('FUSED_MLP', 'yes')
-    with pytest.raises(ConfigError, match=r"FUSED_MLP='yes' is not one of auto, on, off"):
-        fused_mlp.requested_mode()
 
 
-def test_a_network_xla_cannot_fuse_is_computed_by_xla_when_fusion_is_on():
-    """Hidden sizes the kernel does not take (48) give the XLA path's numbers bit for bit, and no Pallas call."""
-    module = EnsembleEncoder((48, 64), 8, num_members=2)
-    x = jax.random.normal(jax.random.PRNGKey(0), (5, 6))
-    params = module.init(jax.random.PRNGKey(1), x)['params']
-    with fused_mlp.fused_mode('on'):
-        on = module.apply({'params': params}, x)
-        assert 'pallas_call' not in str(jax.make_jaxpr(lambda p: module.apply({'params': p}, x))(params))
-    with fused_mlp.fused_mode('off'):
-        np.testing.assert_array_equal(on, module.apply({'params': params}, x))
+def check(module, params, *inputs):
+    """`fused_mlp.compare` on `module` bound to `params`, as the run's check calls it on the module it intercepts."""
+    return fused_mlp.compare(module.bind({'params': params}), inputs, {})
 
 
-def test_the_self_check_runs_while_an_update_is_traced_and_fails_safe(monkeypatch, caplog):
-    """`auto` on a GPU first asks the self-check while the update is being traced: it must compute its arrays, not add
-    them to that trace (before: a ConcretizationTypeError, so the kernel was never used). A kernel that computes the
-    wrong values fails it, with a warning naming FUSED_MLP, and the caller keeps XLA."""
-    verdicts = []
+def test_the_check_passes_the_networks_the_kernel_computes():
+    module = EnsemblePredictor((16, 16), 29, num_members=2)
+    z, actions = jnp.ones((2, 40, 29)), jax.random.normal(jax.random.PRNGKey(0), (40, 8))
+    params = module.init(jax.random.PRNGKey(1), z, actions)['params']
+    assert check(module, params, z, actions) is None
+    encoder = EnsembleEncoder((16, 16), 16, num_members=2, layer_norm=False)
+    x = jax.random.normal(jax.random.PRNGKey(2), (20, 5))
+    assert check(encoder, encoder.init(jax.random.PRNGKey(3), x)['params'], x) is None
 
-    @jax.jit
-    def traced(x):
-        verdicts.append(fused_mlp.self_check())
-        return x + 1
 
-    traced(jnp.ones(2))
-    assert verdicts == [True]
-    wrong = fused_mlp.ensemble_mlp
-    monkeypatch.setattr(fused_mlp, 'ensemble_mlp', lambda *args, **kwargs: 1.1 * wrong(*args, **kwargs))
-    assert fused_mlp.self_check() is False
-    assert 'failed its self-check' in caplog.text and 'FUSED_MLP=off' in caplog.text
+def test_the_check_keeps_xla_for_a_network_the_kernel_does_not_compute(monkeypatch):
+    """Compared with utils.networks' own module: an encoder whose MLP a researcher gave another activation (ReLU; the
+    kernel computes GELU) is another function, by far more than the tolerance; hidden sizes the kernel does not take
+    are named before anything is computed."""
+    class ReluEncoder(networks.Encoder):
+        @nn.compact
+        def __call__(self, x):
+            x = networks.MLP(self.hidden_dims, activate_final=True, layer_norm=self.layer_norm, activation=nn.relu)(x)
+            return nn.Dense(self.latent_dim)(x)
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (20, 6))
+    monkeypatch.setattr(networks, 'Encoder', ReluEncoder)
+    module = EnsembleEncoder((32, 32), 16, num_members=2)
+    problem = check(module, module.init(jax.random.PRNGKey(1), x)['params'], x)
+    assert problem.startswith("the kernel computes another function than this network's flax module"), problem
+    different = float(problem.split('values differ by ')[1].split(' ')[0])
+    assert different > 100 * fused_mlp.tolerance(module.init(jax.random.PRNGKey(1), x)['params']['VmapReluEncoder_0'])
+    monkeypatch.undo()
+    odd = EnsembleEncoder((64, 48), 16, num_members=2)
+    assert 'are not all powers of two from 16' in check(odd, odd.init(jax.random.PRNGKey(1), x)['params'], x)
+
+
+def test_the_tolerance_is_float32_accumulation_over_the_layers():
+    """8 L K u: 4 layers of fan-in 64 (three 64-wide hidden layers and the output layer, input 29 wide)."""
+    module = EnsembleEncoder((64, 64, 64), 29, num_members=2)
+    params = module.init(jax.random.PRNGKey(0), jnp.ones((1, 29)))['params']['VmapEncoder_0']
+    assert fused_mlp.tolerance(params) == pytest.approx(8 * 4 * 64 * 2.0**-24)

@@ -169,14 +169,14 @@ def test_byol_gamma_counts_more_kernels_than_gcbc_and_the_flat_optimizer_fewer()
     counts = {}
     for preset, overrides in (('gcbc', {k: small[k] for k in ('batch_size', 'actor_hidden_dims')}),
                               ('byol_gamma_a', dict(small, predictor_hidden_dims=(16, 16)))):
-        for optimizer in ('leaf', 'flat'):
+        for optimizer in ('per_leaf', 'one_vector'):
             stats, _ = hlo_kernels.train_step_stats(preset, 1, batch_size=64, obs_dim=4, action_dim=2, steps_per_call=3,
                                                     overrides=overrides, rng='unrolled', optimizer_layout=optimizer)
             assert stats.trip_count == 3 and stats.flops > 0
             counts[preset, optimizer] = stats.per_update
-    for optimizer in ('leaf', 'flat'):
+    for optimizer in ('per_leaf', 'one_vector'):
         assert counts['byol_gamma_a', optimizer].kernels > 2 * counts['gcbc', optimizer].kernels
         assert counts['byol_gamma_a', optimizer].by_source['LayerNorm'] > 0 == counts['gcbc', optimizer].by_source['LayerNorm']
     # BYOL-gamma^a's ~50 parameter leaves: Adam and the gradient norm per leaf, against one flat update.
-    assert counts['byol_gamma_a', 'flat'].kernels < counts['byol_gamma_a', 'leaf'].kernels - 50
-    assert counts['byol_gamma_a', 'flat'].by_source['optimizer (Adam)'] < counts['byol_gamma_a', 'leaf'].by_source['optimizer (Adam)']
+    assert counts['byol_gamma_a', 'one_vector'].kernels < counts['byol_gamma_a', 'per_leaf'].kernels - 50
+    assert counts['byol_gamma_a', 'one_vector'].by_source['optimizer (Adam)'] < counts['byol_gamma_a', 'per_leaf'].by_source['optimizer (Adam)']

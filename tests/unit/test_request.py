@@ -54,13 +54,6 @@ def test_bad_input_is_rejected_by_the_request_check(extra, message, tmp_path):
     assert not any(tmp_path.iterdir()), 'a rejected request writes nothing'
 
 
-def test_a_bad_fused_mlp_setting_is_rejected_by_the_request_check(monkeypatch, tmp_path):
-    monkeypatch.setenv('FUSED_MLP', 'true')
-    with pytest.raises(ConfigError, match=r"FUSED_MLP='true' is not one of auto, on, off: unset it"):
-        request_of(['main.py', f'--save_dir={tmp_path}'])
-    assert not any(tmp_path.iterdir())
-
-
 def test_every_dataset_ogbench_publishes_is_accepted():
     """All 85 (OGBench's README: its dataset table; the ogbench package holds no list), each to its environment."""
     from utils.datasets import env_id_for, ogbench_datasets
