@@ -34,7 +34,7 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from agents import get_agent_class
+from agents import config_listing, get_agent_class
 from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
@@ -133,7 +133,7 @@ def define_flags(flag_values: flags.FlagValues, argv):
 def request_of(argv) -> Request:
     """main.py's command line `argv`, parsed and checked (ConfigError / StorageError naming the problem; nothing is
     touched)."""
-    flag_values = parse_command_line(argv, define_flags, DEFAULT_AGENT)
+    flag_values = parse_command_line(argv, define_flags, DEFAULT_AGENT, describe_config=config_listing)
     config = flag_values.agent  # the config file's get_config(), --agent.<key> overrides applied
     return check_request(Flags, flag_values, config, get_agent_class)
 
@@ -148,7 +148,10 @@ def main(argv):
         check_jax_backend()
         train(request, started)
     except HelpRequested as e:
-        print(e)
+        try:
+            print(e, flush=True)
+        except BrokenPipeError:  # `--print_config | head`: the reader has seen enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except KeyboardInterrupt:
         print('\nInterrupted (Ctrl-C) before training started, or twice: stopped without a new checkpoint; '
               'the last checkpoint, if any, is kept (rerun with --resume).', file=sys.stderr)

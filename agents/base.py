@@ -15,14 +15,15 @@ trains, `self.network(x, name='encoder', params=params)`, and `frozen(params)` t
 parameters of each online module that has one, read with `self.target(..., name=<online module>)`.
 """
 
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Sequence, Tuple
 
 import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from utils.config_checks import DISCOUNT_RULE, ENCODER_RULES, Rule, RuleOwner, is_finite_number, non_negative
+from utils.config_checks import (DISCOUNT_RULE, Rule, RuleOwner, at_least, is_finite_number, layer_sizes, non_negative,
+                                 one_of, switch)
 from utils.image_encoders import VISUAL_ENCODERS, VISUAL_LATENT_DIM, check_encoder_fits_observations, is_image_batch
 from utils.networks import EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
 from utils.random_streams import stream_key
@@ -128,6 +129,39 @@ def bc_loss(means, log_stds, actions):
     return -jnp.mean(gaussian_log_prob(means, log_stds, actions))
 
 
+# The encoder and actor-head fields that every behavior-cloning agent shares: each one's default, rule, the network
+# that reads it and its one-line meaning, in this one place. An agent's get_config() takes them with
+# **encoder_fields(); adding a setting for all of them is one entry here plus its reader (`state_encoder` for phi's,
+# `bc_actor` for the actor's; docs/adding_a_method.md shows one).
+class EncoderField(NamedTuple):
+    default: Any
+    rule: Rule
+    network: str  # 'input' (every network's observation input), 'phi' (the encoder ensemble) or 'actor'
+    meaning: str
+
+
+ENCODER_FIELDS = {
+    'encoder': EncoderField('none', one_of('none', *VISUAL_ENCODERS), 'input',
+                            "'none': state vectors; 'impala_small': OGBench's CNN on pixel observations (where: the agent's file)."),
+    'encoder_hidden_dims': EncoderField((64, 64, 64), layer_sizes((64, 64, 64)), 'phi', "phi's (and psi's) MLP hidden sizes."),
+    'encoder_layer_norm': EncoderField(True, switch(True), 'phi', "Layer norm in phi's (and psi's) hidden layers."),
+    'latent_dim': EncoderField(0, non_negative(0), 'phi', 'phi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze, and for images).'),
+    'num_ensemble': EncoderField(2, at_least(1, 2), 'phi', 'Encoder ensemble members (each with its own predictors); the actor sees their mean.'),
+    'actor_hidden_dims': EncoderField((512, 512, 512), layer_sizes((512, 512, 512)), 'actor', 'Actor head MLP hidden sizes.'),
+    'actor_layer_norm': EncoderField(False, switch(False), 'actor', "Layer norm in the actor MLP (off by default, as in OGBench's GCBC)."),
+}
+ENCODER_RULES = {field: spec.rule for field, spec in ENCODER_FIELDS.items()}
+PHI_FIELDS = tuple(field for field, spec in ENCODER_FIELDS.items() if spec.network == 'phi')
+
+
+def encoder_fields(**changes) -> dict:
+    """ENCODER_FIELDS at their defaults, `changes` applied: `**encoder_fields()` in an agent's get_config()."""
+    unknown = set(changes) - set(ENCODER_FIELDS)
+    if unknown:
+        raise ValueError(f'encoder_fields: {sorted(unknown)} are not encoder fields ({", ".join(ENCODER_FIELDS)}).')
+    return {field: changes.get(field, spec.default) for field, spec in ENCODER_FIELDS.items()}
+
+
 class BCAgent(Agent):
     """Goal-conditioned behavior cloning with an auxiliary loss on the representation the actor reads:
 
@@ -137,7 +171,9 @@ class BCAgent(Agent):
     a module-level `get_config()`. `encode` computes once every encoder output both losses read.
     """
 
-    CONFIG_RULES = {'alpha': non_negative(1.0), **ENCODER_RULES}
+    # `discount` is read where a goal mixture draws geometric offsets (utils.config_checks.field_rules), unless the
+    # agent's loss discounts (TD-SR: its own rule).
+    CONFIG_RULES = {'alpha': non_negative(1.0), **ENCODER_RULES, 'discount': None}
     BATCH = BatchSpec(goals=(('actor', 'goals of the behavior-cloning loss'),), reads=('frame_stack', 'p_aug'))
 
     def encode(self, batch, params) -> Dict[str, jax.Array]:

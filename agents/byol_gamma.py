@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import TARGET_RULES, BCAgent, bc_actor, encode_together, mean_concat, present, state_encoder
+from agents.base import (TARGET_RULES, BCAgent, bc_actor, encode_together, encoder_fields, mean_concat, present,
+                         state_encoder)
 from utils.config_checks import layer_sizes, non_negative, one_of, switch
 from utils.networks import EnsemblePredictor
 from utils.sampler import goal_mixture
@@ -113,13 +114,22 @@ def nstep_prediction_loss(predictions, targets, mask, kind, ce_eps=0.0):
     return jnp.sum(step_losses), info
 
 
+def GEOMETRIC(config) -> bool:
+    """The geometric objective (nstep = 0), not n-step BYOL."""
+    return config['nstep'] == 0
+
+
 class BYOLGammaAgent(BCAgent):
     CONFIG_RULES = {
         **TARGET_RULES,
-        'loss_type': one_of(*PREDICTION_KINDS), 'ce_eps': non_negative(1e-6),
-        'action_conditioned': switch(True), 'backward_predictor': switch(True), 'predictor_hidden_dims': layer_sizes((64, 64, 64)),
+        'loss_type': one_of(*PREDICTION_KINDS),
+        'ce_eps': non_negative(1e-6).only_when(lambda config: config['loss_type'] == 'ce', "loss_type='ce' (f_CE)"),
+        'action_conditioned': switch(True),
+        'backward_predictor': switch(True).only_when(GEOMETRIC, 'nstep=0 (n-step BYOL predicts forward only)'),
+        'predictor_hidden_dims': layer_sizes((64, 64, 64)),
     }
-    BATCH = BCAgent.BATCH.with_(goals=[('value', 'representation targets s_{t+k}')], reads=['nstep'])
+    BATCH = BCAgent.BATCH.with_(goals=[('value', 'representation targets s_{t+k}')], reads=['nstep'],
+                                used_when=[('value', GEOMETRIC, 'nstep=0 (n-step BYOL predicts s_{t+1..t+n} instead)')])
 
     def encode(self, batch, params):
         """phi(s_t), phi(actor goal) and (geometric BYOL) phi(s_{t+k}), [M, B, d] each, in one encoder call."""
@@ -207,14 +217,8 @@ def get_config():
             batch_size=1024,  # Batch size (paper: 1024 state, 256 visual).
             frame_stack=1,  # Observations are the channel-wise stack of the last this many frames (pixels; 1 = none).
             p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
-            actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
-            actor_layer_norm=False,  # Layer norm in the actor MLP.
-            encoder='none',  # 'none': phi is an MLP on states; 'impala_small': OGBench's CNN first (pixel observations).
-            encoder_hidden_dims=(64, 64, 64),  # phi MLP hidden sizes.
+            **encoder_fields(),  # phi and the actor head (agents/base.py, ENCODER_FIELDS); psi shares phi's layer norm and ensemble.
             predictor_hidden_dims=(64, 64, 64),  # psi_f / psi_b MLP hidden sizes.
-            encoder_layer_norm=True,  # Layer norm in phi's and psi's hidden layers.
-            latent_dim=0,  # phi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze, and for images).
-            num_ensemble=2,  # Encoder (and predictor) ensemble members; the actor sees the mean.
             alpha=1.0,  # Weight of the representation loss (paper sweeps 1, 6, 40, 100).
             loss_type='ce',  # f: 'ce' (softmax cross-entropy, f_CE) or 'l2' (normalized L2, f_l2).
             ce_eps=1e-6,  # f_CE uses log(softmax + ce_eps) as the authors' code does; 0 = the printed log-softmax.

@@ -28,7 +28,8 @@ from utils.value_networks import BilinearValue
 
 class CRLAgent(GoalConditionedRLAgent):
     CONFIG_RULES = {'actor_loss': one_of('ddpgbc', 'awr'), 'latent_dim': at_least(1, 512), 'batch_size': at_least(2, 1024),
-                    'expectile': None}  # no expectile regression
+                    'expectile': None,  # no expectile regression
+                    'discount': None}  # no discount: read only where geometric goal offsets are drawn
     BATCH = GoalConditionedRLAgent.BATCH.with_(goals=[('value', 'positives of the contrastive critic')])
 
     def critic(self, observations, goals, actions, params, name='critic'):

@@ -52,8 +52,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import TARGET_RULES, Agent, LossFn, bc_loss, latent_dim_for
-from utils.config_checks import ENCODER_RULES, Rule, at_least, non_negative, one_of, probability, switch
+from agents.base import ENCODER_RULES, TARGET_RULES, Agent, LossFn, bc_loss, latent_dim_for
+from utils.config_checks import Rule, at_least, non_negative, one_of, probability, switch
 from utils.image_encoders import visual_encoder
 from utils.losses import forward_backward_loss, orthonormality_loss
 from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize
@@ -123,9 +123,10 @@ def pessimistic_mean(values, penalty):
 
 class FBAgent(Agent):
     CONFIG_RULES = {
-        **ENCODER_RULES,
+        # The BC agents' encoder fields it reads (its own get_config declares them, with what they mean for F and B).
+        **{field: ENCODER_RULES[field] for field in ('encoder', 'encoder_layer_norm', 'latent_dim', 'actor_hidden_dims',
+                                                     'actor_layer_norm')},
         **TARGET_RULES,
-        'num_ensemble': None,  # F has its own ensemble size, num_forward
         # F's (s, a) and (s, z) embeddings take all hidden sizes but the last, the trunk the last one.
         'encoder_hidden_dims': Rule(lambda v: len(v) >= 2 and all(isinstance(d, int) and d >= 1 for d in v),
                                     'must hold at least 2 positive layer sizes (embeddings, then trunk)', (64, 64, 64)),

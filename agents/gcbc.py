@@ -15,14 +15,21 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import BCAgent, bc_actor, encode_together, mean_concat, present, state_encoder
+from agents.base import (ENCODER_RULES, PHI_FIELDS, BCAgent, bc_actor, encode_together, encoder_fields, mean_concat,
+                         present, state_encoder)
 from utils.config_checks import switch
 from utils.image_encoders import visual_encoder
 from utils.sampler import goal_mixture
 
 
 class GCBCAgent(BCAgent):
-    CONFIG_RULES = {'use_phi': switch(False), 'alpha': None}  # no auxiliary loss to weigh
+    CONFIG_RULES = {
+        'use_phi': switch(False),
+        'alpha': None,  # no auxiliary loss to weigh
+        # phi's fields: only GCBC-phi has phi, so plain GCBC reads none of them.
+        **{field: ENCODER_RULES[field].only_when(lambda config: config['use_phi'], 'use_phi=True (GCBC-φ)')
+           for field in PHI_FIELDS},
+    }
 
     def encode(self, batch, params):
         if self.config['use_phi']:
@@ -73,14 +80,8 @@ def get_config():
             batch_size=1024,  # Batch size.
             frame_stack=1,  # Observations are the channel-wise stack of the last this many frames (pixels; 1 = none).
             p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
-            actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
-            actor_layer_norm=False,  # Layer norm in the actor MLP (OGBench GCBC: off).
-            encoder='none',  # 'none': state vectors; 'impala_small': OGBench's CNN (pixels), on stacked (s, g) or as phi's first stage.
+            **encoder_fields(),  # The actor head, and phi for use_phi (agents/base.py, ENCODER_FIELDS).
             use_phi=False,  # GCBC-phi: the actor reads concat(phi(s), phi(g)) of the ensemble encoder phi instead of concat(s, g).
-            encoder_hidden_dims=(64, 64, 64),  # phi MLP hidden sizes (GCBC-phi only).
-            encoder_layer_norm=True,  # Layer norm in phi's hidden layers (GCBC-phi only).
-            latent_dim=0,  # phi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
-            num_ensemble=2,  # Encoder ensemble members; the actor sees their mean.
             discount=0.99,  # gamma of geometric actor-goal offsets (read only with actor_geom_sample=True).
             **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
         )

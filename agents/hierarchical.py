@@ -47,7 +47,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from agents.base import CompiledCreate, bc_loss, encode_together, mean_concat, state_encoder
+from agents.base import PHI_FIELDS, CompiledCreate, bc_loss, encode_together, mean_concat, state_encoder
 from agents.byol_gamma import BYOLGammaAgent
 from agents.byol_gamma import get_config as byol_gamma_config
 from agents.gcbc import GCBCAgent
@@ -228,7 +228,9 @@ class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
     def __init_subclass__(cls, **kwargs):
         unread = {field for field, rule in vars(cls).get('CONFIG_RULES', {}).items() if rule is None} | set(cls.LOW_FIXED)
         super().__init_subclass__(**kwargs)
-        rules = {**cls.LOW_AGENT.CONFIG_RULES, **cls.CONFIG_RULES}
+        # A low-level field read under some low-level settings is judged on the low level's config (LOW_FIXED set).
+        low_rules = {field: rule.reading(cls.low_config) for field, rule in cls.LOW_AGENT.CONFIG_RULES.items()}
+        rules = {**low_rules, **cls.CONFIG_RULES}
         cls.CONFIG_RULES = {field: rule for field, rule in rules.items() if field not in unread}
         # The low level's actor goals are the sampler's low_goals, `subgoal_steps` ahead; its other goals stay.
         cls.BATCH = cls.LOW_AGENT.BATCH.without('actor').with_(goals=[('high', 'goals of the high-level actor')],
@@ -398,7 +400,7 @@ class HGCBCAgent(HierarchicalAgent):
     LOW_AGENT, LOW_CONFIG, HIGH_LEVEL = GCBCAgent, gcbc_config, StateSubgoalPolicy
     LOW_FIXED = {'use_phi': False}
     CONFIG_RULES = {
-        **dict.fromkeys(('encoder_hidden_dims', 'encoder_layer_norm', 'latent_dim', 'num_ensemble')),  # phi's: no phi here
+        **dict.fromkeys(PHI_FIELDS),  # no phi here
         'encoder': Rule(lambda v: v == 'none',
                         "must be 'none': HGCBC's subgoals are states, so on images it would predict pixels (the paper "
                         "does not run it on images either); use --agent=agents/hierarchical.py:hgcbc_phi or :hbyol_gamma (presets "

@@ -33,6 +33,7 @@ from utils.value_networks import PositiveScalar, QuasimetricValue
 class QRLAgent(GoalConditionedRLAgent):
     CONFIG_RULES = {
         'expectile': None,  # no expectile regression
+        'discount': None,  # no discount: read only where geometric goal offsets are drawn
         'actor_loss': one_of('ddpgbc', 'awr'),
         'component_dim': at_least(1, 8),
         'eps': positive(0.05),

@@ -26,9 +26,9 @@ TD-SR command (and the paper's TD-SR appendix) turns them off, though their code
 import ml_collections
 import optax
 
-from agents.base import TARGET_RULES, BCAgent, encode_together, mean_concat, present
+from agents.base import TARGET_RULES, BCAgent, encode_together, encoder_fields, mean_concat, present
 from agents.two_encoders import psi_inputs, two_encoder_modules
-from utils.config_checks import at_least, non_negative, one_of, switch
+from utils.config_checks import DISCOUNT_RULE, at_least, non_negative, one_of, switch
 from utils.losses import orthonormality_loss, td_sr_loss
 from utils.networks import length_normalize
 from utils.sampler import goal_mixture
@@ -42,6 +42,7 @@ class TDSRAgent(BCAgent):
         'ortho_coef': non_negative(0.0),
         'action_conditioned': switch(True),
         'normalize_goal': switch(False),
+        'discount': DISCOUNT_RULE,  # the TD target's
     }
 
     def encode(self, batch, params):
@@ -99,13 +100,7 @@ def get_config():
             batch_size=1024,  # Batch size (B^2 TD pairs per member).
             frame_stack=1,  # Observations are the channel-wise stack of the last this many frames (pixels; 1 = none).
             p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
-            actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
-            actor_layer_norm=False,  # Layer norm in the actor MLP.
-            encoder='none',  # 'none': phi, psi are MLPs on states; 'impala_small': each with OGBench's CNN first (pixels).
-            encoder_hidden_dims=(64, 64, 64),  # phi and psi MLP hidden sizes.
-            encoder_layer_norm=True,  # Layer norm in phi's and psi's hidden layers.
-            latent_dim=0,  # phi / psi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
-            num_ensemble=2,  # Ensemble members of phi and psi; the actor sees the mean of phi.
+            **encoder_fields(),  # phi, psi and the actor head (agents/base.py, ENCODER_FIELDS).
             alpha=0.01,  # Weight of the representation loss (paper sweeps 0.001, 0.005, 0.01, 0.05).
             tau=0.005,  # EMA rate of the target encoders: target <- tau * online + (1 - tau) * target.
             action_conditioned=True,  # TD-SR^a: psi(s_t, a_t) (the paper's main-table variant).

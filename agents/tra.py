@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import BCAgent, encode_together, mean_concat, present
+from agents.base import BCAgent, encode_together, encoder_fields, mean_concat, present
 from agents.two_encoders import psi_inputs, two_encoder_modules
 from utils.config_checks import non_negative, one_of, switch
 from utils.losses import LOSS_SCALES, check_choice
@@ -132,13 +132,7 @@ def get_config():
             batch_size=1024,  # Batch size (also the number of InfoNCE negatives + 1).
             frame_stack=1,  # Observations are the channel-wise stack of the last this many frames (pixels; 1 = none).
             p_aug=0.0,  # Probability of random-crop augmentation of a batch (pixels; OGBench visual: 0.5).
-            actor_hidden_dims=(512, 512, 512),  # Actor head MLP hidden sizes.
-            actor_layer_norm=False,  # Layer norm in the actor MLP.
-            encoder='none',  # 'none': phi, psi are MLPs on states; 'impala_small': each with OGBench's CNN first (pixels).
-            encoder_hidden_dims=(64, 64, 64),  # phi and psi MLP hidden sizes.
-            encoder_layer_norm=True,  # Layer norm in phi's and psi's hidden layers.
-            latent_dim=0,  # phi / psi output size; 0 = |s| (64 when |s| < 8, e.g. pointmaze).
-            num_ensemble=2,  # Ensemble members of phi and psi; the actor sees the mean.
+            **encoder_fields(),  # phi, psi and the actor head (agents/base.py, ENCODER_FIELDS).
             alpha=10.0,  # Weight of the representation loss (paper sweeps 10, 40, 60, 100).
             norm_penalty=1e-6,  # lambda of the representation-norm penalty.
             loss_scale='authors',  # 'authors': logits / sqrt(d), InfoNCE / B (the alpha grid's scale); 'paper': as printed.

@@ -22,7 +22,8 @@ from ml_collections import config_flags
 
 from runtime.loggers import effective_wandb_mode
 from runtime.run_dir import name_too_long, not_one_name
-from utils.config_checks import check_override_keys, check_types, load_config_file, validate_config
+from utils.config_checks import (check_override_keys, check_types, check_unread_settings, load_config_file,
+                                 validate_config)
 from utils.errors import ConfigError, StorageError
 from utils.render_backend import unavailable_message
 from utils.sampler import SamplerConfig
@@ -106,17 +107,25 @@ def numeric_mode() -> str:
     return 'float64' if jax.config.jax_enable_x64 else 'float32'
 
 
-def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agent: str) -> flags.FlagValues:
+PRINT_CONFIG = '--print_config'
+
+
+def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agent: str,
+                       describe_config: Callable) -> flags.FlagValues:
     """`argv` (main.py's, program name first) parsed into a fresh flag set, whose flags `define_flags(flag_values,
     argv)` defines (main.define_flags: the agent config flag --agent, default `default_agent`, reads its
     --agent.<key> overrides from argv). ConfigError for an unknown flag, --agent.<key> or a stray argument;
-    HelpRequested for --help."""
+    HelpRequested for --help, and for --print_config with `describe_config(config, its file)`
+    (agents.config_listing: every field, its value and its comment)."""
     argv = resolve_agent_path(list(argv))
     flag_values = flags.FlagValues()
     if any(arg in ('-h', '--help', '--helpshort', '--helpfull', '-?') for arg in argv[1:]):
         define_flags(flag_values, argv[:1])
         raise HelpRequested(f'python main.py [--flag=value ...]: train and evaluate one agent on one OGBench dataset.\n'
-                            f'{flag_values.get_help()}')
+                            f'{PRINT_CONFIG}: list every field of the --agent config (overrides applied) with its value '
+                            f'and what it sets, then exit.\n{flag_values.get_help()}')
+    print_config = PRINT_CONFIG in argv[1:]
+    argv = [arg for arg in argv if arg != PRINT_CONFIG]
     check_one_agent(argv[1:])
     check_override_keys(argv[1:], default_agent)
     define_flags(flag_values, argv)
@@ -126,6 +135,8 @@ def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agen
         raise ConfigError(f'{e}. `python main.py --help` lists every flag.') from None
     if len(rest) > 1:
         raise ConfigError(f'Unexpected argument(s) {" ".join(rest[1:])!r}: every setting is a flag, --name=value.')
+    if print_config:
+        raise HelpRequested(describe_config(flag_values.agent, config_flags.get_config_filename(flag_values['agent'])))
     return flag_values
 
 
@@ -142,6 +153,7 @@ def check_request(flags_class, flag_values: flags.FlagValues, config,
     check_types(config, defaults)
     agent_class = get_agent_class(config.agent_name)
     validate_config(config, agent_class)
+    check_unread_settings(config, defaults, agent_class)
     task_count, observation_bytes, episode_length = environment_facts(values['env_name'])
     check_eval_tasks(values, eval_tasks, task_count)
     check_episode_length(values, episode_length)

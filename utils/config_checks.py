@@ -1,5 +1,6 @@
 """Checks of `--agent` config files and `--agent.<key>=<value>` overrides, with clear errors."""
 
+import functools
 import importlib.util
 import math
 import os
@@ -80,20 +81,33 @@ def check_types(config, defaults):
 # value and a valid example, instead of a traceback (or, worse, a NaN loss thousands of steps later).
 # The rules are data, each kept by its owner: COMMON_RULES below for the fields every agent's config
 # has, and an agent class's `CONFIG_RULES` for the fields it reads (a family's shared fields on the
-# family's base class, or in a shared dict its owners include, e.g. ENCODER_RULES below).
+# family's base class, or in a shared dict its owners include, e.g. agents/base.py's ENCODER_RULES).
 # A key that is a tuple of field names is a rule on those fields together (its check receives their
 # values in that order). Every field of an agent's config has a rule, so a field no rule owns is one nothing
-# reads: an error. The sampler's fields have theirs (SAMPLER_RULES, the goal mixtures), for the agents whose BatchSpec
-# declares them. Agents, the sampler and the networks check nothing themselves.
+# reads: an error. A field read only under some settings says which (`Rule.only_when`), and a config that changes it
+# where nothing reads it is an error too. The sampler's fields have theirs (SAMPLER_RULES, the goal mixtures), for the
+# agents whose BatchSpec declares them. Agents, the sampler and the networks check nothing themselves.
 # ---------------------------------------------------------------------------------------------
 
 
 class Rule:
     """A requirement on one config value (or, keyed by a tuple of fields, on several): `check(*values) ->
-    bool`, described as `requirement`, with an `example` of a valid value (or flags) for the fix."""
+    bool`, described as `requirement`, with an `example` of a valid value (or flags) for the fix. A field read only
+    under some settings carries `read_if`: (predicate(config) -> bool, those settings in words)."""
 
-    def __init__(self, check, requirement: str, example):
-        self.check, self.requirement, self.example = check, requirement, example
+    def __init__(self, check, requirement: str, example, read_if=None):
+        self.check, self.requirement, self.example, self.read_if = check, requirement, example, read_if
+
+    def only_when(self, predicate, settings: str) -> 'Rule':
+        """This rule, on a field that the agent reads only when `predicate(config)` holds (`settings`, in words)."""
+        return Rule(self.check, self.requirement, self.example, (predicate, settings))
+
+    def reading(self, transform) -> 'Rule':
+        """This rule with its read condition judged on `transform(config)` (a level's own config, for a hierarchy)."""
+        if self.read_if is None:
+            return self
+        predicate, settings = self.read_if
+        return Rule(self.check, self.requirement, self.example, (lambda config: predicate(transform(config)), settings))
 
 
 def is_finite_number(value) -> bool:
@@ -133,25 +147,12 @@ def text(example: str):
     return Rule(lambda v: isinstance(v, str), 'must be a string', repr(example))
 
 
-# The fields every agent's config has (tests/unit/test_config.py checks that every agent's does).
+# The fields every agent's config has (tests/unit/test_config.py checks that every agent's does). The fields shared
+# by the agents that encode observations are agents/base.py's ENCODER_FIELDS.
 COMMON_RULES = {
     'agent_name': text('gcbc'),
     'lr': positive(3e-4),
     'batch_size': at_least(1, 1024),
-}
-
-# The fields of the agents that read observations through an encoder (BCAgent's family, FB and the hierarchical
-# agents include them): the image encoder (or 'none' for state vectors), phi's size and ensemble, the actor head's
-# sizes and the layer norms. Their pixel pipeline's frame stacking and crop augmentation are the sampler's
-# (SAMPLER_RULES).
-ENCODER_RULES = {
-    'encoder': one_of('none', *VISUAL_ENCODERS),
-    'encoder_hidden_dims': layer_sizes((64, 64, 64)),
-    'actor_hidden_dims': layer_sizes((512, 512, 512)),
-    'latent_dim': non_negative(0),
-    'num_ensemble': at_least(1, 2),
-    'encoder_layer_norm': switch(True),
-    'actor_layer_norm': switch(False),
 }
 
 # gamma: of the geometric goal offsets (the sampler) and of the losses that discount.
@@ -159,12 +160,13 @@ DISCOUNT_RULE = Rule(lambda v: is_finite_number(v) and 0.0 <= v < 1.0,
                      'must lie in [0, 1) (geometric offsets k ~ Geometric(1 - gamma) need gamma < 1)', 0.99)
 
 # The rules of the sampler's fields (utils/sampler.py's SAMPLER_FIELDS), which hold for the agents that declare them
-# in their BatchSpec.
+# in their BatchSpec. Crop augmentation acts on images only.
 SAMPLER_RULES = {
     'nstep': non_negative(0),
     'subgoal_steps': at_least(1, 25),
     'frame_stack': at_least(1, 1),
-    'p_aug': probability(0.5),
+    'p_aug': probability(0.5).only_when(lambda c: c.get('encoder', 'none') in VISUAL_ENCODERS,
+                                        'an image encoder reads pixel observations (encoder=impala_small)'),
     'gc_negative': switch(True),
 }
 if set(SAMPLER_RULES) != set(SAMPLER_FIELDS):
@@ -189,24 +191,59 @@ class RuleOwner:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         rules = {}
-        for base in reversed(cls.__mro__[1:]):
-            rules.update(vars(base).get('CONFIG_RULES', {}))
+        for base in reversed(cls.__bases__):  # each base's CONFIG_RULES is already merged with its own bases'
+            rules.update(getattr(base, 'CONFIG_RULES', {}))
         rules.update(vars(cls).get('CONFIG_RULES', {}))
         cls.CONFIG_RULES = {field: rule for field, rule in rules.items() if rule is not None}
 
 
 def field_rules(agent_class) -> dict:
     """{field: Rule} of every field an agent's config may (and must, for the sampler's) hold: COMMON_RULES, the
-    agent's CONFIG_RULES and the sampler fields its BATCH declares (goal mixtures, `discount`, SAMPLER_FIELDS)."""
+    agent's CONFIG_RULES and the sampler fields its BATCH declares (goal mixtures, `discount`, SAMPLER_FIELDS). A
+    goal mixture's fields are read when the agent draws it (its BATCH may draw it under some settings only), its
+    `geom_sample` when it also draws trajectory goals; `discount`, unless the agent's losses read it, when a mixture
+    draws geometric trajectory offsets."""
     rules = {**COMMON_RULES, **{k: r for k, r in agent_class.CONFIG_RULES.items() if isinstance(k, str)}}
     spec = agent_class.BATCH
     for mixture in spec.mixtures:
-        rules.update({f'{mixture}_{field}': probability(0.0) for field in MIXTURE_PROBABILITIES})
-        rules[f'{mixture}_geom_sample'] = switch(False)
-    if spec.goals:  # read when a mixture draws geometric offsets
-        rules['discount'] = rules.get('discount', DISCOUNT_RULE)
+        drawn, when = spec.draw_condition(mixture)
+        for field in MIXTURE_PROBABILITIES:
+            rules[f'{mixture}_{field}'] = probability(0.0) if drawn is None else probability(0.0).only_when(drawn, when)
+        rules[f'{mixture}_geom_sample'] = switch(False).only_when(
+            functools.partial(spec.draws_trajectory_goals, mixture),
+            f'{mixture} goals come from the trajectory ({mixture}_p_trajgoal > 0{", " + when if when else ""})')
+    if spec.goals and 'discount' not in rules:
+        rules['discount'] = DISCOUNT_RULE.only_when(
+            spec.geometric_offsets, 'a goal mixture draws geometric trajectory offsets (<mixture>_geom_sample=True '
+                                    'and <mixture>_p_trajgoal > 0)')
     rules.update({field: SAMPLER_RULES[field] for field in spec.reads})
     return rules
+
+
+def unread_fields(config, agent_class) -> dict:
+    """{field: the settings under which it would be read} of the fields of `config` that `agent_class` reads only
+    under settings this config does not have."""
+    rules = field_rules(agent_class)
+    return {field: rules[field].read_if[1] for field in config.keys()
+            if field in rules and rules[field].read_if is not None and not rules[field].read_if[0](config)}
+
+
+def check_unread_settings(config, defaults, agent_class):
+    """ConfigError for a field that `config` sets away from `defaults` (its config file's own values) although, with
+    its other settings, nothing reads it: a sweep over it would train one network under several names."""
+    changed = [(field, settings) for field, settings in unread_fields(config, agent_class).items()
+               if field in defaults and _plain(config[field]) != _plain(defaults[field])]
+    if changed:
+        name = config['agent_name'] if 'agent_name' in config else agent_class.__name__
+        shown = '; '.join(f'agent.{field}={config[field]!r} is read only when {settings}' for field, settings in changed)
+        raise ConfigError(
+            f'{shown}. With this config\'s other settings no part of agent {name!r} reads '
+            f'{"it" if len(changed) == 1 else "them"}: the run would train exactly what it trains without the '
+            f'override, under another run name. Drop the override, or change the setting that makes it read.')
+
+
+def _plain(value):
+    return list(value) if isinstance(value, (tuple, list)) else value
 
 
 def rule_for(key: str, agent_class):

@@ -50,10 +50,11 @@ class Encoder(nn.Module):
     hidden_dims: Sequence[int]
     latent_dim: int
     layer_norm: bool = True
+    activation: Callable = nn.gelu
 
     @nn.compact
     def __call__(self, x):
-        x = MLP(self.hidden_dims, activate_final=True, layer_norm=self.layer_norm)(x)
+        x = MLP(self.hidden_dims, activate_final=True, layer_norm=self.layer_norm, activation=self.activation)(x)
         return nn.Dense(self.latent_dim, kernel_init=default_init())(x)
 
 
@@ -70,6 +71,7 @@ class EnsembleEncoder(nn.Module):
     num_members: int = 2
     layer_norm: bool = True
     image_encoder: Optional[Callable[[], nn.Module]] = None
+    activation: Callable = nn.gelu  # of the members' hidden layers
     # The members' MLPs computed by `kernel(x, member_params, layer_norm, shared_input)` from the parameters flax's
     # layers own, instead of by those layers: utils/fused_mlp.py's kernel, passed in by a run that asks for it
     # (main.py --network_kernel=fused) once it has checked it against this module. None: flax's layers.
@@ -81,7 +83,7 @@ class EnsembleEncoder(nn.Module):
             x = self.image_encoder()(x)
         if actions is not None:
             x = jnp.concatenate([x, actions], axis=-1)
-        members = ensemblize(Encoder, self.num_members)(self.hidden_dims, self.latent_dim, self.layer_norm)
+        members = ensemblize(Encoder, self.num_members)(self.hidden_dims, self.latent_dim, self.layer_norm, self.activation)
         if self.kernel is None or self.is_initializing():
             return members(x)
         return self.kernel(x, self.variables['params'][members.name], self.layer_norm, shared_input=True)

@@ -7,7 +7,7 @@ state). Goals may be any row up to and including `T`.
 """
 
 import dataclasses
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import flax
 import jax
@@ -57,6 +57,12 @@ class GoalMixture:
 # behavior-cloning loss, 'value' goals for the loss that needs a second goal (each agent says what for, in its
 # BatchSpec), 'high' goals for a hierarchy's high level.
 MIXTURE_FIELDS = ('p_curgoal', 'p_trajgoal', 'p_randomgoal', 'geom_sample')
+MIXTURE_FIELD_MEANINGS = {
+    'p_curgoal': 'probability the goal is the current state',
+    'p_trajgoal': 'probability it is a later state of the same trajectory',
+    'p_randomgoal': 'probability it is a random dataset state',
+    'geom_sample': "a later state at a geometric offset with the config's discount (else uniform over the rest)",
+}
 MIXTURES = ('actor', 'value', 'high')
 
 # The config fields the sampler reads besides `batch_size`, `discount` and the goal mixtures, each with the value
@@ -88,6 +94,9 @@ class BatchSpec:
 
     goals: Tuple[Tuple[str, str], ...] = ()  # (mixture in MIXTURES, what the agent uses its goals for)
     reads: Tuple[str, ...] = ()  # SAMPLER_FIELDS the agent's config sets
+    # (mixture, predicate(config), the settings in words) of a mixture whose goals the agent uses only under some
+    # settings (BYOL-gamma's value goals: not with n-step targets); the others are used whatever the config.
+    used_when: Tuple[Tuple[str, Callable, str], ...] = ()
 
     def __post_init__(self):
         unknown = [m for m in self.mixtures if m not in MIXTURES] + [f for f in self.reads if f not in SAMPLER_FIELDS]
@@ -99,18 +108,37 @@ class BatchSpec:
     def mixtures(self) -> Tuple[str, ...]:
         return tuple(name for name, _ in self.goals)
 
-    def with_(self, goals=(), reads=()) -> 'BatchSpec':
-        """This spec with more goal mixtures (a mixture already declared takes the new role) and sampler fields."""
+    def with_(self, goals=(), reads=(), used_when=()) -> 'BatchSpec':
+        """This spec with more goal mixtures (a mixture already declared takes the new role), sampler fields and
+        conditions (`used_when`: (mixture, predicate(config), settings in words))."""
         roles = dict(self.goals)
         roles.update(goals)
-        return BatchSpec(tuple(roles.items()), tuple(dict.fromkeys(self.reads + tuple(reads))))
+        return BatchSpec(tuple(roles.items()), tuple(dict.fromkeys(self.reads + tuple(reads))),
+                         self.used_when + tuple(used_when))
 
     def without(self, *mixtures) -> 'BatchSpec':
-        return BatchSpec(tuple((m, role) for m, role in self.goals if m not in mixtures), self.reads)
+        return BatchSpec(tuple((m, role) for m, role in self.goals if m not in mixtures), self.reads,
+                         tuple(c for c in self.used_when if c[0] not in mixtures))
 
     def geometric(self, config) -> bool:
         """Whether a declared goal mixture of `config` draws geometric offsets (so the sampler reads `discount`)."""
         return any(config.get(f'{m}_geom_sample', False) for m in self.mixtures)
+
+    def draw_condition(self, mixture):
+        """(predicate(config), settings in words) under which the agent uses `mixture`'s goals; (None, '') always."""
+        return next(((predicate, settings) for m, predicate, settings in self.used_when if m == mixture), (None, ''))
+
+    def uses(self, mixture, config) -> bool:
+        predicate, _ = self.draw_condition(mixture)
+        return mixture in self.mixtures and (predicate is None or predicate(config))
+
+    def draws_trajectory_goals(self, mixture, config) -> bool:
+        """Whether the agent uses `mixture`'s goals and the mixture can draw a later state of the trajectory."""
+        return self.uses(mixture, config) and config[f'{mixture}_p_trajgoal'] > 0
+
+    def geometric_offsets(self, config) -> bool:
+        """Whether a used mixture draws trajectory goals at geometric offsets: then `discount` shapes the batch."""
+        return any(self.draws_trajectory_goals(m, config) and config[f'{m}_geom_sample'] for m in self.mixtures)
 
     def fields(self, config) -> Tuple[str, ...]:
         """Every config field the sampler reads for this agent and `config`."""

@@ -221,6 +221,23 @@ def test_bad_input_gives_one_paragraph_and_writes_nothing(dataset_dir, tmp_path)
         assert not any(tmp_path.iterdir())
     result = run_main(sys.executable, os.path.join(ROOT, 'main.py'), '--help', check=False)
     assert result.returncode == 0 and '--time_limit' in result.stdout and 'configs/presets.py:<name>' in result.stdout
+    assert '--print_config: list every field of the --agent config' in result.stdout
+
+
+def test_print_config_lists_every_field_with_its_value_and_comment(tmp_path):
+    """main.py --print_config: a preset's fields, overrides applied, each with its one-line comment; exit 0, nothing
+    written, nothing trained."""
+    result = run_main(sys.executable, os.path.join(ROOT, 'main.py'), '--agent=configs/presets.py:byol_gamma_a',
+                      '--agent.alpha=6', '--print_config', f'--save_dir={tmp_path}', check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    header, *rows = result.stdout.strip().splitlines()
+    assert header.endswith('configs/presets.py:byol_gamma_a: 30 fields (--agent.<field>=<value> sets one)')
+    fields = {row.split(' = ')[0]: row for row in rows}
+    assert len(fields) == 30 and all('  # ' in row and '(no comment' not in row for row in rows)
+    assert fields['alpha'].startswith('alpha = 6.0 ') and 'Weight of the representation loss' in fields['alpha']
+    assert "phi's (and psi's) MLP hidden sizes." in fields['encoder_hidden_dims']  # a shared encoder field's comment
+    assert 'probability it is a later state of the same trajectory' in fields['value_p_trajgoal']
+    assert not any(tmp_path.iterdir())
 
 
 def test_missing_dataset_that_cannot_be_generated(tmp_path):

@@ -5,14 +5,16 @@ import ast
 import glob
 import importlib
 import os
+import re
 
 import pytest
 
-from agents import get_agent_class
+from agents import config_listing, field_comments, get_agent_class
 from configs.presets import PRESETS
 from configs.presets import get_config as preset_config
 from main import request_of
-from utils.config_checks import COMMON_RULES, RuleOwner, at_least, one_of, rule_for, validate_config
+from utils.config_checks import (COMMON_RULES, RuleOwner, at_least, check_unread_settings, field_rules, one_of, rule_for,
+                                 unread_fields, validate_config)
 from utils.errors import ConfigError
 from utils.sampler import SAMPLER_FIELDS, SamplerConfig, goal_mixture
 
@@ -202,6 +204,72 @@ def test_subclass_rules_extend_and_override_their_bases():
     assert Child.CONFIG_RULES['a'] is Base.CONFIG_RULES['a']
 
 
+def test_a_field_a_base_does_not_read_stays_unread_below_it():
+    class Base(RuleOwner):
+        CONFIG_RULES = {'a': at_least(1, 1), 'b': one_of('x')}
+
+    class Child(Base):
+        CONFIG_RULES = {'a': None}
+
+    class GrandChild(Child):
+        CONFIG_RULES = {'c': at_least(0, 0)}
+
+    assert sorted(Child.CONFIG_RULES) == ['b'] and sorted(GrandChild.CONFIG_RULES) == ['b', 'c']
+
+
+def changed_value(rule, value):
+    """A value of `value`'s type, other than it, that `rule` accepts."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, tuple):
+        candidates = [rule.example, tuple(size + 1 for size in value)]
+    elif isinstance(value, int):
+        candidates = [rule.example, value + 1]
+    elif isinstance(value, float):
+        candidates = [rule.example, value * 0.5, value + 1.0]
+    else:
+        candidates = [rule.example]
+    return next(c for c in candidates if c != value and type(c) is type(value) and rule.check(c))
+
+
+@pytest.mark.parametrize('preset', sorted(PRESETS))
+def test_a_field_the_presets_settings_never_read_is_refused_when_changed(preset):
+    """Every field that its agent reads only under some settings (GCBC's phi fields without use_phi, n-step BYOL's
+    target mixture and discount, ce_eps under f_l2, a discount no geometric trajectory goal reads, crop
+    augmentation on state vectors...): changed where this preset's settings do not read it, it is refused, naming the
+    settings that would read it; changed where they do, it is accepted."""
+    config = preset_config(preset)
+    agent_class = get_agent_class(config.agent_name)
+    rules = field_rules(agent_class)
+    unread = unread_fields(config, agent_class)
+    conditional = [field for field in config if field in rules and rules[field].read_if is not None]
+    assert set(unread) <= set(conditional)
+    for field in conditional:
+        changed = preset_config(preset)
+        changed[field] = changed_value(rules[field], config[field])
+        if field in unread:
+            with pytest.raises(ConfigError, match=f'agent.{field}=.* is read only when {re.escape(unread[field])}'):
+                check_unread_settings(changed, config, agent_class)
+        else:
+            check_unread_settings(changed, config, agent_class)
+
+
+def test_the_conditional_fields_are_the_agents_own():
+    """What the presets leave unread, spelled out for the cases a sweep would most likely hit."""
+    def unread(preset):
+        config = preset_config(preset)
+        return set(unread_fields(config, get_agent_class(config.agent_name))) - {'p_aug'}
+
+    assert unread('gcbc') == {'encoder_hidden_dims', 'encoder_layer_norm', 'latent_dim', 'num_ensemble', 'discount'}
+    assert unread('gcbc_phi') == {'discount'}
+    assert unread('byol_gamma_a') == set()
+    assert unread('byol_gamma_l2') == {'ce_eps'}
+    assert unread('byol_nstep3_a') == {'backward_predictor', 'discount', 'value_p_curgoal', 'value_p_trajgoal',
+                                       'value_p_randomgoal', 'value_geom_sample'}
+    assert unread('qrl') == {'discount', 'value_geom_sample'} and unread('gcivl') == set()
+    assert unread('tdsr_a') == set() and unread('fb') == {'value_geom_sample'}
+
+
 @pytest.mark.parametrize('override', [
     '--agent.discount=1.0', '--agent.loss_type=xyz', '--agent.value_p_trajgoal=0.5', '--agent.batch_size=0',
 ])
@@ -219,26 +287,13 @@ def agent_modules():
     return [n for n in names if n != '__init__' and hasattr(importlib.import_module(f'agents.{n}'), 'get_config')]
 
 
-@pytest.mark.parametrize('module', agent_modules())
-def test_every_config_field_has_a_one_line_comment(module):
-    """House style: each field of each agent's get_config() is documented on its own line. Fields an
-    agent inherits from another agent's config are documented there."""
-    config = importlib.import_module(f'agents.{module}').get_config()
-    source = open(os.path.join(ROOT, 'agents', f'{module}.py')).read()
-    # A config built on another agent's get_config() (e.g. hierarchical on byol_gamma) inherits its comments.
-    bases = [name for name in agent_modules() if f'from agents.{name} import get_config' in source]
-    documented = {}
-    for name in [module, *bases]:
-        lines = open(os.path.join(ROOT, 'agents', f'{name}.py')).read().splitlines()
-        for node in ast.walk(ast.parse('\n'.join(lines))):
-            if isinstance(node, ast.keyword):
-                line = lines[node.value.end_lineno - 1]
-                commented = '#' in line and len(line.split('#', 1)[1].strip()) > 3
-                # `**goal_mixture('<name>', ...)`, commented once, documents the mixture's fields.
-                is_mixture = (node.arg is None and isinstance(node.value, ast.Call)
-                              and getattr(node.value.func, 'id', '') == 'goal_mixture')
-                fields = goal_mixture(node.value.args[0].value) if is_mixture else [node.arg] if node.arg else []
-                for field in fields:
-                    documented[field] = documented.get(field, False) or commented
-    undocumented = [key for key in config if not documented.get(key)]
-    assert not undocumented, f'agents/{module}.py get_config(): fields without a comment: {undocumented}'
+@pytest.mark.parametrize('preset', sorted(PRESETS))
+def test_every_config_field_has_a_one_line_comment(preset):
+    """House style, and what main.py --print_config shows: each field of a preset's config has its one-line comment,
+    from its agent file's get_config(), the shared encoder fields (agents/base.py) or its goal mixture's line."""
+    config = preset_config(preset)
+    comments = field_comments(get_agent_class(config.agent_name))
+    undocumented = [key for key in config if len(comments.get(key, '')) <= 3]
+    assert not undocumented, f'{preset}: fields without a comment: {undocumented}'
+    listing = config_listing(config, f'configs/presets.py:{preset}')
+    assert len(listing.splitlines()) == 1 + len(config) and '(no comment' not in listing

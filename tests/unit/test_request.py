@@ -33,6 +33,14 @@ BAD_INPUTS = [
     (['--run_group='], "The run group '', made from --run_group='', is not one directory name (it is empty)"),
     (['--agent.preset=../../x'], "made from the preset '../../x' of the --agent config, is not one directory name"),
     (['--env_name=pointmaze-medum-stitch-v0'], 'Did you mean pointmaze-medium-stitch-v0'),
+    # A field the chosen settings never read: a sweep over it would train one network under several names.
+    (['--agent=configs/presets.py:gcbc', '--agent.num_ensemble=5'], 'agent.num_ensemble=5 is read only when use_phi=True'),
+    (['--agent=configs/presets.py:byol_nstep3_a', '--agent.discount=0.9', '--agent.value_p_curgoal=0.5',
+      '--agent.value_p_trajgoal=0.5'], "agent.discount=0.9 is read only when a goal mixture draws geometric trajectory "
+     "offsets (<mixture>_geom_sample=True and <mixture>_p_trajgoal > 0); agent.value_p_curgoal=0.5 is read only when "
+     "nstep=0"),
+    (['--agent=configs/presets.py:byol_gamma_l2', '--agent.ce_eps=0'], "agent.ce_eps=0.0 is read only when loss_type='ce'"),
+    (['--agent=configs/presets.py:qrl', '--agent.discount=0.95'], 'agent.discount=0.95 is read only when a goal mixture'),
     # Environments OGBench has, datasets it does not publish (before: accepted, then "download it from OGBench").
     (['--env_name=pointmaze-medium-play-v0'], "Unknown dataset 'pointmaze-medium-play-v0': OGBench's environment "
      'pointmaze-medium-v0 has no play dataset. Did you mean pointmaze-medium-navigate-v0 or pointmaze-medium-stitch-v0?'),
