@@ -11,16 +11,12 @@ the batch size, 1024, is the agent config's). A run:
    what they record;
 3. the data: found, downloaded or generated (runtime/dataset_files.py), validated, and put on the device;
 4. the agents: created, or restored from their checkpoints;
-5. the loop: chunks of jitted updates (utils/training.train_seeds, sampling included); around each chunk
-   runtime/schedule.Schedule logs, checkpoints, evaluates and stops, in one fixed order.
+5. the loop: chunks of jitted updates (utils/training.train: sample a batch on the device, update, K times in one
+   call, N seeds vmapped); around each chunk runtime/schedule.Schedule logs, checkpoints, evaluates and stops, in one
+   fixed order.
 
 docs/guarantees.md says what a run promises when something goes wrong.
 """
-
-import gc
-
-if __name__ == '__main__':  # a run: no garbage collection while the imports build what lives as long as it does
-    gc.disable()
 
 import dataclasses
 import logging as py_logging
@@ -38,25 +34,23 @@ from agents import config_listing, get_agent_class
 from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
-from runtime.exits import EXIT_INTERRUPTED, exit_without_teardown, named_error
-from runtime.garbage_collection import freeze_imported_objects
+from runtime.exits import EXIT_INTERRUPTED, named_error
 from runtime.request import (HelpRequested, Request, check_jax_backend, check_request, define_dataclass_flags, flag,
                              parse_command_line)
 from runtime.run_writer import RunSet
 from runtime.schedule import Schedule
-from runtime.stops import StopNow, Stopped, StopRequests, exit_at_once_on_sigterm
-from runtime.training_metrics import TrainingMetrics
+from runtime.stops import StopNow, StopRequests, Stopped, exit_at_once_on_sigterm
+from runtime.training_metrics import TrainingMetrics, first_nonfinite
+from utils import fused_mlp
 from utils.datasets import check_dataset_fits, load_dataset
 from utils.errors import NonFiniteLossError
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
 from utils.evaluation.scheduler import Evaluations
+from utils.optimizers import with_optimizer
 from utils.pixel_batches import example_observations
 from utils.progress import progress_bar
 from utils.random_streams import stream_key
-from utils import fused_mlp
-from utils.sampler import DeviceDataset, sample_batch
-from utils.training import (batch_config, first_nonfinite, stack_trees, train_seeds, validation_metrics,
-                            with_optimizer)
+from utils.training import DeviceDataset, batch_config, sample_batch, stack_trees, train, validation_metrics
 
 # The agent config when --agent is not given.
 DEFAULT_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs/presets.py:byol_gamma_a')
@@ -146,7 +140,7 @@ def main(argv):
     try:
         request = request_of(argv)
         check_jax_backend()
-        train(request, started)
+        run(request, started)
     except HelpRequested as e:
         try:
             print(e, flush=True)
@@ -170,7 +164,7 @@ def main(argv):
         sys.exit(1)
 
 
-def train(request: Request, started: float):
+def run(request: Request, started: float):
     flags = request.flags
     exit_at_once_on_sigterm()  # before training: nothing to save
     with RunSet.open(request) as runs:
@@ -212,7 +206,7 @@ def build_agents(request: Request, data: Data, runs: RunSet):
     when resuming, with the optimizer layout and network kernel the flags ask for; stacked along a seed axis when there
     are several. Also what the checkpoints carried besides (one dict per seed; empty for a new run)."""
     flags = request.flags
-    create = request.agent_class.compiled_create(data.example_observations, data.example_actions, request.config)
+    create = compiled_create(request.agent_class, data.example_observations, data.example_actions, request.config)
     agents, extras = [], []
     for writer in runs.writers:
         agent, extra = create(writer.seed), {}
@@ -224,6 +218,21 @@ def build_agents(request: Request, data: Data, runs: RunSet):
     if flags.network_kernel == 'fused':
         agents = with_fused_networks(agents, data, request.seeds[0])
     return (stack_trees(agents) if len(agents) > 1 else agents[0]), extras
+
+
+# Compiler options for a program that runs once: no XLA optimisations (the same numbers, compiled in a fraction of the
+# time).
+RUN_ONCE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive_passes': True}
+
+
+def compiled_create(agent_class, ex_observations, ex_actions, config):
+    """`seed -> agent_class.create(seed, ex_observations, ex_actions, config)`, compiled once (the seed an argument)
+    as one program without XLA's optimisations: bit for bit the agent that `create` run op by op makes, where every
+    initialiser op is compiled, optimised, on its own (BYOL-gamma^a: 1.8 s instead of 5.9 s; docs/performance.md,
+    "Start-up"). Files a `create` reads (a hierarchical agent's stage1_checkpoint) are read while tracing."""
+    create = jax.jit(lambda seed, observations, actions: agent_class.create(seed, observations, actions, config))
+    compiled = create.lower(np.int32(0), ex_observations, ex_actions).compile(RUN_ONCE)
+    return lambda seed: compiled(np.int32(seed), ex_observations, ex_actions)
 
 
 def with_fused_networks(agents, data: Data, seed: int):
@@ -291,7 +300,11 @@ class TrainingLoop:
         stop = min(flags.train_steps, step + flags.steps_per_call,
                    *(step // interval * interval + interval for interval in
                      (flags.log_interval, flags.eval_interval, flags.save_interval)))
-        self.state, infos = train_seeds(self.state, self.data.train, self.data_keys, step, stop - step)
+        if len(self.runs.writers) > 1:
+            self.state, infos = train(self.state, self.data.train, self.data_keys, step, stop - step)
+        else:  # one seed's agent is not stacked; its metrics get the seed axis of N seeds' [N, steps]
+            self.state, infos = train(self.state, self.data.train, self.data_keys[0], step, stop - step)
+            infos = {name: values[None] for name, values in infos.items()}
         finite = self.metrics.add(infos)
         for k, writer in enumerate(self.runs.writers):
             bad = None if finite[k] else first_nonfinite({key: np.asarray(v[k]) for key, v in infos.items()})
@@ -335,8 +348,4 @@ def keep_argv(argv):
 
 
 if __name__ == '__main__':
-    freeze_imported_objects()  # the imports' objects out of the collector's reach; collecting again
-    try:
-        app.run(main, flags_parser=keep_argv)
-    except SystemExit as end:  # app.run always ends with sys.exit
-        exit_without_teardown(end.code)
+    app.run(main, flags_parser=keep_argv)

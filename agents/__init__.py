@@ -9,7 +9,7 @@ import re
 from typing import Dict
 
 from utils.errors import ConfigError
-from utils.sampler import MIXTURE_FIELD_MEANINGS
+from utils.training import MIXTURE_FIELD_MEANINGS
 
 
 def agent_classes():

@@ -1,4 +1,9 @@
-"""What every agent is (`Agent`), the behavior-cloning agents' objective (`BCAgent`), and the encoders they build.
+"""What every agent is: `Agent` (its parameters and one gradient step), and `BCAgent`, the behavior-cloning agents'
+objective, the paper's
+
+    L = L_BC + alpha * L_aux,    L_BC = -E[log pi(a_t | phi(s_t), phi(g))],
+
+whose L_aux each agent file writes (agents/byol_gamma.py: BYOL-gamma's). Then the encoder and actor head they build.
 
     Agent                      rng, network (parameters + optimizer), targets (EMA copies), config; `create`,
     |                          one jitted `update`, `metrics`
@@ -21,34 +26,63 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from utils.config_checks import (DISCOUNT_RULE, Rule, RuleOwner, at_least, is_finite_number, layer_sizes, non_negative,
                                  one_of, switch)
 from utils.image_encoders import VISUAL_ENCODERS, VISUAL_LATENT_DIM, check_encoder_fits_observations, is_image_batch
 from utils.networks import EnsembleEncoder, GaussianActor, ModuleDict, gaussian_log_prob, sample_gaussian
 from utils.random_streams import stream_key
-from utils.sampler import BatchSpec
-from utils.training import TrainState, ema_update, nonpytree_field, update_keys
+from utils.training import BatchSpec
 
 LossFn = Callable[[Any], Tuple[jax.Array, Dict[str, jax.Array]]]
 
 
-# Compiler options for programs that run once: no XLA optimisations (the same numbers, compiled in a fraction of the time).
-FAST_COMPILE = {'xla_backend_optimization_level': 0, 'xla_llvm_disable_expensive_passes': True}
+def nonpytree_field(**kwargs):
+    """A dataclass field that is static (not a leaf): configs, models, optimizers."""
+    return flax.struct.field(pytree_node=False, **kwargs)
 
 
-class CompiledCreate:
-    """`compiled_create`, offered by every agent class: an `Agent`, or a composition with its own `create`."""
+def frozen(params):
+    """`params` read without gradient: a loss may evaluate these networks but cannot train them."""
+    return jax.lax.stop_gradient(params)
+
+
+class TrainState(flax.struct.PyTreeNode):
+    """Parameters, optimizer and optimizer state of one ModuleDict network."""
+
+    step: jax.Array
+    model: Any = nonpytree_field()  # the ModuleDict (utils/networks.py) whose parameters these are
+    tx: Any = nonpytree_field()
+    params: Any = None
+    opt_state: Any = None
 
     @classmethod
-    def compiled_create(cls, ex_observations, ex_actions, config):
-        """`seed -> cls.create(seed, ex_observations, ex_actions, config)`, compiled once (the seed an argument) as one
-        program without XLA optimisations: bit for bit the agent that `create` run op by op makes, where every
-        initialiser op is compiled, optimised, on its own, seconds for a program run once (docs/performance.md,
-        "Start-up"). Files a `create` reads (a hierarchical agent's stage1_checkpoint) are read while tracing."""
-        create = jax.jit(lambda seed, observations, actions: cls.create(seed, observations, actions, config))
-        compiled = create.lower(np.int32(0), ex_observations, ex_actions).compile(FAST_COMPILE)
-        return lambda seed: compiled(np.int32(seed), ex_observations, ex_actions)
+    def create(cls, model, params, tx):
+        return cls(step=jnp.array(0, jnp.int32), model=model, tx=tx, params=params, opt_state=tx.init(params))
+
+    def __call__(self, *args, name: str, params, **kwargs):
+        """Run sub-module `name` with `params`: the parameters being differentiated, `frozen(...)`
+        ones, or `self.params` when acting. There is no default, so every call says which."""
+        return self.model.apply({'params': params}, *args, name=name, **kwargs)
+
+    def apply_loss_fn(self, loss_fn):
+        """One gradient step on `loss_fn(params) -> (loss, info)`; `info` gains the global gradient norm."""
+        grads, info = jax.grad(loss_fn, has_aux=True)(self.params)
+        info['grad_norm'] = optax.tree.norm(grads)
+        updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
+        return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates), opt_state=opt_state), info
+
+
+def update_keys(rng):
+    """(the agent's next rng, this update's noise key): one step of the agent's `update` stream (utils/random_streams.py)."""
+    next_rng, noise_key = jax.random.split(rng)
+    return next_rng, noise_key
+
+
+def ema_update(online, target, tau: float):
+    """target <- tau * online + (1 - tau) * target, leaf by leaf."""
+    return jax.tree_util.tree_map(lambda o, t: tau * o + (1.0 - tau) * t, online, target)
 
 
 # The rule of `tau`, the EMA rate of the target networks, which the agents that have them include in their CONFIG_RULES.
@@ -58,7 +92,7 @@ TARGET_RULES = {
 }
 
 
-class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
+class Agent(flax.struct.PyTreeNode, RuleOwner):
     """Parameters, optimizer state, target parameters and RNG of one agent, and its one gradient step. A family
     defines `loss_fn` and `sample_actions`, an agent `build`."""
 
@@ -90,6 +124,13 @@ class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
     def sample_actions(self, observations, goals, seed=None, temperature=1.0):
         raise NotImplementedError
 
+    @jax.jit
+    def update(self, batch):
+        """One gradient step of the loss on `batch`, then the target networks' EMA: (the new agent, metrics)."""
+        new_rng, noise_key = update_keys(self.rng)
+        network, info = self.network.apply_loss_fn(self.loss_fn(batch, noise_key))
+        return self.replace(network=network, targets=self.updated_targets(network), rng=new_rng), info
+
     def target(self, *args, name: str, **kwargs):
         """The target network of online module `name` (never differentiated: targets are not optimised)."""
         return self.network(*args, name=name, params={f'modules_{name}': self.targets[name]}, **kwargs)
@@ -100,12 +141,6 @@ class Agent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
             name: ema_update(network.params[f'modules_{name}'], target, self.config['tau'])
             for name, target in self.targets.items()
         }
-
-    @jax.jit
-    def update(self, batch):
-        new_rng, noise_key = update_keys(self.rng)
-        network, info = self.network.apply_loss_fn(self.loss_fn(batch, noise_key))
-        return self.replace(network=network, targets=self.updated_targets(network), rng=new_rng), info
 
     def metrics(self, batch, key) -> Dict[str, jax.Array]:
         """The losses and metrics of `batch` at the current parameters, without an update (validation); `key` draws
@@ -167,8 +202,9 @@ class BCAgent(Agent):
 
         L = L_BC + alpha * L_aux,    L_BC = -E[log pi(a_t | s_t, g)]        (the paper's objective)
 
-    An agent file defines `build`, `encode`, `actor_input` and, for an auxiliary loss, `representation_loss`, plus
-    a module-level `get_config()`. `encode` computes once every encoder output both losses read.
+    An agent file defines `build`, `actor_input` and, for an auxiliary loss, `representation_loss`, plus a
+    module-level `get_config()`; an agent whose encoder phi ('encoder') reads the batch says which entries in
+    `encodes`, and the base encodes them.
     """
 
     # `discount` is read where a goal mixture draws geometric offsets (utils.config_checks.field_rules), unless the
@@ -176,10 +212,14 @@ class BCAgent(Agent):
     CONFIG_RULES = {'alpha': non_negative(1.0), **ENCODER_RULES, 'discount': None}
     BATCH = BatchSpec(goals=(('actor', 'goals of the behavior-cloning loss'),), reads=('frame_stack', 'p_aug'))
 
+    def encodes(self) -> Tuple[str, ...]:
+        """The batch entries that phi encodes for the two losses (the actor's input and L_aux), () for none."""
+        return ()
+
     def encode(self, batch, params) -> Dict[str, jax.Array]:
-        """The encodings of `batch`'s entries that the actor and L_aux read, {} if none. `batch` may hold only
-        `observations` and `actor_goals` (acting): encode what is there."""
-        return {}
+        """{entry: phi(batch[entry])} of the entries `encodes` names that the batch holds (acting holds only
+        `observations` and `actor_goals`), [M, B, d] each."""
+        return encode_together(self.network, params, 'encoder', {key: batch[key] for key in self.encodes() if key in batch})
 
     def actor_input(self, batch, z):
         """The actor's input for the batch's (s_t, actor goal), from the batch and its encodings `z`."""
@@ -226,7 +266,7 @@ class BCAgent(Agent):
 
 
 # ---------------------------------------------------------------------------------------------
-# How an update encodes a batch, and the encoder and actor head every representation agent builds.
+# The encoder and actor head every representation agent builds, and their config fields.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -235,6 +275,8 @@ def encode_together(network, params, name, arrays):
     batch axis. Row for row the same function (every layer acts on rows independently); on an accelerator, one set
     of kernels instead of one per array. Outputs are [M, B_k, d] ensemble outputs, split back along axis 1."""
     keys = list(arrays)
+    if not keys:
+        return {}
     encoded = network(jnp.concatenate([arrays[k] for k in keys], axis=0), name=name, params=params)
     ends = np.cumsum([arrays[k].shape[0] for k in keys])
     return dict(zip(keys, jnp.split(encoded, ends[:-1], axis=1)))
@@ -243,11 +285,6 @@ def encode_together(network, params, name, arrays):
 def mean_concat(z_s, z_g):
     """concat(mean_m z_s, mean_m z_g) of ensemble outputs [M, B, d]: the actor's input."""
     return jnp.concatenate([z_s.mean(axis=0), z_g.mean(axis=0)], axis=-1)
-
-
-def present(batch, keys):
-    """{key: batch[key]} of those `keys` the batch holds (a batch of (s, g) at acting time holds two)."""
-    return {key: batch[key] for key in keys if key in batch}
 
 
 def latent_dim_for(config, ex_observations) -> int:

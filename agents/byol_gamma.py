@@ -19,11 +19,10 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import (TARGET_RULES, BCAgent, bc_actor, encode_together, encoder_fields, mean_concat, present,
-                         state_encoder)
+from agents.base import TARGET_RULES, BCAgent, bc_actor, encoder_fields, mean_concat, state_encoder
 from utils.config_checks import layer_sizes, non_negative, one_of, switch
 from utils.networks import EnsemblePredictor
-from utils.sampler import goal_mixture
+from utils.training import goal_mixture
 
 # ---------------------------------------------------------------------------------------------
 # The self-predictive losses (docs/method.md, section 4), pure functions. Convention: `a` / `pred` is the
@@ -131,10 +130,9 @@ class BYOLGammaAgent(BCAgent):
     BATCH = BCAgent.BATCH.with_(goals=[('value', 'representation targets s_{t+k}')], reads=['nstep'],
                                 used_when=[('value', GEOMETRIC, 'nstep=0 (n-step BYOL predicts s_{t+1..t+n} instead)')])
 
-    def encode(self, batch, params):
-        """phi(s_t), phi(actor goal) and (geometric BYOL) phi(s_{t+k}), [M, B, d] each, in one encoder call."""
-        keys = ('observations', 'actor_goals') + (() if self.config['nstep'] > 0 else ('value_goals',))
-        return encode_together(self.network, params, 'encoder', present(batch, keys))
+    def encodes(self):
+        """phi(s_t), phi(actor goal) and (geometric BYOL-gamma) phi(s_{t+k})."""
+        return ('observations', 'actor_goals') + (('value_goals',) if GEOMETRIC(self.config) else ())
 
     def actor_input(self, batch, z):
         return mean_concat(z['observations'], z['actor_goals'])

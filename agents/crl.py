@@ -17,12 +17,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from agents.base import frozen
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import at_least, one_of
 from utils.networks import GaussianActor
 from utils.rl_losses import awr_actor_loss, binary_nce_loss, contrastive_logits, ddpg_bc_actor_loss
-from utils.sampler import goal_mixture
-from utils.training import frozen
+from utils.training import goal_mixture
 from utils.value_networks import BilinearValue
 
 

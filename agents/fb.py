@@ -52,13 +52,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import ENCODER_RULES, TARGET_RULES, Agent, LossFn, bc_loss, latent_dim_for
+from agents.base import ENCODER_RULES, TARGET_RULES, Agent, LossFn, bc_loss, frozen, latent_dim_for
 from utils.config_checks import Rule, at_least, non_negative, one_of, probability, switch
 from utils.image_encoders import visual_encoder
 from utils.losses import forward_backward_loss, orthonormality_loss
 from utils.networks import MLP, Encoder, GaussianActor, default_init, ensemblize
-from utils.sampler import BatchSpec, goal_mixture
-from utils.training import frozen
+from utils.training import BatchSpec, goal_mixture
 
 # Under the square root of the norm, so that projecting a zero vector gives 0 instead of NaN.
 SPHERE_EPS = 1e-12

@@ -15,11 +15,10 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import (ENCODER_RULES, PHI_FIELDS, BCAgent, bc_actor, encode_together, encoder_fields, mean_concat,
-                         present, state_encoder)
+from agents.base import ENCODER_RULES, PHI_FIELDS, BCAgent, bc_actor, encoder_fields, mean_concat, state_encoder
 from utils.config_checks import switch
 from utils.image_encoders import visual_encoder
-from utils.sampler import goal_mixture
+from utils.training import goal_mixture
 
 
 class GCBCAgent(BCAgent):
@@ -31,13 +30,14 @@ class GCBCAgent(BCAgent):
            for field in PHI_FIELDS},
     }
 
+    def encodes(self):
+        return ('observations', 'actor_goals') if self.config['use_phi'] else ()
+
     def encode(self, batch, params):
-        if self.config['use_phi']:
-            return encode_together(self.network, params, 'encoder', present(batch, ('observations', 'actor_goals')))
-        if self.config['encoder'] != 'none':  # one CNN on the channel-wise stack (s, g)
+        if not self.config['use_phi'] and self.config['encoder'] != 'none':  # one CNN on the channel-wise stack (s, g)
             stacked = jnp.concatenate([batch['observations'], batch['actor_goals']], axis=-1)
             return {'state_goal': self.network(stacked, name='encoder', params=params)}
-        return {}
+        return super().encode(batch, params)
 
     def actor_input(self, batch, z):
         if self.config['use_phi']:

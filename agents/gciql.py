@@ -21,8 +21,8 @@ from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import one_of
 from utils.networks import GaussianActor
 from utils.rl_losses import awr_actor_loss, ddpg_bc_actor_loss, iql_critic_loss, iql_value_loss
-from utils.sampler import goal_mixture
-from utils.training import frozen
+from utils.training import goal_mixture
+from agents.base import frozen
 from utils.value_networks import ValueEnsemble
 
 

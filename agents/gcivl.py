@@ -23,8 +23,8 @@ from agents.base import TARGET_RULES
 from agents.rl_base import GoalConditionedRLAgent
 from utils.networks import GaussianActor
 from utils.rl_losses import awr_actor_loss, implicit_v_loss
-from utils.sampler import goal_mixture
-from utils.training import frozen
+from utils.training import goal_mixture
+from agents.base import frozen
 from utils.value_networks import ValueEnsemble
 
 

@@ -33,7 +33,7 @@ Acting re-plans at every step by default: one jitted call runs pi_h, then pi_l o
 OGBench's HGCBC/HIQL do). `replan_every = k > 1` holds each subgoal for k steps at evaluation
 (`evaluation_policy`, a small stateful policy that the evaluator resets at every episode start).
 
-Under `train_steps_multi` (vmapped seeds) the stage predicate is batched, so `lax.cond` becomes a
+Under utils.training.train's vmap over seeds the stage predicate is batched, so `lax.cond` becomes a
 select that runs both stages' updates: same results, at about the cost of training both levels.
 """
 
@@ -47,19 +47,17 @@ import ml_collections
 import numpy as np
 import optax
 
-from agents.base import PHI_FIELDS, CompiledCreate, bc_loss, encode_together, mean_concat, state_encoder
-from agents.byol_gamma import BYOLGammaAgent
-from agents.byol_gamma import get_config as byol_gamma_config
-from agents.gcbc import GCBCAgent
-from agents.gcbc import get_config as gcbc_config
+from agents.base import (PHI_FIELDS, TrainState, bc_loss, encode_together, frozen, mean_concat, nonpytree_field,
+                         state_encoder, update_keys)
+from agents.byol_gamma import BYOLGammaAgent, get_config as byol_gamma_config
+from agents.gcbc import GCBCAgent, get_config as gcbc_config
 from utils.acting import EVALUATION_TEMPERATURE
 from utils.checkpoint_format import checkpoint_file, read_state, restore_agent
 from utils.config_checks import Rule, RuleOwner, at_least, field_rules, layer_sizes, non_negative, positive, text
 from utils.errors import ConfigError
 from utils.networks import GaussianActor, ModuleDict, sample_gaussian
 from utils.random_streams import stream_key
-from utils.sampler import goal_mixture
-from utils.training import TrainState, frozen, nonpytree_field, update_keys
+from utils.training import goal_mixture
 
 
 def phi_policy_inputs(network, observations, goals, params, encoder_name='encoder'):
@@ -201,7 +199,7 @@ class LowEncoderPolicy(LatentSubgoalPolicy):
 # ---------------------------------------------------------------------------------------------
 
 
-class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner, CompiledCreate):
+class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner):
     """`high` (a HighLevelPolicy) composed with `low` (a flat agent, whose target networks, if any, are
     its own). A variant names its low-level agent class and config, and its high-level policy class."""
 

@@ -27,8 +27,8 @@ from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import at_least, non_negative, switch
 from utils.networks import GaussianActor, length_normalize, sample_gaussian
 from utils.rl_losses import awr_actor_loss, implicit_v_loss
-from utils.sampler import BatchSpec, goal_mixture
-from utils.training import frozen
+from utils.training import BatchSpec, goal_mixture
+from agents.base import frozen
 from utils.value_networks import GoalRepresentation, ValueEnsemble
 
 

@@ -21,12 +21,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from agents.base import frozen
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import Rule, at_least, one_of, positive
 from utils.networks import MLP, GaussianActor
 from utils.rl_losses import awr_actor_loss, ddpg_bc_actor_loss, latent_dynamics_loss, qrl_value_loss
-from utils.sampler import goal_mixture
-from utils.training import frozen
+from utils.training import goal_mixture
 from utils.value_networks import PositiveScalar, QuasimetricValue
 
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from agents.base import Agent, LossFn
 from utils.config_checks import Rule, is_finite_number, layer_sizes, non_negative, switch
 from utils.networks import sample_gaussian
-from utils.sampler import BatchSpec
+from utils.training import BatchSpec
 
 
 class GoalConditionedRLAgent(Agent):

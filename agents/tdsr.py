@@ -26,12 +26,12 @@ TD-SR command (and the paper's TD-SR appendix) turns them off, though their code
 import ml_collections
 import optax
 
-from agents.base import TARGET_RULES, BCAgent, encode_together, encoder_fields, mean_concat, present
+from agents.base import TARGET_RULES, BCAgent, encoder_fields, mean_concat
 from agents.two_encoders import psi_inputs, two_encoder_modules
 from utils.config_checks import DISCOUNT_RULE, at_least, non_negative, one_of, switch
 from utils.losses import orthonormality_loss, td_sr_loss
 from utils.networks import length_normalize
-from utils.sampler import goal_mixture
+from utils.training import goal_mixture
 
 
 class TDSRAgent(BCAgent):
@@ -45,9 +45,9 @@ class TDSRAgent(BCAgent):
         'discount': DISCOUNT_RULE,  # the TD target's
     }
 
-    def encode(self, batch, params):
-        """phi of s_t, the actor goals and s_{t+1}, in one encoder call."""
-        return encode_together(self.network, params, 'encoder', present(batch, ('observations', 'actor_goals', 'next_observations')))
+    def encodes(self):
+        """phi of s_t, the actor goals and s_{t+1}."""
+        return ('observations', 'actor_goals', 'next_observations')
 
     def actor_input(self, batch, z):
         return mean_concat(z['observations'], self.goal_side(z['actor_goals']))

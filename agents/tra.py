@@ -22,11 +22,11 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import BCAgent, encode_together, encoder_fields, mean_concat, present
+from agents.base import BCAgent, encoder_fields, mean_concat
 from agents.two_encoders import psi_inputs, two_encoder_modules
 from utils.config_checks import non_negative, one_of, switch
 from utils.losses import LOSS_SCALES, check_choice
-from utils.sampler import goal_mixture
+from utils.training import goal_mixture
 
 # ---------------------------------------------------------------------------------------------
 # TRA's auxiliary loss (paper eq. infoNCESym and appendix "TRA"), pure functions.
@@ -88,12 +88,15 @@ class TRAAgent(BCAgent):
     CONFIG_RULES = {'loss_scale': one_of(*LOSS_SCALES), 'norm_penalty': non_negative(1e-6), 'action_conditioned': switch(False)}
     BATCH = BCAgent.BATCH.with_(goals=[('value', 'positives of the contrastive loss, s_{t+k}')])
 
+    def encodes(self):
+        """phi of the actor goals, the positives s_+ and (TRA^a) s_t."""
+        return ('actor_goals', 'value_goals') + (('observations',) if self.config['action_conditioned'] else ())
+
     def encode(self, batch, params):
-        """phi of the actor goals, the positives s_+ and (TRA^a) s_t in one call, and psi(s_t[, a_t]) (at acting
-        time only where the policy reads it: original TRA's pi(psi(s), phi(g)))."""
+        """phi's encodings, and psi(s_t[, a_t]) (at acting time only where the policy reads it: original TRA's
+        pi(psi(s), phi(g)))."""
         action_conditioned = self.config['action_conditioned']
-        keys = ('actor_goals', 'value_goals') + (('observations',) if action_conditioned else ())
-        z = encode_together(self.network, params, 'encoder', present(batch, keys))
+        z = super().encode(batch, params)
         if 'actions' in batch or not action_conditioned:
             inputs = psi_inputs(batch['observations'], batch.get('actions'), action_conditioned)
             z['psi'] = self.network(*inputs, name='psi_encoder', params=params)

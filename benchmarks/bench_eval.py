@@ -185,7 +185,7 @@ def beside_training(preset, env, make_envs, policy, seeds, args):
     its end, as main.py's asynchronous evaluation runs beside training (the training compiled before, not timed).
     Returns (evaluation timing, the training's updates/s over the evaluation)."""
     from benchmarks.bench_gpu import compile_training, synthetic_dataset
-    from utils.sampler import DeviceDataset
+    from utils.training import DeviceDataset
 
     raw = synthetic_dataset(env.observation_space.shape[0], env.action_space.shape[0], num_episodes=100, length=201)
     state, run, _, _ = compile_training(preset, 1, raw, DeviceDataset.from_numpy(**raw), args.train_batch_size,

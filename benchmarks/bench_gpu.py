@@ -143,11 +143,12 @@ def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='per_leaf',
     import main
     from agents import get_agent_class
     from configs.presets import get_config as preset_config
-    from utils.training import stack_trees, with_optimizer
+    from utils.training import stack_trees
+    from utils.optimizers import with_optimizer
 
     config = preset_config(preset)
     config.batch_size = batch_size
-    create = get_agent_class(config.agent_name).compiled_create(raw['observations'][:1], raw['actions'][:1], config)
+    create = main.compiled_create(get_agent_class(config.agent_name), raw['observations'][:1], raw['actions'][:1], config)
     agents = [with_optimizer(create(s), one_vector=optimizer_layout == 'one_vector') for s in range(num_seeds)]
     if network_kernel == 'fused':
         agents = main.with_fused_networks(agents, types.SimpleNamespace(train=data), seed=0)
@@ -160,13 +161,12 @@ def compile_training(preset, num_seeds, raw, data, batch_size, steps_per_call, o
     lowered, compiled), where `run(agents) -> (agents, metrics)` makes the next call, `steps_per_call` updates on."""
     import jax
 
-    from utils.training import train_steps, train_steps_multi
+    from utils.training import train
 
     state = make_agents(preset, num_seeds, raw, batch_size, optimizer_layout, network_kernel, data)
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
     key = keys[0] if num_seeds == 1 else keys
-    step_fn = train_steps if num_seeds == 1 else train_steps_multi  # exactly main.py's calls
-    lowered = step_fn.lower(state, data, key, 0, steps_per_call)
+    lowered = train.lower(state, data, key, 0, steps_per_call)  # exactly main.py's call
     compiled = lowered.compile()
     step = [0]
 
@@ -287,7 +287,7 @@ def main(argv=None):
     import jax
 
     from utils.evaluation import env_spaces, make_eval_envs, usable_cpus
-    from utils.sampler import DeviceDataset
+    from utils.training import DeviceDataset
 
     budget = Budget(args.budget_s)
     device = jax.devices()[0]

@@ -1,5 +1,5 @@
 """Seconds to create an agent in a fresh process: `create` run op by op (eager) against the one
-unoptimised program main.py compiles (`agents.base.Agent.compiled_create`), side by side.
+unoptimised program main.py compiles (`main.compiled_create`), side by side.
 
     python benchmarks/bench_init.py --presets=gcbc,byol_gamma_a --rounds=3
 
@@ -34,6 +34,7 @@ def time_one(mode: str, preset: str) -> float:
     import jax
     import numpy as np
 
+    import main
     from agents import get_agent_class
     from configs.presets import get_config
 
@@ -44,7 +45,7 @@ def time_one(mode: str, preset: str) -> float:
     if mode == 'eager':
         agent = agent_class.create(0, observations, actions, config)
     else:
-        agent = agent_class.compiled_create(observations, actions, config)(0)
+        agent = main.compiled_create(agent_class, observations, actions, config)(0)
     jax.block_until_ready(agent)
     return time.perf_counter() - start
 

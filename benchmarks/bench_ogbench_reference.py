@@ -35,8 +35,7 @@ import numpy as np
 from agents import get_agent_class
 from configs.presets import get_config as preset_config
 from runtime.checkout import require_own_checkout
-from utils.sampler import DeviceDataset
-from utils.training import train_steps
+from utils.training import DeviceDataset, train
 
 # Config fields that both codebases' configs share and that change the computation.
 SHARED_FIELDS = (
@@ -119,7 +118,7 @@ def main():
 
     def ours_block():
         for _ in range(args.steps // args.steps_per_call):
-            state['agent'], info = train_steps(state['agent'], data, key, state['step'], args.steps_per_call)
+            state['agent'], info = train(state['agent'], data, key, state['step'], args.steps_per_call)
             state['step'] += args.steps_per_call
         jax.block_until_ready(info)
 

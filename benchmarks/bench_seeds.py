@@ -20,8 +20,8 @@ from runtime.dataset_files import ensure_dataset
 from runtime.exits import parse_absl_flags
 from utils.datasets import load_dataset
 from utils.evaluation import make_env
-from utils.sampler import DeviceDataset
-from utils.training import stack_trees, train_steps, train_steps_multi
+from utils.training import DeviceDataset
+from utils.training import stack_trees, train
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('preset', 'byol_gamma_a', 'Preset (configs/presets.py).')
@@ -44,8 +44,8 @@ def main(_):
 
     def run(state, keys, n):
         if n == 1:
-            return train_steps(state, data, keys[0], 0, FLAGS.steps)
-        return train_steps_multi(state, data, keys, 0, FLAGS.steps)
+            return train(state, data, keys[0], 0, FLAGS.steps)
+        return train(state, data, keys, 0, FLAGS.steps)
 
     states, speeds = {}, {}
     for n in map(int, FLAGS.num_seeds):

@@ -255,7 +255,7 @@ def main(argv=None):
     import jax
 
     from utils.evaluation import env_spaces, make_eval_envs
-    from utils.sampler import DeviceDataset
+    from utils.training import DeviceDataset
 
     os.makedirs(args.out, exist_ok=True)
     backend = jax.default_backend()

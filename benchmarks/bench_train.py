@@ -26,8 +26,7 @@ from runtime.dataset_files import ensure_dataset
 from runtime.exits import parse_absl_flags
 from utils.datasets import load_dataset
 from utils.evaluation import make_env
-from utils.sampler import DeviceDataset, SamplerConfig
-from utils.training import train_steps
+from utils.training import DeviceDataset, SamplerConfig, train
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('presets', ['gcbc', 'gcbc_phi', 'byol_gamma_a', 'tra', 'tdsr_a'], 'Presets (configs/presets.py) to time.')
@@ -72,10 +71,10 @@ def time_mode(mode, agent, data, sampler, sampler_config, steps):
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
     if mode == 'fused':
-        agent, info = train_steps(agent, data, key, 0, steps)
+        agent, info = train(agent, data, key, 0, steps)
     elif mode == 'per-call':
         for step in range(steps):
-            agent, info = train_steps(agent, data, key, step, 1)
+            agent, info = train(agent, data, key, step, 1)
     else:
         for _ in range(steps):
             agent, info = agent.update(sampler.sample())

@@ -53,8 +53,8 @@ def training_steps_per_second(preset):
     from agents import get_agent_class
     from configs.presets import get_config
     from utils.pixel_batches import example_observations
-    from utils.sampler import DeviceDataset, SamplerConfig
-    from utils.training import train_steps
+    from utils.training import DeviceDataset, SamplerConfig
+    from utils.training import train
 
     config = get_config(preset)
     config.batch_size = FLAGS.batch_size
@@ -69,13 +69,13 @@ def training_steps_per_second(preset):
     agent = get_agent_class(config.agent_name).create(0, example_observations(observations, sampler_config.frame_stack), actions[:1], config)
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
-    agent, info = train_steps(agent, data, key, 0, FLAGS.steps)
+    agent, info = train(agent, data, key, 0, FLAGS.steps)
     jax.block_until_ready(info)
     compile_seconds = time.perf_counter() - start
     rates = []
     for r in range(FLAGS.rounds):
         start = time.perf_counter()
-        agent, info = train_steps(agent, data, key, (r + 1) * FLAGS.steps, FLAGS.steps)
+        agent, info = train(agent, data, key, (r + 1) * FLAGS.steps, FLAGS.steps)
         jax.block_until_ready(info)
         rates.append(FLAGS.steps / (time.perf_counter() - start))
     return float(np.median(rates)), compile_seconds

@@ -44,8 +44,8 @@ from agents import get_agent_class
 from benchmarks.hlo_stats import format_counter, program_stats
 from configs.presets import get_config as preset_config
 from runtime.checkout import require_own_checkout
-from utils.sampler import DeviceDataset
-from utils.training import train_steps, train_steps_multi, with_optimizer
+from utils.optimizers import with_optimizer
+from utils.training import DeviceDataset, train
 
 PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}
 # Observation and action sizes of the state-based datasets this project trains on (OGBench's).
@@ -132,9 +132,9 @@ def lower_train_step(agents, data, num_seeds, steps_per_call, device=None):
     step = jax.ShapeDtypeStruct((), jnp.int32, weak_type=True, sharding=_sharding(device))
     if num_seeds == 1:
         key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=_sharding(device))
-        return train_steps.lower(agents, data, key, step, steps_per_call)
+        return train.lower(agents, data, key, step, steps_per_call)
     keys = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32, sharding=_sharding(device))
-    return train_steps_multi.lower(agents, data, keys, step, steps_per_call)
+    return train.lower(agents, data, keys, step, steps_per_call)
 
 
 @contextlib.contextmanager

@@ -21,8 +21,8 @@ import ml_collections
 import numpy as np
 import optax
 
+from agents.base import TrainState, ema_update, frozen, nonpytree_field
 from utils.networks import MLP, ModuleDict, default_init, ensemblize, gaussian_log_prob
-from utils.training import TrainState, ema_update, frozen, nonpytree_field
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 

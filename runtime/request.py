@@ -26,7 +26,7 @@ from utils.config_checks import (check_override_keys, check_types, check_unread_
                                  validate_config)
 from utils.errors import ConfigError, StorageError
 from utils.render_backend import unavailable_message
-from utils.sampler import SamplerConfig
+from utils.training import SamplerConfig
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_SEED = 2**31 - 1  # jax.random.PRNGKey keeps 32 bits: larger seeds would alias smaller ones

@@ -75,3 +75,9 @@ class TrainingMetrics:
             raise AssertionError(f'no training metrics kept for a checkpoint of step {step}')
         host = jax.device_get(pending)
         return [{PENDING_KEY: {name: np.asarray(v[k]) for name, v in host.items()}} for k in range(num_seeds)]
+
+
+def first_nonfinite(infos):
+    """(index, metric) of the first step with a non-finite metric in stacked per-step `infos`, or None."""
+    bad = [(int(np.flatnonzero(~np.isfinite(v))[0]), key) for key, v in infos.items() if not np.all(np.isfinite(v))]
+    return min(bad, default=None)

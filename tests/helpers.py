@@ -140,7 +140,7 @@ OBS_DIM, ACTION_DIM = 4, 2
 def toy_dataset(num_episodes=40, length=30, seed=0):
     """Smooth random walks whose action is the (clipped) direction of motion: learnable BC, and
     temporal structure for the representation losses."""
-    from utils.sampler import DeviceDataset
+    from utils.training import DeviceDataset
 
     rng = np.random.default_rng(seed)
     actions = np.clip(rng.normal(0, 0.5, (num_episodes, length, ACTION_DIM)), -1, 1)
@@ -174,7 +174,7 @@ def make_agent(config, seed=0):
 def sampler_of(config):
     """What the sampler draws for `config`'s agent (as utils.training.batch_config does for the built agent)."""
     from agents import get_agent_class
-    from utils.sampler import SamplerConfig
+    from utils.training import SamplerConfig
 
     return SamplerConfig.for_agent(get_agent_class(config['agent_name']), config)
 
@@ -194,7 +194,7 @@ def numeric_grad(f, x, eps=1e-6):
 def sampler_config(batch_size, **fields):
     """A SamplerConfig for the sampler's own tests: every goal mixture drawn (actor goals uniform over the trajectory's
     future, value goals geometric, high goals uniform), gamma 0.99, unless `fields` say otherwise."""
-    from utils.sampler import GoalMixture, SamplerConfig
+    from utils.training import GoalMixture, SamplerConfig
 
     defaults = dict(gamma=0.99, actor_goals=GoalMixture(0.0, 1.0, 0.0, False), value_goals=GoalMixture(0.0, 1.0, 0.0, True),
                     high_goals=GoalMixture(0.0, 1.0, 0.0, False))

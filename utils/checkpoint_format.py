@@ -21,7 +21,7 @@ def agent_state_dict(agent) -> Dict[str, Any]:
     import flax.serialization
     import jax
 
-    from utils.training import with_optimizer
+    from utils.optimizers import with_optimizer
 
     return flax.serialization.to_state_dict(jax.device_get(with_optimizer(agent, one_vector=False)))
 
@@ -46,7 +46,7 @@ def same_structure(agent_state: Dict[str, Any], template) -> bool:
     import jax
     import numpy as np
 
-    from utils.training import with_optimizer
+    from utils.optimizers import with_optimizer
 
     expected = jax.tree_util.tree_map(np.shape, flax.serialization.to_state_dict(with_optimizer(template, one_vector=False)))
     found = jax.tree_util.tree_map(np.shape, agent_state)
@@ -60,7 +60,7 @@ def restore_agent(agent_state: Dict[str, Any], template):
         raise ValueError('the checkpoint does not hold this agent: another agent, config, data shapes or layout')
     import flax.serialization
 
-    from utils.training import uses_one_vector, with_optimizer
+    from utils.optimizers import uses_one_vector, with_optimizer
 
     agent = flax.serialization.from_state_dict(with_optimizer(template, one_vector=False), agent_state)
     return with_optimizer(agent, uses_one_vector(template))

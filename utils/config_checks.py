@@ -8,7 +8,7 @@ import re
 
 from utils.errors import ConfigError
 from utils.image_encoders import VISUAL_ENCODERS
-from utils.sampler import MIXTURE_FIELDS, SAMPLER_FIELDS, BatchSpec
+from utils.training import MIXTURE_FIELDS, SAMPLER_FIELDS, BatchSpec
 
 
 # Config files already executed in this process, by (absolute path, source bytes): a request check reads its file

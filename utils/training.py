@@ -1,161 +1,293 @@
-"""One gradient step, the optimizer layouts, and the fused training loop that main.py runs.
+"""The training loop, and the goal-conditioned batches it draws on the device (docs/method.md, section 3).
 
-    TrainState                  a network's parameters and optimizer state; `apply_loss_fn` is one gradient step
-    OneVector, with_optimizer   the optimizer over all parameters as one vector, which a run may ask for
-                                (main.py --optimizer_layout=one_vector); per leaf, optax's own, by default
-    train_steps(agent, data, data_key, start_step, num_steps)
-                                sample a batch on device, update, `num_steps` times in one jitted lax.scan
-    train_steps_multi, train_seeds
-                                the same for N seeds as one vmapped program (main.py's `--num_seeds`)
+    train(agent, data, data_keys, start_step, num_steps)
+        `num_steps` updates in one jitted call (lax.scan): each samples a batch from the dataset on the device and
+        updates the agent; vmapped over seeds when `data_keys` carry a seed axis (N agents stacked by `stack_trees`)
 
-The sampler's settings are a function of the agent's config (`batch_config`), which the agent carries, so an update
-needs nothing but the agent and the data. The sampling key of step t is fold_in(data_key, t): a run's batches depend
-only on its seed and the step number, so fusing K updates per call, or resuming at any step, replays the same batches.
-Every seed's numbers under `train_steps_multi` are those of a single-seed run with that seed.
+The dataset lives on the device as a `DeviceDataset`; every random choice is a `jax.random` draw, so a whole training
+step -- sample, update -- is one XLA program with no host round-trip. Rows are states; row `i` is sampled only if
+it has a successor in its episode (`i < T`, where `T = episode_end[i]` is the episode's last row, itself a real
+state). Goals may be any row up to and including `T`. What a batch holds is declared by the agent's class (`BATCH`, a
+`BatchSpec`) and set by its config (`SamplerConfig.for_agent`).
+
+The sampling key of step t is fold_in(data_key, t): a run's batches depend only on its seed and the step number, so
+fusing K updates per call, or resuming at any step, replays the same batches. Every seed's numbers in a vmapped call
+are those of a single-seed call with that seed.
 """
 
 import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Callable, Dict, Optional, Tuple
 
 import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from utils.sampler import DeviceDataset, SamplerConfig, sample_batch
-
-
-def nonpytree_field(**kwargs):
-    """A dataclass field that is static (not a leaf): configs, apply functions, optimizers."""
-    return flax.struct.field(pytree_node=False, **kwargs)
+from utils.pixel_batches import AUGMENT_STREAM, augment_batch, stacked_observations
 
 
-class TrainState(flax.struct.PyTreeNode):
-    """Parameters, optimizer and optimizer state of one ModuleDict network."""
-
-    step: jax.Array
-    model: Any = nonpytree_field()  # the ModuleDict (utils/networks.py) whose parameters these are
-    tx: Any = nonpytree_field()
-    params: Any = None
-    opt_state: Any = None
+class DeviceDataset(flax.struct.PyTreeNode):
+    observations: jax.Array  # [N, *obs_shape], every row of every episode
+    actions: jax.Array  # [N, action_dim]; the action of an episode's last row is never used
+    episode_end: jax.Array  # [N] int32, index of the last row of the row's episode
+    sample_idxs: jax.Array  # [M] int32, rows that have a next state (i < episode_end[i])
 
     @classmethod
-    def create(cls, model, params, tx):
-        return cls(step=jnp.array(0, jnp.int32), model=model, tx=tx, params=params, opt_state=tx.init(params))
+    def from_numpy(cls, observations: np.ndarray, actions: np.ndarray, terminals: np.ndarray):
+        """Build from OGBench's raw file layout (terminal = 1 on the last row of each episode)."""
+        terminals = np.asarray(terminals).astype(bool)
+        ends = np.nonzero(terminals)[0]
+        episode_id = np.searchsorted(ends, np.arange(len(terminals)))
+        episode_end = ends[episode_id].astype(np.int32)
+        sample_idxs = np.nonzero(~terminals)[0].astype(np.int32)
+        # device_put, not jnp.asarray: the same arrays and dtypes, copied to the device without compiling a copy
+        # program per array shape (~6 ms each at start-up).
+        return cls(**jax.device_put(dict(observations=observations, actions=actions, episode_end=episode_end,
+                                         sample_idxs=sample_idxs)))
 
-    def __call__(self, *args, name: str, params, **kwargs):
-        """Run sub-module `name` with `params`: the parameters being differentiated, `frozen(...)`
-        ones, or `self.params` when acting. There is no default, so every call says which."""
-        return self.model.apply({'params': params}, *args, name=name, **kwargs)
-
-    def apply_gradients(self, grads):
-        updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
-        return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates), opt_state=opt_state)
-
-    def apply_loss_fn(self, loss_fn):
-        """One gradient step on `loss_fn(params) -> (loss, info)`; `info` gains the gradient norm."""
-        grads, info = jax.grad(loss_fn, has_aux=True)(self.params)
-        info['grad_norm'] = gradient_norm(grads, self.tx)
-        return self.apply_gradients(grads), info
+    @property
+    def size(self) -> int:
+        return self.observations.shape[0]
 
 
-def gradient_norm(grads, tx):
-    """The global gradient norm: over a OneVector optimizer's concatenated gradients (one reduction; XLA shares the
-    concatenation with the optimizer's), else leaf by leaf."""
-    if isinstance(tx, OneVector):
-        return jnp.sqrt(jnp.sum(jnp.square(ravel_leaves(grads))))
-    return optax.tree.norm(grads)
+@dataclasses.dataclass(frozen=True)
+class GoalMixture:
+    """Where a goal comes from: current state, the same trajectory's future, or a random state. The trajectory part
+    is geometric (`k ~ Geometric(1 - gamma)`) when `geom_sample`, else uniform over the rest of the trajectory.
+    Every value is checked with the config (`utils.config_checks.validate_config`)."""
+
+    p_curgoal: float = 0.0
+    p_trajgoal: float = 1.0
+    p_randomgoal: float = 0.0
+    geom_sample: bool = False
+
+
+# A goal mixture `<name>` of an agent's config is its fields `<name>_p_curgoal`, ...: 'actor' goals for the
+# behavior-cloning loss, 'value' goals for the loss that needs a second goal (each agent says what for, in its
+# BatchSpec), 'high' goals for a hierarchy's high level.
+MIXTURE_FIELDS = ('p_curgoal', 'p_trajgoal', 'p_randomgoal', 'geom_sample')
+MIXTURE_FIELD_MEANINGS = {
+    'p_curgoal': 'probability the goal is the current state',
+    'p_trajgoal': 'probability it is a later state of the same trajectory',
+    'p_randomgoal': 'probability it is a random dataset state',
+    'geom_sample': "a later state at a geometric offset with the config's discount (else uniform over the rest)",
+}
+MIXTURES = ('actor', 'value', 'high')
+
+# The config fields the sampler reads besides `batch_size`, `discount` and the goal mixtures, each with the value
+# that leaves its part of the batch out. An agent's BatchSpec names those its config sets.
+SAMPLER_FIELDS = {
+    'nstep': 0,  # > 0: the next `nstep` observations and actions (n-step BYOL)
+    'subgoal_steps': 0,  # > 0: the hierarchical goals low_goals, high_goals, high_targets
+    'frame_stack': 1,  # observations as the channel-wise stack of their last frames (pixels)
+    'p_aug': 0.0,  # probability of random-crop augmentation of a batch (pixels)
+    'gc_negative': True,  # the value goals' reward: -1 until reached (True) or 1 on reaching (False)
+}
+
+
+def goal_mixture(name: str, *, p_curgoal=0.0, p_trajgoal=1.0, p_randomgoal=0.0, geom_sample=False) -> dict:
+    """The config fields of goal mixture `name`, for an agent's get_config(): with probability `p_curgoal` the
+    current state, `p_trajgoal` a later state of the same trajectory (at a geometric offset with the config's
+    `discount` if `geom_sample`, else uniform over the rest of the trajectory), `p_randomgoal` a random dataset
+    state. Each is then `--agent.<name>_<field>`."""
+    values = (p_curgoal, p_trajgoal, p_randomgoal, geom_sample)
+    return {f'{name}_{field}': value for field, value in zip(MIXTURE_FIELDS, values)}
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSpec:
+    """What an agent's batches hold beyond (s_t, a_t, s_{t+1}, a_{t+1}), declared once by its class (`BATCH`):
+    its goal mixtures, each with what the agent uses those goals for, and the SAMPLER_FIELDS its config sets.
+    `SamplerConfig.for_agent` reads exactly these fields, and the config check refuses a sampler field an agent
+    does not declare (utils/config_checks.py): nothing is read by name with a default."""
+
+    goals: Tuple[Tuple[str, str], ...] = ()  # (mixture in MIXTURES, what the agent uses its goals for)
+    reads: Tuple[str, ...] = ()  # SAMPLER_FIELDS the agent's config sets
+    # (mixture, predicate(config), the settings in words) of a mixture whose goals the agent uses only under some
+    # settings (BYOL-gamma's value goals: not with n-step targets); the others are used whatever the config.
+    used_when: Tuple[Tuple[str, Callable, str], ...] = ()
+
+    def __post_init__(self):
+        unknown = [m for m in self.mixtures if m not in MIXTURES] + [f for f in self.reads if f not in SAMPLER_FIELDS]
+        if unknown:
+            raise ValueError(f'BatchSpec names unknown goal mixtures or sampler fields {unknown}: the mixtures are '
+                             f'{", ".join(MIXTURES)}, the sampler fields {", ".join(SAMPLER_FIELDS)}.')
+
+    @property
+    def mixtures(self) -> Tuple[str, ...]:
+        return tuple(name for name, _ in self.goals)
+
+    def with_(self, goals=(), reads=(), used_when=()) -> 'BatchSpec':
+        """This spec with more goal mixtures (a mixture already declared takes the new role), sampler fields and
+        conditions (`used_when`: (mixture, predicate(config), settings in words))."""
+        roles = dict(self.goals)
+        roles.update(goals)
+        return BatchSpec(tuple(roles.items()), tuple(dict.fromkeys(self.reads + tuple(reads))),
+                         self.used_when + tuple(used_when))
+
+    def without(self, *mixtures) -> 'BatchSpec':
+        return BatchSpec(tuple((m, role) for m, role in self.goals if m not in mixtures), self.reads,
+                         tuple(c for c in self.used_when if c[0] not in mixtures))
+
+    def geometric(self, config) -> bool:
+        """Whether a declared goal mixture of `config` draws geometric offsets (so the sampler reads `discount`)."""
+        return any(config.get(f'{m}_geom_sample', False) for m in self.mixtures)
+
+    def draw_condition(self, mixture):
+        """(predicate(config), settings in words) under which the agent uses `mixture`'s goals; (None, '') always."""
+        return next(((predicate, settings) for m, predicate, settings in self.used_when if m == mixture), (None, ''))
+
+    def uses(self, mixture, config) -> bool:
+        predicate, _ = self.draw_condition(mixture)
+        return mixture in self.mixtures and (predicate is None or predicate(config))
+
+    def draws_trajectory_goals(self, mixture, config) -> bool:
+        """Whether the agent uses `mixture`'s goals and the mixture can draw a later state of the trajectory."""
+        return self.uses(mixture, config) and config[f'{mixture}_p_trajgoal'] > 0
+
+    def geometric_offsets(self, config) -> bool:
+        """Whether a used mixture draws trajectory goals at geometric offsets: then `discount` shapes the batch."""
+        return any(self.draws_trajectory_goals(m, config) and config[f'{m}_geom_sample'] for m in self.mixtures)
+
+    def fields(self, config) -> Tuple[str, ...]:
+        """Every config field the sampler reads for this agent and `config`."""
+        mixture_fields = tuple(f'{m}_{f}' for m in self.mixtures for f in MIXTURE_FIELDS)
+        return ('batch_size',) + mixture_fields + (('discount',) if self.geometric(config) else ()) + self.reads
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerConfig:
+    """Everything the sampler needs; hashable, so it is a static argument of the jitted step. A goal mixture the
+    agent does not declare is None, and its batch entries are not drawn."""
+
+    batch_size: int
+    gamma: float  # geometric offsets k ~ Geometric(1 - gamma); gamma = 0 gives k = 1
+    actor_goals: Optional[GoalMixture]
+    value_goals: Optional[GoalMixture]
+    high_goals: Optional[GoalMixture]  # hierarchical agents
+    nstep: int = 0  # if > 0, batches carry the next `nstep` observations and actions
+    subgoal_steps: int = 0  # if > 0, batches carry hierarchical low/high-level goals
+    frame_stack: int = 1  # every observation is the channel-wise stack of its last `frame_stack` frames
+    p_aug: float = 0.0  # probability that a batch gets random-crop augmentation (images only)
+    gc_negative: bool = True  # value rewards r = -1 until the goal is reached (True) or 1 on reaching it (False)
+
+    @classmethod
+    def for_agent(cls, agent_class, config) -> 'SamplerConfig':
+        """The sampler of `agent_class` (its `BATCH`) for `config`, which the config check has found to hold exactly
+        the declared fields. The one place a sampler config is made: main.py's request check and training step, the
+        benchmarks and the tests all call it."""
+        spec = agent_class.BATCH
+
+        def mixture(name):
+            if name not in spec.mixtures:
+                return None
+            fields = [config[f'{name}_{field}'] for field in MIXTURE_FIELDS]
+            return GoalMixture(*(float(p) for p in fields[:3]), bool(fields[3]))
+
+        settings = {field: type(off)(config[field]) if field in spec.reads else off for field, off in SAMPLER_FIELDS.items()}
+        return cls(batch_size=int(config['batch_size']), gamma=float(config['discount']) if spec.geometric(config) else 0.0,
+                   actor_goals=mixture('actor'), value_goals=mixture('value'), high_goals=mixture('high'), **settings)
+
+
+def geometric_offset(key, gamma: float, shape):
+    """k ~ Geometric(p = 1 - gamma) on {1, 2, ...}, by inversion: k = 1 + floor(log U / log gamma)."""
+    if gamma == 0.0:
+        return jnp.ones(shape, jnp.int32)
+    u = jax.random.uniform(key, shape, minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
+    return 1 + jnp.floor(jnp.log(u) / np.log(gamma)).astype(jnp.int32)
+
+
+def uniform_future_index(key, idxs, episode_end):
+    """Uniform over [min(i + 1, T), T]."""
+    low = jnp.minimum(idxs + 1, episode_end)
+    return jax.random.randint(key, idxs.shape, low, episode_end + 1)
+
+
+def sample_goal_indices(key, data: DeviceDataset, idxs, mixture: GoalMixture, gamma: float):
+    """Goal row for each sampled row `idxs`, drawn from `mixture` (docs/method.md, section 3)."""
+    key_choice, key_traj, key_random = jax.random.split(key, 3)
+    episode_end = data.episode_end[idxs]
+    if mixture.geom_sample:
+        traj_goals = jnp.minimum(idxs + geometric_offset(key_traj, gamma, idxs.shape), episode_end)
+    else:
+        traj_goals = uniform_future_index(key_traj, idxs, episode_end)
+    random_goals = data.sample_idxs[jax.random.randint(key_random, idxs.shape, 0, data.sample_idxs.shape[0])]
+    u = jax.random.uniform(key_choice, idxs.shape)
+    return jnp.where(u < mixture.p_curgoal, idxs,
+                     jnp.where(u < mixture.p_curgoal + mixture.p_trajgoal, traj_goals, random_goals))
+
+
+def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, jax.Array]:
+    """One training batch. Keys:
+
+    observations, actions, next_observations, next_actions: (s_t, a_t, s_{t+1}, a_{t+1});
+    actor_goals: goals for the BC loss; value_goals: goals for the representation loss;
+    with `nstep`: nstep_observations [B, n, ...] = s_{t+1..t+n}, nstep_actions [B, n, A] = a_{t..t+n-1}
+    and nstep_mask [B, n] (1 where t + j <= T, i.e. the target state exists in the episode);
+    with `subgoal_steps`: low_goals, high_goals, high_targets (hierarchical sampler);
+    rewards, masks: the RL agents' reward and bootstrap mask for the value goal (`goal_rewards`).
+    """
+    keys = jax.random.split(key, 5)
+    B = config.batch_size
+    idxs = data.sample_idxs[jax.random.randint(keys[0], (B,), 0, data.sample_idxs.shape[0])]
+    episode_end = data.episode_end[idxs]
+    batch = dict(
+        observations=observations_at(data, idxs, config.frame_stack),
+        actions=data.actions[idxs],
+        next_observations=observations_at(data, idxs + 1, config.frame_stack),
+        next_actions=data.actions[idxs + 1],
+    )
+    if config.actor_goals is not None:
+        actor_goal_idxs = sample_goal_indices(keys[1], data, idxs, config.actor_goals, config.gamma)
+        batch['actor_goals'] = observations_at(data, actor_goal_idxs, config.frame_stack)
+    if config.value_goals is not None:
+        value_goal_idxs = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma)
+        batch['value_goals'] = observations_at(data, value_goal_idxs, config.frame_stack)
+        batch.update(goal_rewards(idxs, value_goal_idxs, config.gc_negative))
+    if config.nstep > 0:
+        target_idxs = idxs[:, None] + jnp.arange(1, config.nstep + 1)[None, :]
+        batch['nstep_mask'] = (target_idxs <= episode_end[:, None]).astype(jnp.float32)
+        # Past the episode end the window is clamped (and masked out) so it never reads another episode.
+        target_idxs = jnp.minimum(target_idxs, episode_end[:, None])
+        batch['nstep_observations'] = observations_at(data, target_idxs, config.frame_stack)
+        batch['nstep_actions'] = data.actions[target_idxs - 1]
+    if config.subgoal_steps > 0:
+        batch.update(_hierarchical_goals(keys[3], data, idxs, config))
+    if config.p_aug > 0.0 and data.observations.ndim == 4:
+        batch = augment_batch(jax.random.fold_in(key, AUGMENT_STREAM), batch, config.p_aug)
+    return batch
+
+
+def observations_at(data: DeviceDataset, rows, frame_stack: int):
+    """The observations of `rows` (any shape); with frame stacking (pixels, utils/pixel_batches.py) each the
+    channel-wise stack of its last `frame_stack` frames."""
+    return data.observations[rows] if frame_stack == 1 else stacked_observations(data, rows, frame_stack)
+
+
+def goal_rewards(idxs, goal_idxs, gc_negative: bool):
+    """OGBench's goal-conditioned reward: the goal is reached iff it is the current row. masks =
+    1 - reached (no bootstrap from a reached goal); rewards = reached - 1 (`gc_negative`: -1 per step
+    until the goal, so V = -steps to go) or reached (1 on reaching it)."""
+    reached = (goal_idxs == idxs).astype(jnp.float32)
+    return dict(rewards=reached - 1.0 if gc_negative else reached, masks=1.0 - reached)
+
+
+def _hierarchical_goals(key, data: DeviceDataset, idxs, config: SamplerConfig):
+    """Low-level goal `min(i + subgoal_steps, T)`; high-level goal from `high_goals`, and its target
+    `min(i + subgoal_steps, high_goal)` for a goal in the same episode (else `min(i + subgoal_steps, T)`)."""
+    episode_end = data.episode_end[idxs]
+    low_goal_idxs = jnp.minimum(idxs + config.subgoal_steps, episode_end)
+    high_goal_idxs = sample_goal_indices(key, data, idxs, config.high_goals, config.gamma)
+    in_episode = (data.episode_end[high_goal_idxs] == episode_end) & (high_goal_idxs >= idxs)
+    high_target_idxs = jnp.where(in_episode, jnp.minimum(low_goal_idxs, high_goal_idxs), low_goal_idxs)
+    observations = lambda rows: observations_at(data, rows, config.frame_stack)  # noqa: E731
+    return dict(low_goals=observations(low_goal_idxs), high_goals=observations(high_goal_idxs),
+                high_targets=observations(high_target_idxs))
 
 
 # ---------------------------------------------------------------------------------------------
-# The optimizer layouts. Agents are built with optax's optimizer, which updates each parameter leaf on its own. On an
-# accelerator, an update of an agent with many small parameter leaves (layer norms, ensemble members, predictors)
-# launches an optimizer kernel per leaf; `OneVector(adam)` runs Adam on all of them concatenated: one elementwise
-# computation, and one reduction for the gradient norm (benchmarks/hlo_kernels.py counts the kernels; an H100's
-# BYOL-gamma^a update: 201 instead of 242). It is a run's explicit choice (main.py --optimizer_layout), recorded in
-# its flags.json; `with_optimizer` converts an agent between the two (checkpoints hold the per-leaf layout).
-# ---------------------------------------------------------------------------------------------
-
-
-class OneVector(NamedTuple):
-    """`inner` (an elementwise optimizer: Adam, SGD, ...) run on all parameters concatenated into one vector [P]:
-    one elementwise computation instead of one per leaf, on a state of flat vectors (Adam's mu and nu are [P] each).
-    The same maths as `inner`; XLA may round the long vector differently in the last bit
-    (tests/agents/test_update_equivalence.py). Checkpoints hold the per-leaf state either way (`with_optimizer`).
-    A transform that reads the tree's structure (masks, per-layer labels) must not be wrapped."""
-
-    inner: optax.GradientTransformation
-
-    def init(self, params):
-        return self.inner.init(ravel_leaves(params))
-
-    def update(self, grads, state, params=None):
-        flat_updates, state = self.inner.update(ravel_leaves(grads), state, None if params is None else ravel_leaves(params))
-        return unravel_like(flat_updates, grads), state
-
-
-def _is_train_state(x) -> bool:
-    return hasattr(x, 'tx') and hasattr(x, 'opt_state')  # a TrainState
-
-
-def uses_one_vector(agent) -> bool:
-    states = [x for x in jax.tree_util.tree_leaves(agent, is_leaf=_is_train_state) if _is_train_state(x)]
-    return any(isinstance(state.tx, OneVector) for state in states)
-
-
-def with_optimizer(agent, one_vector: bool):
-    """`agent` with every network's optimizer over one vector (True) or per leaf (False), its state converted: the
-    same numbers in the other layout. Checkpoints hold the per-leaf layout, so they load into either."""
-    def relayout(state):
-        if isinstance(state.tx, OneVector) == one_vector:
-            return state
-        inner = state.tx.inner if isinstance(state.tx, OneVector) else state.tx
-        size = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(state.params))
-        leaves, treedef = jax.tree_util.tree_flatten(jax.eval_shape(inner.init, jax.ShapeDtypeStruct((size,), jnp.float32)))
-        is_vector = [leaf.shape == (size,) for leaf in leaves]  # the parameter-shaped parts of the state
-        pieces = treedef.flatten_up_to(state.opt_state)
-        if one_vector:
-            converted = [ravel_leaves(x) if vector else x for x, vector in zip(pieces, is_vector)]
-        else:
-            converted = [unravel_like(x, state.params) if vector else x for x, vector in zip(pieces, is_vector)]
-        return state.replace(tx=OneVector(inner) if one_vector else inner,
-                             opt_state=jax.tree_util.tree_unflatten(treedef, converted))
-
-    return jax.tree_util.tree_map(lambda x: relayout(x) if _is_train_state(x) else x, agent, is_leaf=_is_train_state)
-
-
-def ravel_leaves(tree):
-    """The leaves of `tree` concatenated in tree order into one vector [P]."""
-    return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(tree)])
-
-
-def unravel_like(flat, like):
-    """Inverse of `ravel_leaves`: `flat` [P] cut into a tree of `like`'s structure and shapes."""
-    leaves, treedef = jax.tree_util.tree_flatten(like)
-    ends = np.cumsum([np.size(x) for x in leaves])
-    return jax.tree_util.tree_unflatten(treedef, [flat[end - np.size(x):end].reshape(np.shape(x)) for x, end in zip(leaves, ends)])
-
-
-def frozen(params):
-    """`params` read without gradient: a loss may evaluate these networks but cannot train them."""
-    return jax.lax.stop_gradient(params)
-
-
-def update_keys(rng):
-    """(the agent's next rng, this update's noise key): one step of the agent's `update` stream (utils/random_streams.py)."""
-    next_rng, noise_key = jax.random.split(rng)
-    return next_rng, noise_key
-
-
-def ema_update(online, target, tau: float):
-    """target <- tau * online + (1 - tau) * target, leaf by leaf."""
-    return jax.tree_util.tree_map(lambda o, t: tau * o + (1.0 - tau) * t, online, target)
-
-
-# ---------------------------------------------------------------------------------------------
-# The fused loop.
+# The loop.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -180,45 +312,23 @@ def scan_updates(agent, data, data_key, start_step, num_steps):
 
 
 @functools.partial(jax.jit, static_argnames=('num_steps',), donate_argnames=('agent',))
-def train_steps(agent, data: DeviceDataset, data_key, start_step, num_steps: int):
-    """Run `num_steps` updates from global step `start_step`. Returns the new agent and the per-step
-    metrics stacked on axis 0 (so a NaN can be traced to the exact step)."""
-    return scan_updates(agent, data, data_key, start_step, num_steps)
-
-
-# ---------------------------------------------------------------------------------------------
-# N seeds as one program: their agents stacked along a leading seed axis, `train_steps` vmapped over it.
-# ---------------------------------------------------------------------------------------------
+def train(agent, data: DeviceDataset, data_keys, start_step, num_steps: int):
+    """`num_steps` updates from global step `start_step`: (the new agent, each metric per step). `data_keys` is one
+    seed's sampling key, or N seeds' keys [N, 2] with `agent` N agents stacked along a leading axis (`stack_trees`):
+    then the seeds train as one vmapped program on the shared dataset, and the metrics are [N, num_steps]."""
+    run = lambda agent, key: scan_updates(agent, data, key, start_step, num_steps)  # noqa: E731
+    return jax.vmap(run)(agent, data_keys) if data_keys.ndim == 2 else run(agent, data_keys)
 
 
 def stack_trees(trees):
     """Stack pytrees of one structure (e.g. one agent per seed) along a new leading axis.
 
-    Static fields (optimizer, apply function) are taken from the first tree: each agent's `create`
-    builds equal but distinct objects, which would make the tree structures compare unequal.
+    Static fields (optimizer, model) are taken from the first tree: each agent's `create` builds equal but distinct
+    objects, which would make the tree structures compare unequal.
     """
     treedef = jax.tree_util.tree_structure(trees[0])
     leaves = [jax.tree_util.tree_leaves(tree) for tree in trees]
     return jax.tree_util.tree_unflatten(treedef, [jnp.stack(group) for group in zip(*leaves)])
-
-
-@functools.partial(jax.jit, static_argnames=('num_steps',), donate_argnames=('agents',))
-def train_steps_multi(agents, data: DeviceDataset, data_keys, start_step, num_steps: int):
-    """`train_steps` for N independent seeds at once: `agents` and `data_keys` carry a leading seed
-    axis (see `stack_trees`); the dataset is shared. Metrics come back as [N, num_steps]."""
-    run = lambda agent, key: scan_updates(agent, data, key, start_step, num_steps)  # noqa: E731
-    return jax.vmap(run)(agents, data_keys)
-
-
-def train_seeds(agents, data: DeviceDataset, data_keys, start_step, num_steps: int):
-    """`train_steps_multi` for N > 1 seeds, `train_steps` for one (whose agent is not stacked); the metrics stay on
-    the device, [N, num_steps] either way."""
-    if len(data_keys) > 1:
-        agents, infos = train_steps_multi(agents, data, data_keys, start_step, num_steps)
-    else:
-        agents, infos = train_steps(agents, data, data_keys[0], start_step, num_steps)
-        infos = jax.tree_util.tree_map(lambda x: x[None], infos)
-    return agents, infos
 
 
 @jax.jit
@@ -226,9 +336,3 @@ def validation_metrics(agent, data: DeviceDataset, batch_key, noise_key):
     """The agent's losses on one batch of held-out data drawn with `batch_key` (no update, no augmentation, as
     OGBench), their noise drawn with `noise_key`: both from the validation streams, never an update's keys."""
     return agent.metrics(sample_batch(batch_key, data, dataclasses.replace(batch_config(agent), p_aug=0.0)), noise_key)
-
-
-def first_nonfinite(infos):
-    """(index, metric) of the first step with a non-finite metric in stacked per-step `infos`, or None."""
-    bad = [(int(np.flatnonzero(~np.isfinite(v))[0]), key) for key, v in infos.items() if not np.all(np.isfinite(v))]
-    return min(bad, default=None)

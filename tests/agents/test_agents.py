@@ -7,26 +7,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import main
 from agents import get_agent_class
 from agents.base import encode_together
 from agents.hierarchical import phi_policy_inputs
 from agents.two_encoders import two_encoder_modules
-from configs.presets import METHODS, PRESETS
-from configs.presets import get_config as preset_config
-from tests.helpers import (
-    ACTION_DIM,
-    OBS_DIM,
-    aux_loss_of,
-    bc_loss_of,
-    covering_presets,
-    distinct_presets,
-    make_agent,
-    sampler_of,
-    small,
-    toy_dataset,
-)
-from utils.sampler import sample_batch
-from utils.training import train_steps
+from configs.presets import METHODS, PRESETS, get_config as preset_config
+from tests.helpers import (ACTION_DIM, OBS_DIM, aux_loss_of, bc_loss_of, covering_presets, distinct_presets, make_agent,
+                           sampler_of, small, toy_dataset)
+from utils.training import sample_batch, train
 
 
 @pytest.fixture(scope='module')
@@ -47,7 +36,7 @@ def test_preset_trains_with_finite_decreasing_loss(preset, data):
 
     config = small(preset_config(preset))
     agent = make_agent(config)
-    agent, infos = train_steps(agent, data, sampling_key(0), 0, 200)
+    agent, infos = train(agent, data, sampling_key(0), 0, 200)
     infos = jax.tree_util.tree_map(np.asarray, infos)
     assert_recorded_metrics(preset, infos)  # its first updates compute what they always did (tests/helpers.py)
     for key, values in infos.items():
@@ -152,7 +141,7 @@ def test_compiled_create_is_the_eager_create_bit_for_bit(preset):
     EMA targets, and a hierarchical composition)."""
     config = small(preset_config(preset))
     ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
-    create = get_agent_class(config.agent_name).compiled_create(ex_obs, ex_act, config)
+    create = main.compiled_create(get_agent_class(config.agent_name), ex_obs, ex_act, config)
     for seed in (0, 2**31 - 1):
         compiled, eager = jax.tree_util.tree_leaves_with_path(create(seed)), jax.tree_util.tree_leaves_with_path(make_agent(config, seed))
         assert [path for path, _ in compiled] == [path for path, _ in eager]

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
+from agents.base import update_keys
 from agents.fb import FBAgent, get_config, pessimistic_mean
 from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, small, toy_dataset
 from utils import losses
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import env_spaces, evaluate, make_eval_envs
-from utils.sampler import DeviceDataset, sample_batch
 from utils.random_streams import stream_key
-from utils.training import train_steps, update_keys, validation_metrics
+from utils.training import DeviceDataset, sample_batch, train, validation_metrics
 
 pytestmark = pytest.mark.xdist_group('test_fb')  # its module fixtures are built once, in one worker
 
@@ -256,7 +256,7 @@ def test_validation_draws_its_noise_from_its_own_stream(agent, data):
 def test_training_reduces_critic_loss_and_ranks_next_states_first(data):
     config = small(get_config())
     agent = make_agent(config)
-    agent, infos = train_steps(agent, data, jax.random.PRNGKey(0), 0, 300)
+    agent, infos = train(agent, data, jax.random.PRNGKey(0), 0, 300)
     infos = jax.tree_util.tree_map(np.asarray, infos)
     for key, values in infos.items():
         assert np.all(np.isfinite(values)), key
@@ -298,7 +298,7 @@ def test_goal_reaching_on_a_chain_improves_with_training():
 
     agent = get_agent_class('fb').create(0, np.asarray(states[:1]), np.zeros((1, 1), np.float32), config)
     before = fraction_heading_to_goal(agent)
-    agent, _ = train_steps(agent, data, jax.random.PRNGKey(0), 0, 2000)
+    agent, _ = train(agent, data, jax.random.PRNGKey(0), 0, 2000)
     after = fraction_heading_to_goal(agent)
     assert after > 0.75 and after > before + 0.2, (before, after)
 

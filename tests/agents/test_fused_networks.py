@@ -16,7 +16,7 @@ import main
 from configs.presets import get_config as preset_config
 from tests.helpers import make_agent, small, toy_dataset
 from utils import fused_mlp, networks
-from utils.training import stack_trees, train_steps_multi
+from utils.training import stack_trees, train
 
 NETWORKS = ['backward_predictor', 'encoder', 'forward_predictor']
 
@@ -37,9 +37,9 @@ def test_training_with_the_fused_networks_equals_training_with_xla():
     results = {}
     for fused in (True, False):
         path = fused_mlp.with_kernel(agents, NETWORKS if fused else [])
-        traced = jax.make_jaxpr(train_steps_multi, static_argnums=4)(path, data, keys, 0, 1)
+        traced = jax.make_jaxpr(train, static_argnums=4)(path, data, keys, 0, 1)
         assert ('pallas_call' in str(traced)) == fused  # the update itself takes the path
-        results[fused] = train_steps_multi(jax.tree_util.tree_map(jnp.copy, path), data, keys, 0, 5)
+        results[fused] = train(jax.tree_util.tree_map(jnp.copy, path), data, keys, 0, 5)
     (fused_agents, fused_infos), (xla_agents, xla_infos) = results[True], results[False]
     assert set(fused_infos) == set(xla_infos)
     for name in xla_infos:

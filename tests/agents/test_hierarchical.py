@@ -16,8 +16,7 @@ from runtime.checkpoints import load_checkpoint, save_checkpoint
 from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, small, toy_dataset
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
-from utils.sampler import sample_batch
-from utils.training import stack_trees, train_steps, train_steps_multi
+from utils.training import sample_batch, stack_trees, train
 
 pytestmark = pytest.mark.xdist_group('test_hierarchical')  # its module fixtures are built once, in one worker
 
@@ -66,7 +65,7 @@ def trained(data, tmp_path_factory):
         agent = make_agent(config)
         snapshots, infos = [host_copy(agent)], []
         for start in (0, STAGE1_STEPS):
-            agent, info = train_steps(agent, data, jax.random.PRNGKey(0), start, STAGE1_STEPS)
+            agent, info = train(agent, data, jax.random.PRNGKey(0), start, STAGE1_STEPS)
             snapshots.append(host_copy(agent))
             infos.append(host_copy(info))
             if start == 0:
@@ -206,7 +205,7 @@ def test_resuming_mid_run_replays_the_uninterrupted_run(trained, data):
     # The final agent as template: same static parts, so the compiled train_steps is reused.
     agent, step, _ = load_checkpoint(run['checkpoint'], run['agent'])
     assert step == STAGE1_STEPS
-    agent, _ = train_steps(agent, data, jax.random.PRNGKey(0), step, STAGE1_STEPS)
+    agent, _ = train(agent, data, jax.random.PRNGKey(0), step, STAGE1_STEPS)
     assert_trees_equal(agent, run['snapshots'][-1])
 
 
@@ -218,7 +217,7 @@ def test_vmapped_seeds_switch_stage_like_single_runs(trained, data):
     keys = np.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
     stages = []
     for start in (0, STAGE1_STEPS):
-        agents, info = train_steps_multi(agents, data, keys, start, STAGE1_STEPS)
+        agents, info = train(agents, data, keys, start, STAGE1_STEPS)
         stages.append(np.asarray(info['stage']))
     np.testing.assert_array_equal(np.concatenate(stages, axis=1), np.stack([run['infos']['stage']] * 2))
     seed0 = jax.tree_util.tree_map(lambda x: x[0], agents)
@@ -354,9 +353,9 @@ def test_replanning_every_k_steps_holds_the_subgoal(every, pointmaze):
 
 def test_both_levels_take_the_optimizer_layout_a_run_asks_for(monkeypatch):
     """Every network is built with optax's per-leaf optimizer, whatever the backend; a run that asks for Adam over one
-    vector (main.py --optimizer_layout=one_vector, utils.training.with_optimizer) gets it for the high level as for
+    vector (main.py --optimizer_layout=one_vector, utils.optimizers.with_optimizer) gets it for the high level as for
     the low one."""
-    from utils import training as optimizers
+    from utils import optimizers
 
     config = tiny('hbyol_gamma_a')
     monkeypatch.setattr(optimizers.jax, 'default_backend', lambda: 'gpu')  # no backend changes the layout

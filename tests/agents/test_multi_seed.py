@@ -10,7 +10,7 @@ import pytest
 
 from configs.presets import get_config as preset_config
 from tests.helpers import make_agent, small, toy_dataset
-from utils.training import stack_trees, train_steps, train_steps_multi
+from utils.training import stack_trees, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,9 +23,9 @@ def test_vmapped_seeds_match_single_runs(preset):
     keys = [jax.random.PRNGKey(100 + s) for s in seeds]
     singles = []
     for seed, key in zip(seeds, keys):
-        agent, info = train_steps(make_agent(config, seed), data, key, 0, 50)
+        agent, info = train(make_agent(config, seed), data, key, 0, 50)
         singles.append((agent, info))
-    agents, infos = train_steps_multi(stack_trees([make_agent(config, s) for s in seeds]), data, np.stack(keys), 0, 50)
+    agents, infos = train(stack_trees([make_agent(config, s) for s in seeds]), data, np.stack(keys), 0, 50)
     for k, (agent, info) in enumerate(singles):
         np.testing.assert_allclose(infos['total_loss'][k], info['total_loss'], rtol=2e-4, atol=1e-5)
         for vmapped, single in zip(jax.tree_util.tree_leaves(agents), jax.tree_util.tree_leaves(agent)):

@@ -15,18 +15,9 @@ import numpy as np
 import pytest
 
 from configs.presets import METHODS, PRESETS
-from tests.helpers import (
-    RECORD,
-    RECORDED_STEPS,
-    assert_recorded_metrics,
-    distinct_presets,
-    make_agent,
-    recorded_metrics,
-    regression_config,
-    sampling_key,
-    toy_dataset,
-)
-from utils.training import train_steps
+from tests.helpers import (RECORD, RECORDED_STEPS, assert_recorded_metrics, distinct_presets, make_agent,
+                           recorded_metrics, regression_config, sampling_key, toy_dataset)
+from utils.training import train
 
 PRESETS_CHECKED = [p for p in distinct_presets() if PRESETS[p].family != 'visual']
 # The presets test_agents.py trains (and compares there).
@@ -36,7 +27,7 @@ TRAINED = {p for p in PRESETS_CHECKED if METHODS[PRESETS[p].method].kind in ('bc
 def metrics_of(preset):
     """{metric: [value at each of the RECORDED_STEPS updates]} of `preset` trained from seed 0."""
     config = regression_config(preset)
-    _, infos = train_steps(make_agent(config, seed=0), toy_dataset(), sampling_key(0), 0, RECORDED_STEPS)
+    _, infos = train(make_agent(config, seed=0), toy_dataset(), sampling_key(0), 0, RECORDED_STEPS)
     return {key: np.asarray(values, np.float64).tolist() for key, values in sorted(infos.items())}
 
 

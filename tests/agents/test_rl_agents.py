@@ -8,16 +8,14 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from configs.presets import OFFLINE_RL_AGENTS, PRESETS, method_of, rl_preset
-from configs.presets import get_config as preset_config
+from configs.presets import OFFLINE_RL_AGENTS, PRESETS, get_config as preset_config, method_of, rl_preset
 from experiments.results import RL_METHODS, row_marks
 from runtime.checkpoints import load_checkpoint, save_checkpoint
 from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, toy_dataset
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import env_spaces, evaluate, make_eval_envs
-from utils.sampler import DeviceDataset, sample_batch
-from utils.training import stack_trees, train_steps, train_steps_multi
+from utils.training import DeviceDataset, sample_batch, stack_trees, train
 
 # The loss that must go down for each agent (its value function's).
 VALUE_LOSS = {'gcivl': 'value/loss', 'gciql': 'critic/loss', 'qrl': 'value/d_pos_loss', 'crl': 'critic/loss', 'hiql': 'value/loss'}
@@ -49,7 +47,7 @@ def test_trains_vmapped_resumes_exactly_and_acts(agent_name, data, tmp_path):
     sampler_config = sampler_of(config)
     seeds, steps = (0, 1), 100
     keys = jnp.stack([jax.random.PRNGKey(10 + s) for s in seeds])
-    agents, first = train_steps_multi(stack_trees([make_agent(config, s) for s in seeds]), data, keys, 0, steps)
+    agents, first = train(stack_trees([make_agent(config, s) for s in seeds]), data, keys, 0, steps)
     # Checkpoint each seed as main.py does, then continue both the live agents and the restored ones. The
     # restore template is all zeros, so a leaf the checkpoint missed would show up as a difference.
     restored = []
@@ -60,8 +58,8 @@ def test_trains_vmapped_resumes_exactly_and_acts(agent_name, data, tmp_path):
         assert (step, extra['seed']) == (steps, seed)
         restored.append(agent_k)
     restored = stack_trees(restored)
-    continued, second = train_steps_multi(agents, data, keys, steps, steps)
-    resumed, second_resumed = train_steps_multi(restored, data, keys, steps, steps)
+    continued, second = train(agents, data, keys, steps, steps)
+    resumed, second_resumed = train(restored, data, keys, steps, steps)
     assert leaves_equal(continued, resumed) and leaves_equal(second, second_resumed)
 
     infos = {key: np.concatenate([np.asarray(first[key]), np.asarray(second[key])], axis=1) for key in first}
@@ -119,7 +117,7 @@ def test_learned_values_rank_chain_states_by_distance_to_the_goal(agent_name, st
         config.tau = 0.05  # faster targets: a 10-state chain needs only ~10 backups
     ex = np.zeros((1, num_states), np.float32)
     agent = get_agent_class(agent_name).create(0, ex, np.zeros((1, 1), np.float32), config)
-    agent, _ = train_steps(agent, data, jax.random.PRNGKey(0), 0, steps)
+    agent, _ = train(agent, data, jax.random.PRNGKey(0), 0, steps)
     states = np.eye(num_states, dtype=np.float32)
     for goal in (0, 4, 9):
         goals = np.repeat(states[goal:goal + 1], num_states, axis=0)

@@ -16,9 +16,8 @@ import pytest
 from configs.presets import get_config as preset_config
 from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from tests.helpers import ROOT, make_agent, small, toy_dataset
-from utils.training import (
-    OneVector, ravel_leaves, stack_trees, train_steps, train_steps_multi, unravel_like, with_optimizer,
-)
+from utils.optimizers import OneVector, ravel_leaves, unravel_like, with_optimizer
+from utils.training import stack_trees, train
 
 STEPS = 10
 
@@ -62,8 +61,8 @@ def test_fused_update_equals_the_per_leaf_update(preset, overrides):
     agent = flat_agent(config, seed=0)
     assert isinstance(agent.network.tx, OneVector) and agent.targets
     data, key = toy_dataset(), jax.random.PRNGKey(0)
-    fused, fused_info = train_steps(agent, data, key, 0, STEPS)
-    reference, reference_info = train_steps(per_leaf(make_agent(config, seed=0)), data, key, 0, STEPS)
+    fused, fused_info = train(agent, data, key, 0, STEPS)
+    reference, reference_info = train(per_leaf(make_agent(config, seed=0)), data, key, 0, STEPS)
     assert sorted(fused_info) == sorted(reference_info)
     for name in fused_info:
         np.testing.assert_allclose(fused_info[name], reference_info[name], rtol=1e-6, atol=1e-7, err_msg=name)
@@ -74,8 +73,8 @@ def test_fused_update_of_stacked_seeds_equals_the_per_leaf_update():
     config = config_of('tdsr_a')
     seeds, data = [1, 2], toy_dataset()
     keys = np.stack([jax.random.PRNGKey(s) for s in seeds])
-    fused, fused_info = train_steps_multi(stack_trees([flat_agent(config, s) for s in seeds]), data, keys, 0, 3)
-    reference, reference_info = train_steps_multi(stack_trees([per_leaf(make_agent(config, s)) for s in seeds]), data, keys, 0,
+    fused, fused_info = train(stack_trees([flat_agent(config, s) for s in seeds]), data, keys, 0, 3)
+    reference, reference_info = train(stack_trees([per_leaf(make_agent(config, s)) for s in seeds]), data, keys, 0,
                                                   3)
     np.testing.assert_allclose(fused_info['total_loss'], reference_info['total_loss'], rtol=1e-6, atol=1e-7)
     assert_same_agents(fused, reference)
@@ -83,7 +82,7 @@ def test_fused_update_of_stacked_seeds_equals_the_per_leaf_update():
 
 def test_checkpoints_keep_the_per_leaf_layout(tmp_path):
     config = config_of('byol_gamma_a', tau=0.99)
-    agent, _ = train_steps(flat_agent(config, seed=0), toy_dataset(), jax.random.PRNGKey(0), 0, 2)
+    agent, _ = train(flat_agent(config, seed=0), toy_dataset(), jax.random.PRNGKey(0), 0, 2)
     reference = per_leaf(agent)
     save_checkpoint(str(tmp_path), agent, 2)
     with open(tmp_path / CHECKPOINT_NAME, 'rb') as f:
@@ -133,38 +132,57 @@ def test_a_checkpoint_of_version_0_3_0_resumes_to_what_that_version_computed():
         expected = json.load(f)
     agent, step, _ = load_checkpoint(os.path.join(data, 'byol_gamma_a_checkpoint_v0.3.0.msgpack'), make_agent(config, seed=7))
     assert step == 3
-    _, infos = train_steps(agent, toy_dataset(), jax.random.PRNGKey(0), step, 3)
+    _, infos = train(agent, toy_dataset(), jax.random.PRNGKey(0), step, 3)
     for name, values in expected.items():
         np.testing.assert_allclose(infos[name], values, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-def test_one_byol_gamma_step_is_read_in_six_files():
-    """A BYOL-gamma^a gradient step, from main.py's training loop (utils.training.train_seeds) to the parameter update
-    with the optimizer, per leaf and over one vector: the repository files whose code runs while it is traced (not
-    compiled: the same Python runs). With main.py, at most 6 (main.py, utils/training.py, utils/sampler.py,
-    agents/base.py, agents/byol_gamma.py, utils/networks.py); no kernel machinery is on the path."""
+READING_PATH = ['agents/base.py', 'agents/byol_gamma.py', 'main.py', 'utils/networks.py', 'utils/training.py']
+
+
+def test_one_byol_gamma_update_is_read_in_five_files_from_main_pys_loop():
+    """A BYOL-gamma^a gradient step as main.py's loop makes it (utils.training.train, one chunk of one step), traced:
+    the repository files whose code runs. With main.py, whose loop calls it, 5 files and under 1,500 lines: main.py,
+    utils/training.py (sample a batch on the device, update, scanned), agents/base.py (Agent.update, TrainState, the
+    EMA, BCAgent.total_loss and the encoder call), agents/byol_gamma.py (L_aux) and utils/networks.py. No climb back
+    up: while the update runs in agents/, no code in utils/training.py runs. The opt-in --optimizer_layout=one_vector
+    adds the file of its Adam over one vector, utils/optimizers.py; --network_kernel=fused would add the kernel's
+    (utils/fused_mlp.py), passed in by main.py rather than read on the path."""
     import sys
 
-    from utils.training import train_seeds
+    from utils.training import train
 
     config = config_of('byol_gamma_a')
     data = toy_dataset()
-    seen = set()
 
-    def record(frame, event, arg):
-        path = frame.f_code.co_filename
-        if event == 'call' and path.startswith(ROOT + os.sep) and os.sep + '.venv' + os.sep not in path:
-            seen.add(os.path.relpath(path, ROOT))
+    def files_of_one_step(agent):
+        seen, stack, climbs = set(), [], []
 
-    # The agents' shapes only (their create traced, not compiled), per leaf and over one vector.
-    for layout in (per_leaf, lambda agent: with_optimizer(agent, one_vector=True)):
-        agent = jax.eval_shape(lambda: layout(make_agent(config, 0)))
-        one_step = lambda agent: train_seeds(agent, data, [jax.random.PRNGKey(1)], 0, 1)  # noqa: E731
+        def record(frame, event, arg):
+            path = frame.f_code.co_filename
+            if not path.startswith(ROOT + os.sep) or os.sep + '.venv' + os.sep in path:
+                return
+            name = os.path.relpath(path, ROOT)
+            if name.startswith('tests' + os.sep):  # this test's own lambdas
+                return
+            if event == 'call':
+                if name == 'utils/training.py' and any(f.startswith('agents' + os.sep) for f in stack):
+                    climbs.append(frame.f_code.co_name)
+                seen.add(name)
+                stack.append(name)
+            elif event == 'return' and stack:
+                stack.pop()
+
         sys.setprofile(record)
         try:
-            jax.eval_shape(one_step, agent)
+            jax.eval_shape(lambda agent: train(agent, data, jax.random.PRNGKey(1), 0, 1), agent)
         finally:
             sys.setprofile(None)
-    seen = {path for path in seen if not path.startswith('tests' + os.sep)}  # this test's own lambda
-    assert sorted(seen) == ['agents/base.py', 'agents/byol_gamma.py', 'utils/networks.py', 'utils/sampler.py',
-                            'utils/training.py'], sorted(seen)
+        return seen | {'main.py'}, climbs  # main.py's loop makes the call
+
+    default, climbs = files_of_one_step(jax.eval_shape(lambda: make_agent(config, 0)))
+    assert sorted(default) == READING_PATH and not climbs, (sorted(default), climbs)
+    lines = sum(len(open(os.path.join(ROOT, name)).read().splitlines()) for name in READING_PATH)
+    assert lines < 1500, lines
+    one_vector, climbs = files_of_one_step(jax.eval_shape(lambda: with_optimizer(make_agent(config, 0), one_vector=True)))
+    assert sorted(one_vector - default) == ['utils/optimizers.py'] and not climbs

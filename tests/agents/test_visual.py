@@ -23,8 +23,7 @@ from utils.evaluation import FrameStackPolicy, evaluate, make_eval_envs
 from utils.image_encoders import visual_encoder
 from utils.networks import MLP
 from utils.pixel_batches import CROP_PADDING, augment_batch, crop_images, example_observations, stacked_observations
-from utils.sampler import DeviceDataset, sample_batch
-from utils.training import train_steps
+from utils.training import DeviceDataset, sample_batch, train
 
 pytestmark = pytest.mark.xdist_group('test_visual')  # its module fixtures are built once, in one worker
 
@@ -227,7 +226,7 @@ def test_every_visual_preset_builds_and_traces_an_update(preset):
     agent = jax.eval_shape(lambda: agent_class.create(0, ex_observations, ex_actions, config))
     # A conv kernel reads 2 stacked RGB frames (GCBC's: of the state and of the goal).
     assert any(len(x.shape) == 4 and x.shape[-2] in (6, 12) for x in jax.tree_util.tree_leaves(agent))
-    step = functools.partial(train_steps, num_steps=1)
+    step = functools.partial(train, num_steps=1)
     new_agent, info = jax.eval_shape(step, agent, data, jax.random.PRNGKey(0), 0)
     assert info['total_loss'].shape == (1,)
     assert jax.tree_util.tree_structure(new_agent) == jax.tree_util.tree_structure(agent)
@@ -362,7 +361,7 @@ def test_gcbc_trains_on_rendered_pixels_and_evaluates_on_the_visual_env(visual_d
     config.actor_hidden_dims = (64, 64)
     agent = get_agent_class('gcbc').create(0, example_observations(raw['observations'], 2), raw['actions'][:1], config)
     with optimized_xla():
-        agent, info = train_steps(agent, data, jax.random.PRNGKey(0), 0, 60)
+        agent, info = train(agent, data, jax.random.PRNGKey(0), 0, 60)
     errors = np.asarray(info['actor/mse'])  # the BC loss minus its constant (fixed-std Gaussian) part, / 4
     assert np.all(np.isfinite(errors)) and errors[-10:].mean() < 0.8 * errors[:10].mean()
 

@@ -30,6 +30,7 @@ def tiny_run(dataset_dir, tmp_path_factory):
     """A BYOL-gamma^a run directory with the files the analyses read (flags.json and config.json as main.py writes
     them for its request, the checkpoint of step 100), its agent as initialised: the scripts' outputs are checked
     here, not what a trained agent gives (tests/e2e/test_docs.py runs the scripts on runs main.py trained)."""
+    import main
     from main import request_of
     from runtime.checkpoints import save_checkpoint
     from runtime.run_dir import RunDir
@@ -42,7 +43,7 @@ def tiny_run(dataset_dir, tmp_path_factory):
     os.makedirs(run_dir.path)
     run_dir.write_metadata(request.seed_flags(0), request.config_record())
     env = make_env(ENV)
-    create = request.agent_class.compiled_create(analysis.example_batch(env.observation_space),
+    create = main.compiled_create(request.agent_class, analysis.example_batch(env.observation_space),
                                                  analysis.example_batch(env.action_space), request.config)
     save_checkpoint(run_dir.path, create(0), 100)
     return run_dir.path

@@ -22,7 +22,7 @@ def test_device_events_are_those_of_the_device_processes():
     events = [
         {'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/host:CPU'}},
         {'ph': 'M', 'pid': 2, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
-        {'ph': 'X', 'pid': 1, 'ts': 0.0, 'dur': 5.0, 'name': 'PjitFunction(train_steps)'},
+        {'ph': 'X', 'pid': 1, 'ts': 0.0, 'dur': 5.0, 'name': 'PjitFunction(train)'},
         {'ph': 'X', 'pid': 2, 'ts': 1.0, 'dur': 2.0, 'name': 'loop_add_fusion_3', 'args': {'hlo_op': 'command_buffer_7'}},
         {'ph': 'i', 'pid': 2, 'ts': 1.0, 'name': 'marker'},
     ]

@@ -10,13 +10,12 @@ import re
 import pytest
 
 from agents import config_listing, field_comments, get_agent_class
-from configs.presets import PRESETS
-from configs.presets import get_config as preset_config
+from configs.presets import PRESETS, get_config as preset_config
 from main import request_of
-from utils.config_checks import (COMMON_RULES, RuleOwner, at_least, check_unread_settings, field_rules, one_of, rule_for,
-                                 unread_fields, validate_config)
+from utils.config_checks import (COMMON_RULES, RuleOwner, at_least, check_unread_settings, field_rules, one_of,
+                                 rule_for, unread_fields, validate_config)
 from utils.errors import ConfigError
-from utils.sampler import SAMPLER_FIELDS, SamplerConfig, goal_mixture
+from utils.training import SAMPLER_FIELDS, SamplerConfig, goal_mixture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -10,10 +10,10 @@ import jax
 import numpy as np
 import pytest
 
+from agents.base import update_keys
 from runtime.checkpoints import CHECKPOINT_NAME, check_resumable, checkpoint_header
 from utils.errors import ResumeMismatchError
 from utils.random_streams import NAMED_STREAMS_SINCE, STREAMS, run_streams, stream_key
-from utils.training import update_keys
 
 SEEDS = range(4)
 STEPS = range(4)
@@ -80,7 +80,7 @@ def test_agents_take_their_streams_by_name():
     FB's update noise (its latents and smoothing noise) never reuses a key of the batch draw."""
     from configs.presets import get_config
     from tests.helpers import make_agent, sampling_key, small, toy_dataset
-    from utils.sampler import sample_batch
+    from utils.training import sample_batch
     from utils.training import batch_config
 
     hierarchical = make_agent(small(get_config('hbyol_gamma_a')), 1)

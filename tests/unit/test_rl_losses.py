@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import numeric_grad, sampler_config
-from utils import rl_losses as L
-from utils import value_networks
-from utils.sampler import DeviceDataset, GoalMixture, sample_batch
+from utils import rl_losses as L, value_networks
+from utils.training import DeviceDataset, GoalMixture, sample_batch
 
 RNG = None  # each test's generator, set by fresh_rng
 

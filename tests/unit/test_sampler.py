@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import sampler_config
-from utils.sampler import DeviceDataset, GoalMixture, geometric_offset, sample_batch
+from utils.training import DeviceDataset, GoalMixture, geometric_offset, sample_batch
 
 
 def make_data(num_episodes, length, action_dim=2):
