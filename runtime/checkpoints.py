@@ -7,10 +7,10 @@ from typing import Any, Dict, Tuple
 
 import flax.serialization
 
-from runtime.atomic_io import atomic_write_bytes
+from runtime.atomic_io import NotRegularFileError, atomic_write_bytes, open_regular
 from runtime.provenance import project_version
 from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX, OLD_SUFFIX
-from utils.checkpoint_format import agent_state_dict, checkpoint_file, read_state, restore_agent, same_structure
+from utils.checkpoint_format import agent_state_dict, checkpoint_file, restore_agent, same_structure, state_from_bytes
 from utils.errors import ConfigError, ResumeMismatchError, RunDirError
 from utils.random_streams import NAMED_STREAMS_SINCE
 
@@ -30,10 +30,15 @@ def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None
 def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
     path = checkpoint_file(path)
     try:
-        state = read_state(path)
+        with open_regular(path, 'rb') as f:  # a FIFO there is named, never waited on
+            data = f.read()
     except OSError as e:
         raise RunDirError(f'Cannot read checkpoint {path}: {e.strerror or e}. Nothing was written. Make it readable '
                           f'for this user (chmod u+r {path}, as its owner), then rerun.') from None
+    except NotRegularFileError as e:
+        raise damaged(path, e) from None
+    try:
+        state = state_from_bytes(data)
     except Exception as e:  # msgpack raises several types on damaged input
         raise damaged(path, e) from e
     try:
@@ -47,8 +52,9 @@ def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
 
 def damaged(path: str, error: Exception) -> RunDirError:
     folder = os.path.dirname(os.path.abspath(path))
+    cause = str(error) if isinstance(error, NotRegularFileError) else f'{type(error).__name__}: {error}'
     return RunDirError(
-        f'Checkpoint {path} is damaged ({type(error).__name__}: {error}), so nothing can continue from it. Restore it '
+        f'Checkpoint {path} is damaged ({cause}), so nothing can continue from it. Restore it '
         f'from a backup, or move its run directory away (mv {folder} {folder}{DAMAGED_SUFFIX}) and run the same command '
         f'without --resume to start the run over.'
     )

@@ -28,7 +28,8 @@ import logging
 import os
 from typing import Dict, List, Optional
 
-from runtime.atomic_io import atomic_write_bytes, read_json, temp_name_pattern, with_path, write_json
+from runtime.atomic_io import (NotRegularFileError, atomic_write_bytes, open_regular, read_json, temp_name_pattern,
+                               with_path, write_json)
 from runtime.lock_owner import describe_owner, owner_record, read_owner
 from runtime.loggers import read_csv_rows
 from utils.checkpoint_format import CHECKPOINT_NAME  # JAX-free: reading a layout imports no JAX
@@ -118,6 +119,8 @@ class RunDir:
                 f'Cannot read {path}: {e.strerror or e}. Nothing was written. Make it readable for this user '
                 f'(chmod u+r {path}, as its owner), or move the run directory away to start the run over.'
             ) from None
+        except NotRegularFileError as e:  # a FIFO, socket or device: never read (a FIFO would block)
+            raise self.damaged(path, str(e)) from None
         except (ValueError, csv.Error) as e:  # JSON's and UTF-8's decode errors are ValueErrors
             raise self.damaged(path, f'{type(e).__name__}: {e}') from None
         problem = shape(value) if shape is not None else None
@@ -305,10 +308,11 @@ def _try_flock(fd: int, run_dir: 'RunDir') -> bool:
 
 
 def _read_bytes(path: str) -> Optional[bytes]:
+    """The owner's record at `path`, None if there is none to read (missing, unreadable, or not a regular file)."""
     try:
-        with open(path, 'rb') as f:
+        with open_regular(path, 'rb') as f:
             return f.read()
-    except OSError:
+    except (OSError, NotRegularFileError):
         return None
 
 

@@ -292,9 +292,9 @@ class RunSet:
                     f'runs (--num_seeds=1 --seed=...), or move the lagging run directories away.'
                 )
             runs = cls(request, writers, steps[0])
-            if request.flags.resume and not runs.already_finished:
+            if not runs.already_finished:
                 for writer in writers:
-                    writer.run_dir.check_logs()  # the resumed run rewrites them: one it cannot read stops it now
+                    writer.run_dir.check_logs()  # the run rewrites them: one it cannot read stops it now
             yield runs
         finally:
             for writer in writers:

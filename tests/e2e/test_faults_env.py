@@ -5,6 +5,7 @@ system cannot hold (docs/guarantees.md, "Faults tried")."""
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 
@@ -72,15 +73,17 @@ def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tm
     assert os.listdir(tmp_path) == []
 
 
-def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_written(tmp_path, pointmaze_data_dir):
+def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_written(tmp_path, pointmaze_data_dir):
     """--resume of copies of one finished run, each with one file replaced by JSON main.py never writes, a value
-    recorded as another JSON type, or resumed in another numeric mode: each is refused with a paragraph naming the
-    file (or the difference) and its way out, and the directory is left byte for byte as it was."""
+    recorded as another JSON type or a FIFO (which a plain open waits on forever, holding the run's lock), or resumed
+    in another numeric mode: each is refused with a paragraph
+    naming the file (or the difference) and its way out, and the directory is left byte for byte as it was."""
     import shutil
 
     reference = tmp_path / 'reference'
     returncode, _, err = run(main_command(pointmaze_data_dir, reference, *BUDGET, '--run_name=r'))
     assert returncode == 0, err[-3000:]
+    fifo = 'a FIFO (named pipe) is there, not the regular file this project writes'
     cases = {
         'flags_list': ('flags.json', '[]', 'flags.json is damaged (the flags main.py records as a JSON object'),
         'flags_empty': ('flags.json', '{}', 'flags.json is damaged (it lacks env_name, seed, train_steps'),
@@ -89,6 +92,9 @@ def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_writ
         'dataset_empty': ('dataset.json', '{}', 'dataset.json is damaged (it lacks files'),
         'seed_text': ('flags.json', None, '--seed: "0" (str) -> 0 (int)'),
         'x64': (None, None, 'trained in float32, in float64'),
+        'flags_fifo': ('flags.json', os.mkfifo, f'flags.json is damaged ({fifo})'),
+        'checkpoint_fifo': ('checkpoint.msgpack', os.mkfifo, f'checkpoint.msgpack is damaged ({fifo})'),
+        'eval_fifo': ('eval.csv', os.mkfifo, f'eval.csv is damaged ({fifo})'),
     }
     processes = {}
     for case, (name, content, _) in cases.items():
@@ -98,6 +104,9 @@ def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_writ
         if case == 'seed_text':
             flags = json.loads((run_dir / 'flags.json').read_text())
             (run_dir / 'flags.json').write_text(json.dumps(dict(flags, seed='0')))
+        elif content is os.mkfifo:
+            os.unlink(run_dir / name)
+            os.mkfifo(run_dir / name)
         elif name is not None:
             (run_dir / name).write_text(content)
         before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
@@ -105,10 +114,13 @@ def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_writ
         command = main_command(pointmaze_data_dir, save_dir, *BUDGET[1:], '--train_steps=60', '--run_name=r', '--resume')
         processes[case] = (start(command, env=env), run_dir, before)
     for case, (process, run_dir, before) in processes.items():
-        paragraph = error_paragraph(*finish(process)[::2])
+        paragraph = error_paragraph(*finish(process, timeout=120)[::2])  # a FIFO read would wait forever
         assert cases[case][2] in paragraph, (case, paragraph)
+        assert 'mv ' in paragraph or 'Differences' in paragraph or 'JAX_ENABLE_X64' in paragraph, (case, paragraph)
         after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != 'run.lock'}
         assert after == {k: v for k, v in before.items() if k != 'run.lock'}, case
+        if cases[case][1] is os.mkfifo:
+            assert stat.S_ISFIFO(os.lstat(run_dir / cases[case][0]).st_mode), case
 
 
 def fake_slurm(folder, squeue_error):

@@ -65,6 +65,12 @@ def sweep_dir(tmp_path):
     return root
 
 
+def run_script(name, *args):
+    """scripts/<name> run as a user runs it (a subprocess; a read that blocks fails the test at its timeout)."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', name), *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
 def table_for(root, **kwargs):
     cells = R.group_cells(R.load_runs([root]))
     return cells, R.build_table(R.best_cells(cells), **kwargs)
@@ -459,17 +465,13 @@ def test_runs_at_different_protocols_are_never_compared(tmp_path):
     """A protocol (budget, evaluation) is not a setting: a cell whose seeds ran at two budgets, or a row whose
     columns did, is refused naming the flags that differ and the filter that selects one; the filter then gives
     the cell of that protocol only. Run as a user runs it."""
-    import subprocess
-    import sys
-
     root = str(tmp_path / 'runs')
     write_run(root, MAZE, 'gcbc', 0, [0.1] * 3, train_steps=1000, run_name='gcbc_sd0')
     write_run(root, MAZE, 'gcbc', 1, [0.9] * 3, train_steps=2000, run_name='gcbc_sd1')
     write_run(root, MAZE, 'gcbc', 0, [0.7] * 3, train_steps=3000, run_name='gcbc_sd0_longer')  # one seed, two budgets
 
     def results(*args):
-        return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'results.py'), f'--runs={root}', *args],
-                              capture_output=True, text=True, cwd=ROOT)
+        return run_script('results.py', f'--runs={root}', *args)
 
     refused = results()
     assert refused.returncode == 1 and 'Traceback' not in refused.stderr, refused.stderr
@@ -487,3 +489,19 @@ def test_runs_at_different_protocols_are_never_compared(tmp_path):
     for args in ((), ('--baseline=gcbc',)):
         refused = results(*args)
         assert refused.returncode == 1 and 'gcbc_phi seed 0' in refused.stderr and 'gcbc seed 1' in refused.stderr
+
+
+def test_a_fifo_in_place_of_a_run_file_is_named_and_never_waited_on(tmp_path):
+    """A FIFO where eval.csv or flags.json should be: a plain open of it waits for a writer forever (results.py and
+    plot_curves.py hung); both scripts name the file and what is there instead."""
+    fifo = 'a FIFO (named pipe) is there, not the regular file this project writes'
+    for name in ('eval.csv', 'flags.json'):
+        root = tmp_path / name
+        run_dir = write_run(str(root), MAZE, 'gcbc', 0, [0.5] * 3)
+        os.unlink(os.path.join(run_dir, name))
+        os.mkfifo(os.path.join(run_dir, name))
+        for script, extra in (('results.py', ()), ('plot_curves.py', (f'--out={tmp_path / "curves.png"}',))):
+            done = run_script(script, f'--runs={root}', *extra)
+            assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
+            assert f'Error: Cannot read {os.path.join(run_dir, name)}: {fifo}. Restore it, or move its run directory ' \
+                   f'out of --runs' in done.stderr, done.stderr
