@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, Tuple
 
 import flax.serialization
+import numpy as np
 
 from runtime.atomic_io import NotRegularFileError, atomic_write_bytes, open_regular
 from runtime.provenance import project_version
@@ -42,17 +43,23 @@ def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
     except Exception as e:  # msgpack raises several types on damaged input
         raise damaged(path, e) from e
     try:
-        state['step'] = int(state['step'])
+        step = state['step']
         if 'agent' not in state:
             raise KeyError('agent')
     except Exception as e:  # a msgpack file of another content
         raise damaged(path, e) from e
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise damaged(path, f'its step is {step!r}, where main.py saves the number of steps trained, a whole number '
+                            f'>= 0')
+    state['step'] = int(step)
     return state, path
 
 
-def damaged(path: str, error: Exception) -> RunDirError:
+def damaged(path: str, error) -> RunDirError:
+    """The paragraph of a checkpoint that cannot be continued; `error` is what is wrong with it (an exception, or a
+    sentence)."""
     folder = os.path.dirname(os.path.abspath(path))
-    cause = str(error) if isinstance(error, NotRegularFileError) else f'{type(error).__name__}: {error}'
+    cause = str(error) if isinstance(error, (str, NotRegularFileError)) else f'{type(error).__name__}: {error}'
     return RunDirError(
         f'Checkpoint {path} is damaged ({cause}), so nothing can continue from it. Restore it '
         f'from a backup, or move its run directory away (mv {folder} {folder}{DAMAGED_SUFFIX}) and run the same command '

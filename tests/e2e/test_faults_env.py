@@ -73,10 +73,19 @@ def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tm
     assert os.listdir(tmp_path) == []
 
 
+def with_checkpoint_step(path, step):
+    """The checkpoint at `path` saying it was saved at `step` (its arrays untouched)."""
+    import flax.serialization
+
+    state = flax.serialization.msgpack_restore(path.read_bytes())
+    path.write_bytes(flax.serialization.msgpack_serialize(dict(state, step=step)))
+
+
 def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_written(tmp_path, pointmaze_data_dir):
     """--resume of copies of one finished run, each with one file replaced by JSON main.py never writes, a value
-    recorded as another JSON type or a FIFO (which a plain open waits on forever, holding the run's lock), or resumed
-    in another numeric mode: each is refused with a paragraph
+    recorded as another JSON type, a FIFO (which a plain open waits on forever, holding the run's lock), or a checkpoint
+    whose step no run saves (-5; 10^15, beyond the recorded --train_steps: the advice was "Pass
+    --train_steps=1000000000000000 or more"), or resumed in another numeric mode: each is refused with a paragraph
     naming the file (or the difference) and its way out, and the directory is left byte for byte as it was."""
     import shutil
 
@@ -95,6 +104,10 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
         'flags_fifo': ('flags.json', os.mkfifo, f'flags.json is damaged ({fifo})'),
         'checkpoint_fifo': ('checkpoint.msgpack', os.mkfifo, f'checkpoint.msgpack is damaged ({fifo})'),
         'eval_fifo': ('eval.csv', os.mkfifo, f'eval.csv is damaged ({fifo})'),
+        'step_negative': ('checkpoint.msgpack', -5, 'checkpoint.msgpack is damaged (its step is -5, where main.py '
+                                                    'saves the number of steps trained'),
+        'step_beyond': ('checkpoint.msgpack', 10**15, f'checkpoint.msgpack is damaged (its step, {10**15}, lies beyond '
+                                                      f'--train_steps=40 that flags.json records'),
     }
     processes = {}
     for case, (name, content, _) in cases.items():
@@ -107,6 +120,8 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
         elif content is os.mkfifo:
             os.unlink(run_dir / name)
             os.mkfifo(run_dir / name)
+        elif isinstance(content, int):
+            with_checkpoint_step(run_dir / name, content)
         elif name is not None:
             (run_dir / name).write_text(content)
         before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
