@@ -59,6 +59,39 @@ def test_agent_given_twice_names_both(tmp_path, pointmaze_data_dir):
     assert not os.path.exists(tmp_path / 'default')
 
 
+# Agent config files that cannot give a config: (file content or None for a directory, the --agent suffix, what the
+# paragraph says).
+BAD_AGENT_FILES = {
+    'directory': (None, '', 'is a directory, not a config file'),
+    'syntax': ('def get_config(:\n', '', 'has a syntax error (line 1: '),
+    'raises': ('x = 1\nraise RuntimeError("no GPU here")\n', '', 'raised RuntimeError at line 2 while it was read: no GPU here'),
+    'no_get_config': ('x = 1\n', '', 'defines no get_config() function'),
+    'returns_dict': ('def get_config():\n    return {"agent_name": "gcbc"}\n', '', 'returned dict; --agent needs an '
+                     'ml_collections.ConfigDict'),
+    'returns_none': ('def get_config():\n    return None\n', '', 'returned NoneType; --agent needs an '
+                     'ml_collections.ConfigDict'),
+    'argument': ('from agents.gcbc import get_config\n', ':big', 'takes no argument, but ":big" passes one. Drop ":big"'),
+}
+
+
+def test_agent_config_files_that_cannot_give_a_config_are_named(tmp_path, pointmaze_data_dir):
+    """--agent naming a directory, a file with a syntax error or one that raises while it runs, one without
+    get_config, a get_config returning a dict or None, and `:arg` for a get_config that takes none: each was a
+    traceback; now one paragraph naming the file and what to fix, before anything is written."""
+    processes = {}
+    for case, (content, suffix, _) in BAD_AGENT_FILES.items():
+        path = tmp_path / 'configs' / (case if content is None else f'{case}.py')
+        path.parent.mkdir(exist_ok=True)
+        path.mkdir() if content is None else path.write_text(content)
+        command = [f'--agent={path}{suffix}' if arg.startswith('--agent=') else arg
+                   for arg in main_command(pointmaze_data_dir, tmp_path / 'runs', *BUDGET)]
+        processes[case] = (start(command), path)
+    for case, (process, path) in processes.items():
+        paragraph = error_paragraph(*finish(process, timeout=120)[::2])
+        assert str(path) in paragraph and BAD_AGENT_FILES[case][2] in paragraph, (case, paragraph)
+    assert not os.path.exists(tmp_path / 'runs')
+
+
 def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tmp_path, pointmaze_data_dir):
     """A 300-byte --run_name, and a sweep whose run group is 300 bytes: refused with the limit and the fix, before
     anything is written or launched."""
