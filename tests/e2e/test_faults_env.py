@@ -13,7 +13,7 @@ import pytest
 
 from runtime import checkpoints
 from runtime.loggers import read_csv_rows
-from tests.helpers import BUDGET, ENDLESS, MAIN, ROOT, error_paragraph, finish, main_command, run, start, wait_until
+from tests.helpers import BUDGET, ENDLESS, ENV, MAIN, ROOT, error_paragraph, finish, main_command, run, start, wait_until
 
 
 # main.py with the wall clock stepped 2 hours ahead as training starts (NTP, a laptop's suspend), as time.time sees it.
@@ -90,6 +90,27 @@ def test_agent_config_files_that_cannot_give_a_config_are_named(tmp_path, pointm
         paragraph = error_paragraph(*finish(process, timeout=120)[::2])
         assert str(path) in paragraph and BAD_AGENT_FILES[case][2] in paragraph, (case, paragraph)
     assert not os.path.exists(tmp_path / 'runs')
+
+
+def test_an_empty_folder_flag_is_refused_not_read_as_the_working_directory(tmp_path, pointmaze_data_dir):
+    """--save_dir= (main.py or a sweep) and --dataset_dir= joined '' to every path: the run, or the data, went into the
+    working directory without a word. Each is refused before anything is written."""
+    work = tmp_path / 'work'
+    work.mkdir()
+    empty = {'save_dir': main_command(pointmaze_data_dir, '', *BUDGET),
+             'dataset_dir': main_command('', tmp_path / 'runs', *BUDGET, '--generate_dataset')}
+    processes = {name: subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for name, command in empty.items()}
+    sweep = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=s', '--method=gcbc',
+                            f'--envs={ENV}', '--save_dir=', '--dry_run'], cwd=work, capture_output=True, text=True,
+                           timeout=300)
+    assert sweep.returncode == 1 and 'Error: --save_dir is empty, so the runs would be written into the working ' \
+                                     f'directory ({work})' in sweep.stderr, sweep.stderr
+    for name, process in processes.items():
+        paragraph = error_paragraph(*finish(process, timeout=120)[::2])
+        assert paragraph.startswith(f'--{name} is empty, so the ') and f'into the working directory ({work})' in paragraph
+        assert 'Nothing was written' in paragraph and f'--{name}=' in paragraph, paragraph
+    assert os.listdir(work) == [] and not os.path.exists(tmp_path / 'runs')
 
 
 def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tmp_path, pointmaze_data_dir):
