@@ -321,6 +321,29 @@ def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path, sig, code, 
     assert os.listdir(data) == []
 
 
+def test_a_disk_filling_during_generation_is_one_paragraph_and_a_rerun_completes_the_pair(small_data, tmp_path):
+    """scripts/generate_dataset.py whose writes stop fitting mid-generation (RLIMIT_FSIZE: a write past 100 KB fails
+    with EFBIG, as one on a full disk fails with ENOSPC): the val file (written first) fits, the train file does not.
+    Was a raw OSError traceback; now one paragraph naming the file, the cause and what was kept, exit 1, no partial
+    or temporary file; the same command then writes the train file alone, byte-identical to an undisturbed run."""
+    data = tmp_path / 'data'
+    command = [sys.executable, 'scripts/generate_dataset.py', f'--env_name={ENV}', f'--dataset_dir={data}',
+               '--num_episodes=60', '--num_val_episodes=6']
+    limit = 'import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))'
+    full = subprocess.run(set_up_then_exec(limit, command), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert full.returncode == 1 and 'Traceback' not in full.stderr, full.stderr[-3000:]
+    assert full.stderr.strip().splitlines()[-1] == (
+        f'Error: Cannot write {data / TRAIN}: the file-size limit was reached (File too large). {data / VAL} was '
+        f'written whole and is kept; {data / TRAIN} was not (no partial or temporary file is left). Raise the limit '
+        f'(ulimit -f), then rerun the same command to write the rest: a file already complete is checked against it, '
+        f'never replaced.'), full.stderr[-3000:]
+    assert sorted(os.listdir(data)) == sorted([VAL, VAL + '.provenance.json'])
+    rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    for name in (TRAIN, VAL):
+        assert sha256_file(data / name) == sha256_file(small_data / name)
+
+
 def test_read_failures_are_named_as_reads_at_every_level(tmp_path):
     """The conversion itself, where main.py's readers meet it: an OSError from opening a dataset file becomes
     a DatasetError that says it cannot READ the file (main.py maps bare EACCES/EPERM OSErrors to "Cannot
