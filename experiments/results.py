@@ -7,7 +7,7 @@ each dataset and method the hyperparameter setting (alpha, or whatever differs b
 runs) with the best mean is reported. In a row, non-RL methods whose mean is within 95% of the best
 non-RL mean are bold.
 
-A run directory is any folder holding eval.csv; its flags.json / config.json / DONE / dataset.json are
+A run directory is any folder holding eval.csv (symbolic links to folders are followed); its flags.json / config.json / DONE / dataset.json are
 read from it or the nearest folder above it; a folder set aside as main.py's messages advise (a name ending in
 .damaged or .old, its run started over beside it) is skipped with a warning. Seeds come from a `seed` column of eval.csv when there is
 one (several seeds in one file), else from flags.json. A last eval.csv line cut off mid-write is never
@@ -145,11 +145,20 @@ def find_upward(directory: str, root: str, name: str) -> Optional[str]:
         directory = os.path.dirname(directory)
 
 
-def eval_dirs(root: str) -> List[str]:
+def eval_dirs(root: str, warn=lambda message: None) -> List[str]:
+    """The folders under `root` holding eval.csv. Symbolic links to folders are followed (seeds kept on other storage
+    and linked in are runs like the others); a folder reached twice (a link to one already read, or to a folder
+    above it) is read once, with a warning."""
     if not os.path.isdir(root):
         raise FileNotFoundError(f'--runs: {root!r} is not a directory.')
-    found = []
-    for directory, subdirs, files in os.walk(root):
+    found, read = [], {}
+    for directory, subdirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in read:
+            warn(f'skipped {directory}: it is {read[real]} again, reached through a symbolic link; read once.')
+            subdirs[:] = []
+            continue
+        read[real] = directory
         subdirs[:] = sorted(d for d in subdirs if d not in ('wandb', 'submitit'))
         if EVAL_LOG in files:
             found.append(directory)
@@ -204,7 +213,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
         raise ValueError(f'Cannot select runs by {", ".join(unknown)}: the protocol flags are {", ".join(PROTOCOL_FLAGS)}.')
     runs, seen = [], {}
     for root in roots:
-        for directory in eval_dirs(root):
+        for directory in eval_dirs(root, warn):
             if any(part.endswith(SET_ASIDE_SUFFIXES) for part in os.path.relpath(directory, root).split(os.sep)):
                 warn(f'skipped {directory}: set aside (named as main.py advises for a run started over beside it).')
                 continue

@@ -505,3 +505,21 @@ def test_a_fifo_in_place_of_a_run_file_is_named_and_never_waited_on(tmp_path):
             assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
             assert f'Error: Cannot read {os.path.join(run_dir, name)}: {fifo}. Restore it, or move its run directory ' \
                    f'out of --runs' in done.stderr, done.stderr
+
+
+def test_seeds_linked_into_runs_are_read_like_the_others(tmp_path):
+    """Seeds kept on other storage and linked into --runs (a symbolic link per run directory) were skipped without a
+    word: the cell reported the other seeds alone, and the check of protocols never saw the linked ones. They are
+    runs like the others; a link back up the tree is read once, with a warning."""
+    root, elsewhere = tmp_path / 'runs', tmp_path / 'other-storage'
+    write_run(str(root), MAZE, 'gcbc', 0, [0.2] * 3)
+    os.symlink(write_run(str(elsewhere), MAZE, 'gcbc', 1, [0.4] * 3), root / 'gcbc_sd1')
+    os.symlink(root, root / 'loop')  # a link to a folder above: read once
+    done = run_script('results.py', f'--runs={root}', '--per_seed')
+    assert done.returncode == 0, done.stderr
+    assert '| antmaze-medium-stitch | **30** ± 10 |' in done.stdout and '| 0: 20, 1: 40 |' in done.stdout
+    assert f'Warning: skipped {root / "loop"}: it is {root} again, reached through a symbolic link' in done.stderr
+    os.symlink(write_run(str(elsewhere), MAZE, 'gcbc', 2, [0.6] * 3, train_steps=2000), root / 'gcbc_sd2')
+    refused = run_script('results.py', f'--runs={root}')
+    assert refused.returncode == 1 and 'train_steps differ' in refused.stderr, refused.stderr
+    assert 'train_steps=2000 (gcbc seed 2)' in refused.stderr
