@@ -204,13 +204,44 @@ def read_eval_rows(path: str, metric: str, warn=lambda message: None) -> List[di
     return rows
 
 
+def protocol_value(name: str, value):
+    """A protocol flag's value as main.py means it, for comparing: --eval_tasks a tuple of task ids, the others whole
+    numbers (`2e3`, `2000.0` and `2000` alike). ValueError if `value` is not one."""
+    try:
+        if name == 'eval_tasks':
+            return tuple(int(task) for task in str(value).split(','))
+        number = float(value)
+        if number.is_integer():
+            return int(number)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    example = '1,2,3,4,5' if name == 'eval_tasks' else '1000000'
+    raise ValueError(f'--{name}={value} is not a value main.py\'s --{name} takes: '
+                     f'{"comma-separated task ids" if name == "eval_tasks" else "a whole number"}, e.g. --{name}={example}.')
+
+
+def matches(protocol: Dict[str, object], where: Dict[str, str]) -> bool:
+    """Whether a run's protocol flags have the values `where` selects, compared as main.py reads them."""
+    for name, wanted in where.items():
+        try:
+            recorded = protocol_value(name, protocol.get(name))
+        except ValueError:
+            recorded = protocol.get(name)  # a value main.py never records: it matches nothing
+        if recorded != protocol_value(name, wanted):
+            return False
+    return True
+
+
 def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequence[int]] = None,
               warn=lambda message: None, where: Optional[Dict[str, str]] = None) -> List[SeedResult]:
     """Every seed run under `roots` (optionally only the given seeds, and only runs whose protocol flags have the
-    values in `where`, compared as text), sorted by (env, method, seed)."""
+    values in `where`, compared as main.py reads them: --train_steps=2e3 selects runs of 2000 steps), sorted by (env,
+    method, seed)."""
     unknown = sorted(set(where or {}) - set(PROTOCOL_FLAGS))
     if unknown:
         raise ValueError(f'Cannot select runs by {", ".join(unknown)}: the protocol flags are {", ".join(PROTOCOL_FLAGS)}.')
+    for name, value in (where or {}).items():
+        protocol_value(name, value)  # a filter no run can have is named before any folder is read
     runs, seen = [], {}
     for root in roots:
         for directory in eval_dirs(root, warn):
@@ -229,7 +260,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
             method = method_of(config.get('preset') or config['agent_name'])
             setting = {k: hashable(v) for k, v in flatten(config).items() if k.split('.')[0] not in NON_SETTING_CONFIG}
             protocol = tuple((k, hashable(flags[k])) for k in PROTOCOL_FLAGS if k in flags)
-            if any(str(dict(protocol).get(k)) != str(v) for k, v in (where or {}).items()):
+            if not matches(dict(protocol), where or {}):
                 continue
             by_seed = defaultdict(list)
             for row in rows:

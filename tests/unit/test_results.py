@@ -523,3 +523,19 @@ def test_seeds_linked_into_runs_are_read_like_the_others(tmp_path):
     refused = run_script('results.py', f'--runs={root}')
     assert refused.returncode == 1 and 'train_steps differ' in refused.stderr, refused.stderr
     assert 'train_steps=2000 (gcbc seed 2)' in refused.stderr
+
+
+def test_protocol_filters_compare_values_as_main_py_reads_them(tmp_path):
+    """--train_steps=2e3 said "No run directories" (the filter compared text; 2000 selected them): a filter is read as
+    main.py reads the flag, so 2e3, 2000.0 and 2000 select the same runs, --eval_tasks=1,2 those of tasks 1 and 2, and
+    a value main.py would not take is named."""
+    root = str(tmp_path)
+    write_run(root, MAZE, 'gcbc', 0, [0.3] * 3, train_steps=2000)
+    for value in ('2e3', '2000.0', '2000'):
+        done = run_script('results.py', f'--runs={root}', f'--train_steps={value}')
+        assert done.returncode == 0 and '| antmaze-medium-stitch | **30** ± 0 |' in done.stdout, (value, done.stderr)
+    none = run_script('results.py', f'--runs={root}', '--train_steps=1e3')
+    assert none.returncode == 1 and 'No run directories' in none.stderr and '--train_steps=1e3' in none.stderr
+    bad = run_script('results.py', f'--runs={root}', '--train_steps=2000.5')
+    assert bad.returncode == 1 and "--train_steps=2000.5 is not a value main.py's --train_steps takes: a whole " \
+                                   'number' in bad.stderr and 'Traceback' not in bad.stderr, bad.stderr
