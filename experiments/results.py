@@ -19,6 +19,7 @@ dataset.json; a cell whose seeds mix sources is marked.
 
 import csv
 import dataclasses
+import json
 import os
 import re
 from collections import Counter, defaultdict
@@ -168,17 +169,45 @@ def eval_dirs(root: str, warn=lambda message: None) -> List[str]:
 TASK_COLUMN = re.compile(r'^evaluation/task(.+)_success$')
 
 
-def unreadable(path: str, error: Exception) -> ValueError:
-    """The error for a run file that cannot be read as main.py writes it: the file, why, and what to do."""
+def unreadable(path: str, error) -> ValueError:
+    """The error for a run file that cannot be read as main.py writes it: the file, why (an exception, or a sentence
+    saying what in it main.py never writes), and what to do."""
     run_dir = os.path.dirname(path)
     if isinstance(error, OSError):
         why, fix = f'{error.strerror or type(error).__name__}', f'Make it readable (chmod u+r {path}), or move'
     elif isinstance(error, atomic_io.NotRegularFileError):  # a FIFO, socket or device: never read (a FIFO blocks)
         why, fix = str(error), 'Restore it, or move'
+    elif isinstance(error, str):  # it parses, but holds what main.py never writes
+        why, fix = f'not what main.py writes ({error})', 'Restore it, or move'
     else:  # not text, not JSON or not CSV: damaged, or another file in its place
         why, fix = f'not the text file main.py writes ({type(error).__name__}: {error})', 'Restore it, or move'
     return ValueError(f'Cannot read {path}: {why}. {fix} its run directory out of --runs (or set it aside: '
                       f'mv {run_dir} {run_dir}{SET_ASIDE_SUFFIXES[0]}, which the tables skip), then rerun.')
+
+
+# What the tables read of flags.json and config.json, and what main.py records there: {field: (types, required,
+# what it is)}.
+RECORDED_TYPES = {
+    'flags': {'env_name': (str, True, "the dataset's name"), 'seed': (int, False, 'the seed, a whole number'),
+              'train_steps': (int, False, 'a whole number of steps'), 'eval_interval': (int, False, 'a whole number of steps')},
+    'config': {'agent_name': (str, True, "the agent's name"), 'preset': (str, False, "the preset's name")},
+}
+
+
+def record_problem(record, fields) -> Optional[str]:
+    """What makes a flags.json or config.json something main.py never writes, for the fields the tables read (None
+    when nothing does)."""
+    if not isinstance(record, dict):
+        return f'a JSON object was expected, found {type(record).__name__}'
+    for name, (kind, required, what) in fields.items():
+        if name not in record:
+            if required:
+                return f'it lacks {name}, which main.py always records'
+            continue
+        value = record[name]
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f'its {name} is {json.dumps(value)} ({type(value).__name__}), where main.py records {what}'
+    return None
 
 
 def read_json(path: Optional[str]) -> Optional[dict]:
@@ -248,11 +277,16 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
             if any(part.endswith(SET_ASIDE_SUFFIXES) for part in os.path.relpath(directory, root).split(os.sep)):
                 warn(f'skipped {directory}: set aside (named as main.py advises for a run started over beside it).')
                 continue
-            flags = read_json(find_upward(directory, root, FLAGS_FILE))
-            config = read_json(find_upward(directory, root, CONFIG_FILE))
+            flags_path, config_path = (find_upward(directory, root, name) for name in (FLAGS_FILE, CONFIG_FILE))
+            flags, config = read_json(flags_path), read_json(config_path)
             if flags is None or config is None:
                 warn(f'skipped {directory}: eval.csv without flags.json / config.json (not a main.py run directory).')
                 continue
+            for path, record, fields in ((flags_path, flags, RECORDED_TYPES['flags']),
+                                         (config_path, config, RECORDED_TYPES['config'])):
+                problem = record_problem(record, fields)
+                if problem:
+                    raise unreadable(path, problem)
             rows = read_eval_rows(os.path.join(directory, EVAL_LOG), metric, warn)
             done = find_upward(directory, root, DONE_FILE) is not None
             data_source = record_label(read_json(find_upward(directory, root, DATASET_FILE)))

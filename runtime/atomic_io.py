@@ -143,8 +143,21 @@ def read_json(path: str):
         return json.load(f)
 
 
+def figure_format(path: str) -> str:
+    """The format matplotlib writes `path` in: its extension (png without one). ValueError naming the formats matplotlib
+    writes when it writes no such files (a figure script checks its --out with it before any work)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = os.path.splitext(path)[1].lstrip('.').lower() or 'png'
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in formats:
+        raise ValueError(f'{path}: matplotlib writes no .{fmt} files. Name an image file: .png or .pdf (or '
+                         f'{", ".join("." + f for f in sorted(formats) if f not in ("png", "pdf"))}).')
+    return fmt
+
+
 def save_figure(figure, path: str, dpi: int = 120):
-    """matplotlib `figure.savefig`, atomically; the format follows the file extension."""
-    fmt = os.path.splitext(path)[1].lstrip('.') or 'png'
+    """matplotlib `figure.savefig`, atomically; the format follows the file extension (`figure_format`)."""
+    fmt = figure_format(path)
     with atomic_open(path, 'wb') as f:
         figure.savefig(f, dpi=dpi, format=fmt)

@@ -21,7 +21,7 @@ from matplotlib.ticker import FuncFormatter
 
 from experiments import results as R
 from experiments.sweep import parse_seeds
-from runtime.atomic_io import save_figure
+from runtime.atomic_io import figure_format, save_figure
 from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError
 
@@ -89,6 +89,10 @@ def main(argv=None):
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not 0.0 < args.confidence < 1.0:
         parser.error(f'--confidence must lie in (0, 1), got {args.confidence}.')
+    try:
+        figure_format(output_path(args.out, 'dataset'))
+    except ValueError as e:
+        parser.error(f'--out={args.out}: {e}')
     intervals = R.Intervals(args.confidence) if args.band == 'ci' else None
     try:
         seeds = parse_seeds(args.seeds) if args.seeds else None

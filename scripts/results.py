@@ -57,6 +57,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.last_n < 1:
         parser.error(f'--last_n must be at least 1, got {args.last_n}.')
+    if args.decimals < 0:
+        parser.error(f'--decimals is the number of digits after the decimal point: 0 or more, got {args.decimals}.')
     if not 0.0 < args.confidence < 1.0:
         parser.error(f'--confidence must lie in (0, 1), got {args.confidence}.')
     if args.ci and args.format == 'latex':

@@ -539,3 +539,29 @@ def test_protocol_filters_compare_values_as_main_py_reads_them(tmp_path):
     bad = run_script('results.py', f'--runs={root}', '--train_steps=2000.5')
     assert bad.returncode == 1 and "--train_steps=2000.5 is not a value main.py's --train_steps takes: a whole " \
                                    'number' in bad.stderr and 'Traceback' not in bad.stderr, bad.stderr
+
+
+def test_bad_table_and_figure_arguments_and_run_records_are_one_message_each(tmp_path):
+    """results.py --decimals=-1, a flags.json whose env_name is not a string (results.py and plot_curves.py), and
+    plot_curves.py --out=x.txt were tracebacks (a format error, re.sub on a number, matplotlib's unknown format):
+    each is now one message naming the argument or the file, before any table or figure is made."""
+    root = str(tmp_path / 'runs')
+    run_dir = write_run(root, MAZE, 'gcbc', 0, [0.5] * 3)
+    decimals = run_script('results.py', f'--runs={root}', '--decimals=-1')
+    assert decimals.returncode == 2 and 'Traceback' not in decimals.stderr, decimals.stderr
+    assert 'error: --decimals is the number of digits after the decimal point: 0 or more, got -1.' in decimals.stderr
+    out = tmp_path / 'plots' / 'curves.txt'
+    figure = run_script('plot_curves.py', f'--runs={root}', f'--out={out}')
+    assert figure.returncode == 2 and 'Traceback' not in figure.stderr, figure.stderr
+    assert f'error: --out={out}: {tmp_path / "plots" / "curves_dataset.txt"}: matplotlib writes no .txt files. Name an ' \
+           f'image file: .png or .pdf' in figure.stderr and not (tmp_path / 'plots').exists()
+    flags_path = os.path.join(run_dir, 'flags.json')
+    with open(flags_path) as f:
+        flags = json.load(f)
+    with open(flags_path, 'w') as f:
+        json.dump(dict(flags, env_name=5), f)
+    for script, extra in (('results.py', ()), ('plot_curves.py', (f'--out={tmp_path / "curves.png"}',))):
+        done = run_script(script, f'--runs={root}', *extra)
+        assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
+        assert (f'Error: Cannot read {flags_path}: not what main.py writes (its env_name is 5 (int), where main.py '
+                f"records the dataset's name). Restore it, or move its run directory out of --runs") in done.stderr
