@@ -317,6 +317,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                 except (KeyError, TypeError, ValueError) as e:
                     raise ValueError(f'{directory}/eval.csv: unreadable row ({type(e).__name__}: {e}); '
                                      f'expected integer `step` and numeric {metric!r} columns.') from e
+                check_success_values(os.path.join(directory, EVAL_LOG), metric, steps, values, task_values, warn)
                 run = SeedResult(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'),
                                  task_values, flags.get('eval_interval'), data_source, protocol)
                 key = (env, method, tuple(sorted(setting.items())), protocol, seed)
@@ -328,6 +329,33 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                 seen[key] = directory
                 runs.append(run)
     return sorted(runs, key=lambda r: (r.env, r.method, r.seed, r.run_dir))
+
+
+SUCCESS_COLUMN = re.compile(r'(^|/)(\w+_)?success(_last\d+)?$')
+
+
+def check_success_values(path: str, metric: str, steps: np.ndarray, values: np.ndarray,
+                         task_values: Dict[str, np.ndarray], warn):
+    """A success rate, as main.py logs it, lies in [0, 1]: a value outside (7.5 would show as 750) is refused, naming
+    the file, column and step. A NaN metric is warned about, naming the file and steps: the seed's score is then NaN,
+    which the table shows as NaN (never as ·, which means no runs). Blank task cells read as NaN and are not warned."""
+    columns = [(metric, values)] if SUCCESS_COLUMN.search(metric) else []
+    columns += [(f'evaluation/task{task}_success', task_column) for task, task_column in task_values.items()]
+    for column, column_values in columns:
+        outside = ~np.isnan(column_values) & ((column_values < 0) | (column_values > 1))
+        if np.any(outside):
+            at = int(np.argmax(outside))
+            run_dir = os.path.dirname(path)
+            raise ValueError(
+                f'{path}: its {column} is {column_values[at]:g} at step {steps[at]}, outside [0, 1], which a success '
+                f'rate cannot be ({int(outside.sum())} such value(s)): not what main.py writes. Restore the file, or '
+                f'move its run directory out of --runs (or set it aside: mv {run_dir} {run_dir}{SET_ASIDE_SUFFIXES[0]}, '
+                f'which the tables skip), then rerun.')
+    missing = np.isnan(values)
+    if np.any(missing):
+        warn(f'{path}: its {metric} is NaN at step(s) {", ".join(map(str, steps[missing][:5]))}'
+             f'{", ..." if missing.sum() > 5 else ""}: a NaN that main.py never writes (a damaged or edited file). A '
+             f'seed whose last evaluations include it scores NaN, and its cell shows NaN.')
 
 
 def seed_score(run: SeedResult, last_n: int = 3, scale: float = 100.0) -> Optional[float]:
@@ -437,12 +465,13 @@ def group_cells(runs: Sequence[SeedResult], last_n: int = 3, scale: float = 100.
 
 
 def best_cells(cells: Dict[Tuple[str, str], List[Cell]]) -> Dict[Tuple[str, str], Cell]:
-    """The setting with the highest mean per (env, method); ties go to the first in sorted order."""
+    """The setting with the highest mean per (env, method); ties go to the first in sorted order. A NaN mean is
+    never the highest, unless every setting's is NaN."""
     best = {}
     for key, candidates in cells.items():
         scored = [cell for cell in candidates if cell.n]
-        if scored:
-            best[key] = max(scored, key=lambda cell: cell.mean)  # max keeps the first of equal means.
+        if scored:  # max keeps the first of equal means
+            best[key] = max(scored, key=lambda cell: (not np.isnan(cell.mean), np.nan_to_num(cell.mean, nan=0.0)))
     return best
 
 
@@ -480,7 +509,8 @@ class Table:
     envs: List[str]
     methods: List[str]
     cells: Dict[Tuple[str, str], Cell]  # (env, method) -> the chosen cell.
-    averages: List[Tuple[str, Dict[str, float]]]  # (row name, method -> mean over its datasets).
+    averages: List[Tuple[str, Dict[str, Optional[float]]]]  # (row name, method -> mean over its datasets; None: no
+    # runs on some of them).
     rl_methods: frozenset
     seed_count: int  # The most seeds in any cell; cells with fewer are marked.
     last_n: int = 3  # Evaluations a seed's score averages; cells whose seeds have fewer are marked 'last k'.
@@ -507,14 +537,14 @@ def build_table(best: Dict[Tuple[str, str], Cell], methods: Optional[Sequence[st
             row = {}
             for method in columns:
                 means = [best[(env, method)].mean for env in group if (env, method) in best]
-                row[method] = float(np.mean(means)) if len(means) == len(group) else float('nan')
+                row[method] = float(np.mean(means)) if len(means) == len(group) else None  # None: no runs somewhere
             averages.append(('average' if len(groups) == 1 else f'average-{name}', row))
     seed_count = max((cell.n for cell in best.values()), default=0)
     return Table(envs, columns, dict(best), averages, frozenset(rl_methods), seed_count, last_n)
 
 
 def _number(value: float, decimals: int) -> str:
-    return f'{value:.{decimals}f}'
+    return 'NaN' if np.isnan(value) else f'{value:.{decimals}f}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -603,11 +633,12 @@ class Entry:
     """One cell of a table as every format draws it."""
 
     method: str
-    mean: float  # nan: no result
+    mean: float  # nan: no result (`missing`), or a NaN score
     std: Optional[float]  # None in average rows
     scores: Tuple[float, ...]
     mark: str  # 'best', 'bold' (within BOLD_FRACTION of the best non-RL mean) or ''
     notes: Tuple[str, ...] = ()  # 'n=<seeds>' (fewer than the table's most), 'last <k>', 'unfinished', 'mixed data'
+    missing: bool = False  # no runs (drawn ·); a mean that is NaN has runs, and is drawn NaN
 
 
 def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
@@ -621,15 +652,16 @@ def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
         for method in table.methods:
             cell = present.get(method)
             if cell is None:
-                entries.append(Entry(method, float('nan'), None, (), ''))
+                entries.append(Entry(method, float('nan'), None, (), '', missing=True))
                 continue
             notes = ((f'n={cell.n}',) if cell.n < table.seed_count else ()) + short_note(cell, table.last_n) \
                 + (('unfinished',) if cell.unfinished else ()) + (('mixed data',) if len(cell.data_sources) > 1 else ())
             entries.append(Entry(method, cell.mean, cell.std, tuple(cell.scores), marks[method], notes))
         rows.append((env, False, entries))
     for name, row in table.averages:
-        marks = row_marks(row, table.rl_methods)
-        rows.append((name, True, [Entry(m, row[m], None, (), marks[m]) for m in table.methods]))
+        means = {m: float('nan') if v is None else v for m, v in row.items()}
+        marks = row_marks(means, table.rl_methods)
+        rows.append((name, True, [Entry(m, means[m], None, (), marks[m], missing=row[m] is None) for m in table.methods]))
     return rows
 
 
@@ -644,7 +676,7 @@ def format_markdown(table: Table, decimals: int = 0, ci: Optional[Intervals] = N
     for label, average, entries in table_rows(table):
         cells = []
         for entry in entries:
-            if not np.isfinite(entry.mean):
+            if entry.missing:
                 cells.append('·')
                 continue
             mean = _number(entry.mean, decimals)
@@ -669,7 +701,7 @@ def format_latex(table: Table, decimals: int = 0) -> str:
         previous = label
         cells = []
         for entry in entries:
-            if not np.isfinite(entry.mean):
+            if entry.missing:
                 cells.append(r'$\cdot$')
                 continue
             value = rf'\mathbf{{{_number(entry.mean, decimals)}}}' if entry.mark else _number(entry.mean, decimals)

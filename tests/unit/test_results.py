@@ -565,3 +565,28 @@ def test_bad_table_and_figure_arguments_and_run_records_are_one_message_each(tmp
         assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
         assert (f'Error: Cannot read {flags_path}: not what main.py writes (its env_name is 5 (int), where main.py '
                 f"records the dataset's name). Restore it, or move its run directory out of --runs") in done.stderr
+
+
+def test_a_nan_score_is_shown_and_warned_and_a_success_outside_0_1_is_refused(tmp_path):
+    """A NaN success in eval.csv made its cell show ·, the mark for "no runs", without a word; a success of 7.5 showed
+    as 750. Now the NaN is warned about naming the file and its step, and the cell (and its average) shows NaN, while
+    a dataset without runs still shows ·; a success outside [0, 1] is refused naming the file, column and step."""
+    root = tmp_path / 'runs'
+    nan_run = write_run(str(root), MAZE, 'gcbc', 0, [0.5, float('nan'), 0.5])
+    write_run(str(root), MAZE, 'gcbc', 1, [0.5] * 3)
+    write_run(str(root), MAZE, 'gcbc_phi', 0, [0.4] * 3)
+    write_run(str(root), HUMANOID, 'gcbc_phi', 0, [0.2] * 3)
+    done = run_script('results.py', f'--runs={root}')
+    assert done.returncode == 0, done.stderr
+    assert (f'Warning: {os.path.join(nan_run, "eval.csv")}: its evaluation/overall_success is NaN at step(s) 200: a NaN '
+            f'that main.py never writes') in done.stderr
+    rows = markdown_rows(done.stdout.split('\n\n')[0])
+    assert rows['antmaze-medium-stitch'] == ['NaN ± NaN', '**40** ± 0 (n=1)']
+    assert rows['humanoidmaze-medium-stitch'] == ['·', '**20** ± 0 (n=1)']  # no GCBC runs there: ·
+    assert rows['average'] == ['·', '**30**']
+    with open(os.path.join(nan_run, 'eval.csv'), 'w') as f:
+        f.write(f'step,evaluation/task1_success,{R.METRIC}\n100,0.5,0.5\n200,0.5,7.5\n')
+    refused = run_script('results.py', f'--runs={root}')
+    assert refused.returncode == 1 and 'Traceback' not in refused.stderr, refused.stderr
+    assert (f'Error: {os.path.join(nan_run, "eval.csv")}: its evaluation/overall_success is 7.5 at step 200, outside '
+            f'[0, 1], which a success rate cannot be') in refused.stderr
