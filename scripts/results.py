@@ -101,6 +101,10 @@ def main(argv=None):
           f'{R.BOLD_FRACTION:.0%} of the best non-RL method in the row (RL: {rl}). †: includes incomplete runs (no DONE, '
           f'or missing evaluations). (last k): its seeds have only k < {args.last_n} evaluations, so their scores average '
           f'those k. ‡: its seeds trained on data from different sources.')
+    if table.unaveraged:
+        print()
+    for line in R.unaveraged_lines(table):
+        print(f'{comment}{line}')
     print(f'\n{comment}Data (per dataset, from the runs\' dataset.json):')
     for line in R.data_source_lines(table):
         print(f'{comment}  {line}')

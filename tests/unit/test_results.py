@@ -590,3 +590,25 @@ def test_a_nan_score_is_shown_and_warned_and_a_success_outside_0_1_is_refused(tm
     assert refused.returncode == 1 and 'Traceback' not in refused.stderr, refused.stderr
     assert (f'Error: {os.path.join(nan_run, "eval.csv")}: its evaluation/overall_success is 7.5 at step 200, outside '
             f'[0, 1], which a success rate cannot be') in refused.stderr
+
+
+def test_an_average_row_never_averages_cells_of_different_protocols(tmp_path):
+    """The committed records: BYOL-γ^a and GCBC at 200k steps, batch 1024 and 50 episodes on an H200
+    (antmaze-medium-stitch) beside 6k steps, batch 256 and 20 episodes on a CPU (pointmaze-large-stitch). Their
+    `average` row was the mean of the two (42 = mean(61, 24)), unmarked; it now says the protocols differ, and a line
+    below the table says how. Cells of one protocol are still averaged."""
+    done = run_script('results.py', '--runs=results/cpu_stitch_6k,results/h200_headline_200k')
+    assert done.returncode == 0, done.stderr
+    assert markdown_rows(done.stdout.split('\n\n')[0])['average'] == ['protocols differ', 'protocols differ', '·', '·']
+    for method in ('BYOL-γ^a', 'GCBC'):
+        assert (f'average of {method}: not averaged, its cells were measured under different protocols (train_steps '
+                f'200000 (antmaze-medium-stitch), 6000 (pointmaze-large-stitch);') in done.stdout
+    assert 'eval_episodes 50 (antmaze-medium-stitch), 20 (pointmaze-large-stitch)' in done.stdout
+    assert 'batch_size 1024 (antmaze-medium-stitch), 256 (pointmaze-large-stitch)' in done.stdout
+    latex = run_script('results.py', '--runs=results/cpu_stitch_6k,results/h200_headline_200k', '--format=latex')
+    assert r'\texttt{average} & \textit{protocols differ} & \textit{protocols differ} & $\cdot$ & $\cdot$ \\' in latex.stdout
+    root = str(tmp_path)
+    for env, value in ((MAZE, 0.6), (HUMANOID, 0.2)):
+        write_run(root, env, 'gcbc', 0, [value] * 3)
+    same = run_script('results.py', f'--runs={root}')
+    assert markdown_rows(same.stdout.split('\n\n')[0])['average'] == ['**40**'] and 'not averaged' not in same.stdout
