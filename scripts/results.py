@@ -36,7 +36,8 @@ from utils.errors import ConfigError
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    parser.add_argument('--runs', required=True, help='Comma-separated folders searched for run directories (e.g. runs/state).')
+    parser.add_argument('--runs', required=True, action='append',
+                        help='Comma-separated folders searched for run directories (e.g. runs/state); repeatable.')
     parser.add_argument('--format', choices=['markdown', 'latex'], default='markdown')
     parser.add_argument('--metric', default=R.METRIC, help='eval.csv column to report.')
     parser.add_argument('--scale', type=float, default=100.0, help='Multiplier of the metric (100: success in percent).')
@@ -55,6 +56,7 @@ def parse_args(argv):
     for name in R.PROTOCOL_FLAGS:
         parser.add_argument(f'--{name}', default=None, help=f'Only runs with main.py --{name}=VALUE.')
     args = parser.parse_args(argv)
+    args.runs = ','.join(args.runs)  # every --runs given, not the last one only
     if args.last_n < 1:
         parser.error(f'--last_n must be at least 1, got {args.last_n}.')
     if args.decimals < 0:

@@ -597,7 +597,7 @@ def test_an_average_row_never_averages_cells_of_different_protocols(tmp_path):
     (antmaze-medium-stitch) beside 6k steps, batch 256 and 20 episodes on a CPU (pointmaze-large-stitch). Their
     `average` row was the mean of the two (42 = mean(61, 24)), unmarked; it now says the protocols differ, and a line
     below the table says how. Cells of one protocol are still averaged."""
-    done = run_script('results.py', '--runs=results/cpu_stitch_6k,results/h200_headline_200k')
+    done = run_script('results.py', '--runs=results/cpu_stitch_6k', '--runs=results/h200_headline_200k')  # both read
     assert done.returncode == 0, done.stderr
     assert markdown_rows(done.stdout.split('\n\n')[0])['average'] == ['protocols differ', 'protocols differ', '·', '·']
     for method in ('BYOL-γ^a', 'GCBC'):
@@ -605,6 +605,10 @@ def test_an_average_row_never_averages_cells_of_different_protocols(tmp_path):
                 f'200000 (antmaze-medium-stitch), 6000 (pointmaze-large-stitch);') in done.stdout
     assert 'eval_episodes 50 (antmaze-medium-stitch), 20 (pointmaze-large-stitch)' in done.stdout
     assert 'batch_size 1024 (antmaze-medium-stitch), 256 (pointmaze-large-stitch)' in done.stdout
+    curves = run_script('plot_curves.py', '--runs=results/cpu_stitch_6k', '--runs=results/h200_headline_200k',
+                        f'--out={tmp_path}/{{env}}.png')
+    assert curves.returncode == 0 and curves.stdout.split() == [str(tmp_path / f'{env}.png') for env in
+                                                                ('antmaze-medium-stitch', 'pointmaze-large-stitch')]
     latex = run_script('results.py', '--runs=results/cpu_stitch_6k,results/h200_headline_200k', '--format=latex')
     assert r'\texttt{average} & \textit{protocols differ} & \textit{protocols differ} & $\cdot$ & $\cdot$ \\' in latex.stdout
     root = str(tmp_path)
