@@ -242,6 +242,13 @@ class RunLock:
         _remove_stale_temporaries(run_dir.path)
         return lock
 
+    def previous_owner(self) -> Optional[Dict]:
+        """The record run.lock held when this process locked the directory (who owned it last), None if there was
+        none ({} if it was not a record)."""
+        if self._previous_record is None:
+            return None
+        return read_owner(lambda: self._previous_record, attempts=1)
+
     def mark_owner(self):
         """This process writes the run from now on: its record in run.lock stays when it exits."""
         self.owner = True
@@ -282,6 +289,22 @@ class RunLock:
                     break
         os.close(self._fd)  # closing the last descriptor drops the flock
         self._fd = None
+
+
+def only_lock_left(run_dir: 'RunDir', owner: Optional[Dict], may_be_starting: bool = False) -> Optional[str]:
+    """A sentence for a run directory that holds only run.lock, `owner` the record in it: a main.py locked it and
+    ended before writing anything (killed, or aborted while it started: XLA aborts the process when an address-space
+    limit leaves it no room for a compiler thread), or, `may_be_starting` (a reader that does not hold the lock), is
+    still starting. None when the directory holds anything else, or no record."""
+    try:
+        names = os.listdir(run_dir.path)
+    except OSError:
+        return None
+    if owner is None or names != [LOCK_FILE]:
+        return None
+    return (f'{run_dir.path} holds only run.lock: the main.py that locked it ({describe_owner(owner)}) ended before '
+            f'writing anything (killed, or aborted while it started, as XLA aborts when an address-space limit, ulimit '
+            f'-v, leaves no room for a compiler thread){", or is still starting" if may_be_starting else ""}')
 
 
 def _identity(stat_result):

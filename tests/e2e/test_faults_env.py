@@ -13,6 +13,7 @@ import pytest
 
 from runtime import checkpoints
 from runtime.loggers import read_csv_rows
+from runtime.subprocesses import set_up_then_exec
 from tests.helpers import BUDGET, ENDLESS, ENV, MAIN, ROOT, error_paragraph, finish, main_command, run, start, wait_until
 
 
@@ -111,6 +112,50 @@ def test_an_empty_folder_flag_is_refused_not_read_as_the_working_directory(tmp_p
         assert paragraph.startswith(f'--{name} is empty, so the ') and f'into the working directory ({work})' in paragraph
         assert 'Nothing was written' in paragraph and f'--{name}=' in paragraph, paragraph
     assert os.listdir(work) == [] and not os.path.exists(tmp_path / 'runs')
+
+
+def test_an_address_space_limit_too_small_for_a_run_is_one_paragraph_before_anything_is_written(tmp_path,
+                                                                                              pointmaze_data_dir):
+    """A host address-space limit (ulimit -v) of 1 GB made mujoco fail making the evaluation environments (a
+    traceback); at 1.5 GB XLA aborted the process while compiling (SIGABRT), leaving a run directory holding only
+    run.lock. Both are now one paragraph naming the limit and what to do, before the data are loaded: nothing is
+    written, no run directory made."""
+    processes = {}
+    for gigabytes in (1.0, 1.5):
+        limit = f'import resource; resource.setrlimit(resource.RLIMIT_AS, ({int(gigabytes * 1e9)}, {int(gigabytes * 1e9)}))'
+        processes[gigabytes] = start(set_up_then_exec(limit, main_command(pointmaze_data_dir, tmp_path / str(gigabytes),
+                                                                          *BUDGET)))
+    for gigabytes, process in processes.items():
+        paragraph = error_paragraph(*finish(process, timeout=120)[::2])
+        assert paragraph.startswith(f'This process may map at most {gigabytes * 1e9 / 2**30:.2f} GiB of address space '
+                                    f'(ulimit -v {int(gigabytes * 1e9) // 1024}), and '), paragraph
+        assert 'Nothing was written. Lift the limit (ulimit -v unlimited), or raise it by ' in paragraph, paragraph
+        assert not os.path.exists(tmp_path / str(gigabytes))
+
+
+def test_a_run_directory_left_holding_only_run_lock_is_understood(tmp_path, pointmaze_data_dir):
+    """A main.py killed (or aborted, as XLA aborts under a small address-space limit) while it starts leaves a run
+    directory holding only run.lock. The results table names it and its last owner instead of passing it over in
+    silence; the same command again says what it found and runs there to the end."""
+    run_dir = tmp_path / 'runs' / 'default' / 'r'
+    command = main_command(pointmaze_data_dir, tmp_path / 'runs', *BUDGET, '--run_name=r', '--resume')
+    starting = start(command)
+    wait_until(lambda: (run_dir / 'run.lock').exists() and (run_dir / 'run.lock').stat().st_size, starting)
+    starting.send_signal(signal.SIGSTOP)  # held where it stands, to check that it stands before its first write
+    try:
+        assert os.listdir(run_dir) == ['run.lock']
+    finally:
+        starting.kill()
+        starting.wait()
+    table = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'results.py'), f'--runs={tmp_path / "runs"}'],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 1 and 'Traceback' not in table.stderr, table.stderr
+    assert (f'Warning: skipped {run_dir}: {run_dir} holds only run.lock: the main.py that locked it (pid '
+            f'{starting.pid} on host ') in table.stderr and ', or is still starting; nothing to score.' in table.stderr
+    returncode, _, err = run(command)
+    assert returncode == 0, err[-3000:]
+    assert f'{run_dir} holds only run.lock: the main.py that locked it (pid {starting.pid} on host ' in err
+    assert 'Nothing of it to continue: this run starts there.' in err and (run_dir / 'DONE').exists()
 
 
 def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tmp_path, pointmaze_data_dir):
