@@ -7,8 +7,8 @@ each dataset and method the hyperparameter setting (alpha, or whatever differs b
 runs) with the best mean is reported. In a row, non-RL methods whose mean is within 95% of the best
 non-RL mean are bold.
 
-A run directory is any folder holding eval.csv (symbolic links to folders are followed); its flags.json / config.json / DONE / dataset.json are
-read from it or the nearest folder above it; a folder set aside as main.py's messages advise (a name ending in
+A run directory is any folder holding eval.csv (symbolic links to folders are followed); its flags.json /
+config.json / DONE / dataset.json are read from it or the nearest folder above it; a folder set aside as main.py's messages advise (a name ending in
 .damaged or .old, its run started over beside it) is skipped with a warning. Seeds come from a `seed` column of eval.csv when there is
 one (several seeds in one file), else from flags.json. A last eval.csv line cut off mid-write is never
 read (a warning names the file). A seed is complete when it has DONE and every evaluation its flags
@@ -555,7 +555,7 @@ def build_table(best: Dict[Tuple[str, str], Cell], methods: Optional[Sequence[st
             row, label = {}, 'average' if len(groups) == 1 else f'average-{name}'
             for method in columns:
                 chosen = [best[(env, method)] for env in group if (env, method) in best]
-                differing = protocol_differences(chosen)
+                differing = protocol_differences(chosen) if len(chosen) == len(group) else []
                 if len(chosen) < len(group):
                     row[method] = None  # no runs on some dataset of the group
                 elif differing:
@@ -713,8 +713,9 @@ def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
     for name, row in table.averages:
         means = {m: float('nan') if v is None else v for m, v in row.items()}
         marks = row_marks(means, table.rl_methods)
-        rows.append((name, True, [Entry(m, means[m], None, (), marks[m], ('protocols differ',) * ((name, m) in table.unaveraged),
-                                        missing=row[m] is None) for m in table.methods]))
+        rows.append((name, True, [Entry(m, means[m], None, (), marks[m], (NOT_AVERAGED,) * ((name, m) in table.unaveraged),
+                                        missing=row[m] is None)
+                                  for m in table.methods]))
     return rows
 
 
@@ -735,7 +736,7 @@ def format_markdown(table: Table, decimals: int = 0, ci: Optional[Intervals] = N
             if entry.missing:
                 cells.append('·')
                 continue
-            if 'protocols differ' in entry.notes:
+            if NOT_AVERAGED in entry.notes:
                 cells.append(NOT_AVERAGED)
                 continue
             mean = _number(entry.mean, decimals)
@@ -763,7 +764,7 @@ def format_latex(table: Table, decimals: int = 0) -> str:
             if entry.missing:
                 cells.append(r'$\cdot$')
                 continue
-            if 'protocols differ' in entry.notes:
+            if NOT_AVERAGED in entry.notes:
                 cells.append(rf'\textit{{{NOT_AVERAGED}}}')
                 continue
             value = rf'\mathbf{{{_number(entry.mean, decimals)}}}' if entry.mark else _number(entry.mean, decimals)

@@ -126,7 +126,13 @@ def open_regular(path: str, mode: str = 'r', **kwargs):
     like a socket or a device; the check is on what was opened, so nothing can be swapped in between."""
     if mode not in ('r', 'rb'):
         raise ValueError(f'open_regular reads: mode must be "r" or "rb", got {mode!r}.')
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # a socket (or a device without its driver): nothing to open
+            raise NotRegularFileError(f'{file_kind(os.stat(path).st_mode)} is there, not the regular file this project '
+                                      f'writes') from None
+        raise
     try:
         kind = file_kind(os.fstat(fd).st_mode)
         if kind != 'a regular file':
