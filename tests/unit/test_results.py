@@ -65,12 +65,6 @@ def sweep_dir(tmp_path):
     return root
 
 
-def run_script(name, *args):
-    """scripts/<name> run as a user runs it (a subprocess; a read that blocks fails the test at its timeout)."""
-    return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', name), *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-
-
 def table_for(root, **kwargs):
     cells = R.group_cells(R.load_runs([root]))
     return cells, R.build_table(R.best_cells(cells), **kwargs)
@@ -465,13 +459,17 @@ def test_runs_at_different_protocols_are_never_compared(tmp_path):
     """A protocol (budget, evaluation) is not a setting: a cell whose seeds ran at two budgets, or a row whose
     columns did, is refused naming the flags that differ and the filter that selects one; the filter then gives
     the cell of that protocol only. Run as a user runs it."""
+    import subprocess
+    import sys
+
     root = str(tmp_path / 'runs')
     write_run(root, MAZE, 'gcbc', 0, [0.1] * 3, train_steps=1000, run_name='gcbc_sd0')
     write_run(root, MAZE, 'gcbc', 1, [0.9] * 3, train_steps=2000, run_name='gcbc_sd1')
     write_run(root, MAZE, 'gcbc', 0, [0.7] * 3, train_steps=3000, run_name='gcbc_sd0_longer')  # one seed, two budgets
 
     def results(*args):
-        return run_script('results.py', f'--runs={root}', *args)
+        return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'results.py'), f'--runs={root}', *args],
+                              capture_output=True, text=True, cwd=ROOT)
 
     refused = results()
     assert refused.returncode == 1 and 'Traceback' not in refused.stderr, refused.stderr
@@ -489,131 +487,3 @@ def test_runs_at_different_protocols_are_never_compared(tmp_path):
     for args in ((), ('--baseline=gcbc',)):
         refused = results(*args)
         assert refused.returncode == 1 and 'gcbc_phi seed 0' in refused.stderr and 'gcbc seed 1' in refused.stderr
-
-
-def test_a_fifo_in_place_of_a_run_file_is_named_and_never_waited_on(tmp_path):
-    """A FIFO where eval.csv (results.py, plot_curves.py) or flags.json (results.py) should be: a plain open of it
-    waits for a writer forever (the scripts hung); each names the file and what is there instead."""
-    fifo = 'a FIFO (named pipe) is there, not the regular file this project writes'
-    for name in ('eval.csv', 'flags.json'):
-        root = tmp_path / name
-        run_dir = write_run(str(root), MAZE, 'gcbc', 0, [0.5] * 3)
-        os.unlink(os.path.join(run_dir, name))
-        os.mkfifo(os.path.join(run_dir, name))
-        scripts = [('results.py', ())] + [('plot_curves.py', (f'--out={tmp_path / "curves.png"}',))] * (name == 'eval.csv')
-        for script, extra in scripts:
-            done = run_script(script, f'--runs={root}', *extra)
-            assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
-            assert f'Error: Cannot read {os.path.join(run_dir, name)}: {fifo}. Restore it, or move its run directory ' \
-                   f'out of --runs' in done.stderr, done.stderr
-
-
-def test_seeds_linked_into_runs_are_read_like_the_others(tmp_path):
-    """Seeds kept on other storage and linked into --runs (a symbolic link per run directory) were skipped without a
-    word: the cell reported the other seeds alone, and the check of protocols never saw the linked ones. They are
-    runs like the others; a link back up the tree is read once, with a warning."""
-    root, elsewhere = tmp_path / 'runs', tmp_path / 'other-storage'
-    write_run(str(root), MAZE, 'gcbc', 0, [0.2] * 3)
-    os.symlink(write_run(str(elsewhere), MAZE, 'gcbc', 1, [0.4] * 3), root / 'gcbc_sd1')
-    os.symlink(root, root / 'loop')  # a link to a folder above: read once
-    done = run_script('results.py', f'--runs={root}', '--per_seed')
-    assert done.returncode == 0, done.stderr
-    assert '| antmaze-medium-stitch | **30** ± 10 |' in done.stdout and '| 0: 20, 1: 40 |' in done.stdout
-    assert f'Warning: skipped {root / "loop"}: it is {root} again, reached through a symbolic link' in done.stderr
-    os.symlink(write_run(str(elsewhere), MAZE, 'gcbc', 2, [0.6] * 3, train_steps=2000), root / 'gcbc_sd2')
-    refused = run_script('results.py', f'--runs={root}')
-    assert refused.returncode == 1 and 'train_steps differ' in refused.stderr, refused.stderr
-    assert 'train_steps=2000 (gcbc seed 2)' in refused.stderr
-
-
-def test_protocol_filters_compare_values_as_main_py_reads_them(tmp_path):
-    """--train_steps=2e3 said "No run directories" (the filter compared text; 2000 selected them): a filter is read as
-    main.py reads the flag, so 2e3, 2000.0 and 2000 select the same runs, --eval_tasks=1,2 those of tasks 1 and 2, and
-    a value main.py would not take is named."""
-    root = str(tmp_path)
-    write_run(root, MAZE, 'gcbc', 0, [0.3] * 3, train_steps=2000)
-    for value in ('2e3', '2000.0'):
-        done = run_script('results.py', f'--runs={root}', f'--train_steps={value}')
-        assert done.returncode == 0 and '| antmaze-medium-stitch | **30** ± 0 |' in done.stdout, (value, done.stderr)
-    none = run_script('results.py', f'--runs={root}', '--train_steps=1e3')
-    assert none.returncode == 1 and 'No run directories' in none.stderr and '--train_steps=1e3' in none.stderr
-    bad = run_script('results.py', f'--runs={root}', '--train_steps=2000.5')
-    assert bad.returncode == 1 and "--train_steps=2000.5 is not a value main.py's --train_steps takes: a whole " \
-                                   'number' in bad.stderr and 'Traceback' not in bad.stderr, bad.stderr
-
-
-def test_bad_table_and_figure_arguments_and_run_records_are_one_message_each(tmp_path):
-    """results.py --decimals=-1, a flags.json whose env_name is not a string (results.py and plot_curves.py), and
-    plot_curves.py --out=x.txt were tracebacks (a format error, re.sub on a number, matplotlib's unknown format):
-    each is now one message naming the argument or the file, before any table or figure is made."""
-    root = str(tmp_path / 'runs')
-    run_dir = write_run(root, MAZE, 'gcbc', 0, [0.5] * 3)
-    decimals = run_script('results.py', f'--runs={root}', '--decimals=-1')
-    assert decimals.returncode == 2 and 'Traceback' not in decimals.stderr, decimals.stderr
-    assert 'error: --decimals is the number of digits after the decimal point: 0 or more, got -1.' in decimals.stderr
-    out = tmp_path / 'plots' / 'curves.txt'
-    figure = run_script('plot_curves.py', f'--runs={root}', f'--out={out}')
-    assert figure.returncode == 2 and 'Traceback' not in figure.stderr, figure.stderr
-    assert f'error: --out={out}: {tmp_path / "plots" / "curves_dataset.txt"}: matplotlib writes no .txt files. Name an ' \
-           f'image file: .png or .pdf' in figure.stderr and not (tmp_path / 'plots').exists()
-    flags_path = os.path.join(run_dir, 'flags.json')
-    with open(flags_path) as f:
-        flags = json.load(f)
-    with open(flags_path, 'w') as f:
-        json.dump(dict(flags, env_name=5), f)
-    for script, extra in (('results.py', ()), ('plot_curves.py', (f'--out={tmp_path / "curves.png"}',))):
-        done = run_script(script, f'--runs={root}', *extra)
-        assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
-        assert (f'Error: Cannot read {flags_path}: not what main.py writes (its env_name is 5 (int), where main.py '
-                f"records the dataset's name). Restore it, or move its run directory out of --runs") in done.stderr
-
-
-def test_a_nan_score_is_shown_and_warned_and_a_success_outside_0_1_is_refused(tmp_path):
-    """A NaN success in eval.csv made its cell show ·, the mark for "no runs", without a word; a success of 7.5 showed
-    as 750. Now the NaN is warned about naming the file and its step, and the cell (and its average) shows NaN, while
-    a dataset without runs still shows ·; a success outside [0, 1] is refused naming the file, column and step."""
-    root = tmp_path / 'runs'
-    nan_run = write_run(str(root), MAZE, 'gcbc', 0, [0.5, float('nan'), 0.5])
-    write_run(str(root), MAZE, 'gcbc', 1, [0.5] * 3)
-    write_run(str(root), MAZE, 'gcbc_phi', 0, [0.4] * 3)
-    write_run(str(root), HUMANOID, 'gcbc_phi', 0, [0.2] * 3)
-    done = run_script('results.py', f'--runs={root}')
-    assert done.returncode == 0, done.stderr
-    assert (f'Warning: {os.path.join(nan_run, "eval.csv")}: its evaluation/overall_success is NaN at step(s) 200: a NaN '
-            f'that main.py never writes') in done.stderr
-    rows = markdown_rows(done.stdout.split('\n\n')[0])
-    assert rows['antmaze-medium-stitch'] == ['NaN ± NaN', '**40** ± 0 (n=1)']
-    assert rows['humanoidmaze-medium-stitch'] == ['·', '**20** ± 0 (n=1)']  # no GCBC runs there: ·
-    assert rows['average'] == ['·', '**30**']
-    with open(os.path.join(nan_run, 'eval.csv'), 'w') as f:
-        f.write(f'step,evaluation/task1_success,{R.METRIC}\n100,0.5,0.5\n200,0.5,7.5\n')
-    refused = run_script('results.py', f'--runs={root}')
-    assert refused.returncode == 1 and 'Traceback' not in refused.stderr, refused.stderr
-    assert (f'Error: {os.path.join(nan_run, "eval.csv")}: its evaluation/overall_success is 7.5 at step 200, outside '
-            f'[0, 1], which a success rate cannot be') in refused.stderr
-
-
-def test_an_average_row_never_averages_cells_of_different_protocols(tmp_path):
-    """The committed records: BYOL-γ^a and GCBC at 200k steps, batch 1024 and 50 episodes on an H200
-    (antmaze-medium-stitch) beside 6k steps, batch 256 and 20 episodes on a CPU (pointmaze-large-stitch). Their
-    `average` row was the mean of the two (42 = mean(61, 24)), unmarked; it now says the protocols differ, and a line
-    below the table says how. Cells of one protocol are still averaged."""
-    done = run_script('results.py', '--runs=results/cpu_stitch_6k', '--runs=results/h200_headline_200k')  # both read
-    assert done.returncode == 0, done.stderr
-    assert markdown_rows(done.stdout.split('\n\n')[0])['average'] == ['protocols differ', 'protocols differ', '·', '·']
-    for method in ('BYOL-γ^a', 'GCBC'):
-        assert (f'average of {method}: not averaged, its cells were measured under different protocols (train_steps '
-                f'200000 (antmaze-medium-stitch), 6000 (pointmaze-large-stitch);') in done.stdout
-    assert 'eval_episodes 50 (antmaze-medium-stitch), 20 (pointmaze-large-stitch)' in done.stdout
-    assert 'batch_size 1024 (antmaze-medium-stitch), 256 (pointmaze-large-stitch)' in done.stdout
-    curves = run_script('plot_curves.py', '--runs=results/cpu_stitch_6k', '--runs=results/h200_headline_200k',
-                        f'--out={tmp_path}/{{env}}.png')
-    assert curves.returncode == 0 and curves.stdout.split() == [str(tmp_path / f'{env}.png') for env in
-                                                                ('antmaze-medium-stitch', 'pointmaze-large-stitch')]
-    latex = run_script('results.py', '--runs=results/cpu_stitch_6k,results/h200_headline_200k', '--format=latex')
-    assert r'\texttt{average} & \textit{protocols differ} & \textit{protocols differ} & $\cdot$ & $\cdot$ \\' in latex.stdout
-    root = str(tmp_path)
-    for env, value in ((MAZE, 0.6), (HUMANOID, 0.2)):
-        write_run(root, env, 'gcbc', 0, [value] * 3)
-    same = run_script('results.py', f'--runs={root}')
-    assert markdown_rows(same.stdout.split('\n\n')[0])['average'] == ['**40**'] and 'not averaged' not in same.stdout
