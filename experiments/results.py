@@ -7,8 +7,8 @@ each dataset and method the hyperparameter setting (alpha, or whatever differs b
 runs) with the best mean is reported. In a row, non-RL methods whose mean is within 95% of the best
 non-RL mean are bold.
 
-A run directory is any folder holding eval.csv; its flags.json / config.json / DONE / dataset.json are
-read from it or the nearest folder above it; a folder set aside as main.py's messages advise (a name ending in
+A run directory is any folder holding eval.csv (symbolic links to folders are followed); its flags.json /
+config.json / DONE / dataset.json are read from it or the nearest folder above it; a folder set aside as main.py's messages advise (a name ending in
 .damaged or .old, its run started over beside it) is skipped with a warning. Seeds come from a `seed` column of eval.csv when there is
 one (several seeds in one file), else from flags.json. A last eval.csv line cut off mid-write is never
 read (a warning names the file). A seed is complete when it has DONE and every evaluation its flags
@@ -19,6 +19,7 @@ dataset.json; a cell whose seeds mix sources is marked.
 
 import csv
 import dataclasses
+import json
 import os
 import re
 from collections import Counter, defaultdict
@@ -28,9 +29,11 @@ import numpy as np
 
 from configs.presets import METHODS, method_of, methods_of_kind
 from runtime import atomic_io
+from runtime.lock_owner import read_owner
 from runtime.loggers import read_csv_rows
 from runtime.provenance import record_label
-from runtime.run_dir import CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE, SET_ASIDE_SUFFIXES, flatten
+from runtime.run_dir import (CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE, LOCK_FILE, SET_ASIDE_SUFFIXES,
+                             RunDir, flatten, only_lock_left)
 
 METRIC = 'evaluation/overall_success'
 # Bolding compares non-RL (behavioral cloning) methods only; the offline RL baselines and FB are shown as
@@ -145,29 +148,82 @@ def find_upward(directory: str, root: str, name: str) -> Optional[str]:
         directory = os.path.dirname(directory)
 
 
-def eval_dirs(root: str) -> List[str]:
+def eval_dirs(root: str, warn=lambda message: None) -> List[str]:
+    """The folders under `root` holding eval.csv. Symbolic links to folders are followed (seeds kept on other storage
+    and linked in are runs like the others); a folder reached twice (a link to one already read, or to a folder
+    above it) is read once, with a warning."""
     if not os.path.isdir(root):
         raise FileNotFoundError(f'--runs: {root!r} is not a directory.')
-    found = []
-    for directory, subdirs, files in os.walk(root):
+    found, read = [], {}
+    for directory, subdirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in read:
+            warn(f'skipped {directory}: it is {read[real]} again, reached through a symbolic link; read once.')
+            subdirs[:] = []
+            continue
+        read[real] = directory
         subdirs[:] = sorted(d for d in subdirs if d not in ('wandb', 'submitit'))
         if EVAL_LOG in files:
             found.append(directory)
+        elif LOCK_FILE in files:  # a run directory main.py locked, with nothing to score yet
+            run_dir = RunDir(directory)
+            left = only_lock_left(run_dir, read_owner(lambda: _lock_record(run_dir), attempts=1), may_be_starting=True)
+            warn(f'skipped {directory}: ' + (f'{left}; nothing to score.' if left else
+                                              'a run directory without evaluations yet (no eval.csv); nothing to score.'))
     return found
+
+
+def _lock_record(run_dir) -> bytes:
+    """The owner's record in a run directory's run.lock (b'' when it cannot be read as main.py writes it)."""
+    try:
+        with atomic_io.open_regular(run_dir.file(LOCK_FILE), 'rb') as f:
+            return f.read()
+    except (OSError, ValueError):
+        return b''
 
 
 TASK_COLUMN = re.compile(r'^evaluation/task(.+)_success$')
 
 
-def unreadable(path: str, error: Exception) -> ValueError:
-    """The error for a run file that cannot be read as main.py writes it: the file, why, and what to do."""
+def unreadable(path: str, error) -> ValueError:
+    """The error for a run file that cannot be read as main.py writes it: the file, why (an exception, or a sentence
+    saying what in it main.py never writes), and what to do."""
     run_dir = os.path.dirname(path)
     if isinstance(error, OSError):
         why, fix = f'{error.strerror or type(error).__name__}', f'Make it readable (chmod u+r {path}), or move'
+    elif isinstance(error, atomic_io.NotRegularFileError):  # a FIFO, socket or device: never read (a FIFO blocks)
+        why, fix = str(error), 'Restore it, or move'
+    elif isinstance(error, str):  # it parses, but holds what main.py never writes
+        why, fix = f'not what main.py writes ({error})', 'Restore it, or move'
     else:  # not text, not JSON or not CSV: damaged, or another file in its place
         why, fix = f'not the text file main.py writes ({type(error).__name__}: {error})', 'Restore it, or move'
     return ValueError(f'Cannot read {path}: {why}. {fix} its run directory out of --runs (or set it aside: '
                       f'mv {run_dir} {run_dir}{SET_ASIDE_SUFFIXES[0]}, which the tables skip), then rerun.')
+
+
+# What the tables read of flags.json and config.json, and what main.py records there: {field: (types, required,
+# what it is)}.
+RECORDED_TYPES = {
+    'flags': {'env_name': (str, True, "the dataset's name"), 'seed': (int, False, 'the seed, a whole number'),
+              'train_steps': (int, False, 'a whole number of steps'), 'eval_interval': (int, False, 'a whole number of steps')},
+    'config': {'agent_name': (str, True, "the agent's name"), 'preset': (str, False, "the preset's name")},
+}
+
+
+def record_problem(record, fields) -> Optional[str]:
+    """What makes a flags.json or config.json something main.py never writes, for the fields the tables read (None
+    when nothing does)."""
+    if not isinstance(record, dict):
+        return f'a JSON object was expected, found {type(record).__name__}'
+    for name, (kind, required, what) in fields.items():
+        if name not in record:
+            if required:
+                return f'it lacks {name}, which main.py always records'
+            continue
+        value = record[name]
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f'its {name} is {json.dumps(value)} ({type(value).__name__}), where main.py records {what}'
+    return None
 
 
 def read_json(path: Optional[str]) -> Optional[dict]:
@@ -183,7 +239,7 @@ def read_eval_rows(path: str, metric: str, warn=lambda message: None) -> List[di
     """The rows of an eval.csv; a last line cut off mid-write (no newline) is skipped, with a warning."""
     try:
         _, rows, partial = read_csv_rows(path, drop_malformed=False)
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
+    except (OSError, UnicodeDecodeError, atomic_io.NotRegularFileError, csv.Error) as e:
         raise unreadable(path, e) from None
     if partial:
         warn(f'{path}: its last line is incomplete (cut off mid-write); skipped it, it is not scored.')
@@ -193,24 +249,60 @@ def read_eval_rows(path: str, metric: str, warn=lambda message: None) -> List[di
     return rows
 
 
+def protocol_value(name: str, value):
+    """A protocol flag's value as main.py means it, for comparing: --eval_tasks a tuple of task ids, the others whole
+    numbers (`2e3`, `2000.0` and `2000` alike). ValueError if `value` is not one."""
+    try:
+        if name == 'eval_tasks':
+            return tuple(int(task) for task in str(value).split(','))
+        number = float(value)
+        if number.is_integer():
+            return int(number)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    example = '1,2,3,4,5' if name == 'eval_tasks' else '1000000'
+    raise ValueError(f'--{name}={value} is not a value main.py\'s --{name} takes: '
+                     f'{"comma-separated task ids" if name == "eval_tasks" else "a whole number"}, e.g. --{name}={example}.')
+
+
+def matches(protocol: Dict[str, object], where: Dict[str, str]) -> bool:
+    """Whether a run's protocol flags have the values `where` selects, compared as main.py reads them."""
+    for name, wanted in where.items():
+        try:
+            recorded = protocol_value(name, protocol.get(name))
+        except ValueError:
+            recorded = protocol.get(name)  # a value main.py never records: it matches nothing
+        if recorded != protocol_value(name, wanted):
+            return False
+    return True
+
+
 def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequence[int]] = None,
               warn=lambda message: None, where: Optional[Dict[str, str]] = None) -> List[SeedResult]:
     """Every seed run under `roots` (optionally only the given seeds, and only runs whose protocol flags have the
-    values in `where`, compared as text), sorted by (env, method, seed)."""
+    values in `where`, compared as main.py reads them: --train_steps=2e3 selects runs of 2000 steps), sorted by (env,
+    method, seed)."""
     unknown = sorted(set(where or {}) - set(PROTOCOL_FLAGS))
     if unknown:
         raise ValueError(f'Cannot select runs by {", ".join(unknown)}: the protocol flags are {", ".join(PROTOCOL_FLAGS)}.')
+    for name, value in (where or {}).items():
+        protocol_value(name, value)  # a filter no run can have is named before any folder is read
     runs, seen = [], {}
     for root in roots:
-        for directory in eval_dirs(root):
+        for directory in eval_dirs(root, warn):
             if any(part.endswith(SET_ASIDE_SUFFIXES) for part in os.path.relpath(directory, root).split(os.sep)):
                 warn(f'skipped {directory}: set aside (named as main.py advises for a run started over beside it).')
                 continue
-            flags = read_json(find_upward(directory, root, FLAGS_FILE))
-            config = read_json(find_upward(directory, root, CONFIG_FILE))
+            flags_path, config_path = (find_upward(directory, root, name) for name in (FLAGS_FILE, CONFIG_FILE))
+            flags, config = read_json(flags_path), read_json(config_path)
             if flags is None or config is None:
                 warn(f'skipped {directory}: eval.csv without flags.json / config.json (not a main.py run directory).')
                 continue
+            for path, record, fields in ((flags_path, flags, RECORDED_TYPES['flags']),
+                                         (config_path, config, RECORDED_TYPES['config'])):
+                problem = record_problem(record, fields)
+                if problem:
+                    raise unreadable(path, problem)
             rows = read_eval_rows(os.path.join(directory, EVAL_LOG), metric, warn)
             done = find_upward(directory, root, DONE_FILE) is not None
             data_source = record_label(read_json(find_upward(directory, root, DATASET_FILE)))
@@ -218,7 +310,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
             method = method_of(config.get('preset') or config['agent_name'])
             setting = {k: hashable(v) for k, v in flatten(config).items() if k.split('.')[0] not in NON_SETTING_CONFIG}
             protocol = tuple((k, hashable(flags[k])) for k in PROTOCOL_FLAGS if k in flags)
-            if any(str(dict(protocol).get(k)) != str(v) for k, v in (where or {}).items()):
+            if not matches(dict(protocol), where or {}):
                 continue
             by_seed = defaultdict(list)
             for row in rows:
@@ -241,6 +333,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                 except (KeyError, TypeError, ValueError) as e:
                     raise ValueError(f'{directory}/eval.csv: unreadable row ({type(e).__name__}: {e}); '
                                      f'expected integer `step` and numeric {metric!r} columns.') from e
+                check_success_values(os.path.join(directory, EVAL_LOG), metric, steps, values, task_values, warn)
                 run = SeedResult(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'),
                                  task_values, flags.get('eval_interval'), data_source, protocol)
                 key = (env, method, tuple(sorted(setting.items())), protocol, seed)
@@ -252,6 +345,33 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                 seen[key] = directory
                 runs.append(run)
     return sorted(runs, key=lambda r: (r.env, r.method, r.seed, r.run_dir))
+
+
+SUCCESS_COLUMN = re.compile(r'(^|/)(\w+_)?success(_last\d+)?$')
+
+
+def check_success_values(path: str, metric: str, steps: np.ndarray, values: np.ndarray,
+                         task_values: Dict[str, np.ndarray], warn):
+    """A success rate, as main.py logs it, lies in [0, 1]: a value outside (7.5 would show as 750) is refused, naming
+    the file, column and step. A NaN metric is warned about, naming the file and steps: the seed's score is then NaN,
+    which the table shows as NaN (never as ·, which means no runs). Blank task cells read as NaN and are not warned."""
+    columns = [(metric, values)] if SUCCESS_COLUMN.search(metric) else []
+    columns += [(f'evaluation/task{task}_success', task_column) for task, task_column in task_values.items()]
+    for column, column_values in columns:
+        outside = ~np.isnan(column_values) & ((column_values < 0) | (column_values > 1))
+        if np.any(outside):
+            at = int(np.argmax(outside))
+            run_dir = os.path.dirname(path)
+            raise ValueError(
+                f'{path}: its {column} is {column_values[at]:g} at step {steps[at]}, outside [0, 1], which a success '
+                f'rate cannot be ({int(outside.sum())} such value(s)): not what main.py writes. Restore the file, or '
+                f'move its run directory out of --runs (or set it aside: mv {run_dir} {run_dir}{SET_ASIDE_SUFFIXES[0]}, '
+                f'which the tables skip), then rerun.')
+    missing = np.isnan(values)
+    if np.any(missing):
+        warn(f'{path}: its {metric} is NaN at step(s) {", ".join(map(str, steps[missing][:5]))}'
+             f'{", ..." if missing.sum() > 5 else ""}: a NaN that main.py never writes (a damaged or edited file). A '
+             f'seed whose last evaluations include it scores NaN, and its cell shows NaN.')
 
 
 def seed_score(run: SeedResult, last_n: int = 3, scale: float = 100.0) -> Optional[float]:
@@ -361,12 +481,13 @@ def group_cells(runs: Sequence[SeedResult], last_n: int = 3, scale: float = 100.
 
 
 def best_cells(cells: Dict[Tuple[str, str], List[Cell]]) -> Dict[Tuple[str, str], Cell]:
-    """The setting with the highest mean per (env, method); ties go to the first in sorted order."""
+    """The setting with the highest mean per (env, method); ties go to the first in sorted order. A NaN mean is
+    never the highest, unless every setting's is NaN."""
     best = {}
     for key, candidates in cells.items():
         scored = [cell for cell in candidates if cell.n]
-        if scored:
-            best[key] = max(scored, key=lambda cell: cell.mean)  # max keeps the first of equal means.
+        if scored:  # max keeps the first of equal means
+            best[key] = max(scored, key=lambda cell: (not np.isnan(cell.mean), np.nan_to_num(cell.mean, nan=0.0)))
     return best
 
 
@@ -404,10 +525,13 @@ class Table:
     envs: List[str]
     methods: List[str]
     cells: Dict[Tuple[str, str], Cell]  # (env, method) -> the chosen cell.
-    averages: List[Tuple[str, Dict[str, float]]]  # (row name, method -> mean over its datasets).
+    averages: List[Tuple[str, Dict[str, Optional[float]]]]  # (row name, method -> mean over its datasets; None: no
+    # runs on some of them).
     rl_methods: frozenset
     seed_count: int  # The most seeds in any cell; cells with fewer are marked.
     last_n: int = 3  # Evaluations a seed's score averages; cells whose seeds have fewer are marked 'last k'.
+    # (average row, method) -> how its datasets' cells differ in protocol (`protocol_differences`): not averaged.
+    unaveraged: Dict[Tuple[str, str], List[str]] = dataclasses.field(default_factory=dict)
 
 
 def build_table(best: Dict[Tuple[str, str], Cell], methods: Optional[Sequence[str]] = None,
@@ -425,20 +549,54 @@ def build_table(best: Dict[Tuple[str, str], Cell], methods: Optional[Sequence[st
     groups = [(name, group) for name, group in groups if group]
     if len(groups) > 1:
         groups.append(('all', envs))
-    averages = []
+    averages, unaveraged = [], {}
     if len(envs) > 1:
         for name, group in groups:
-            row = {}
+            row, label = {}, 'average' if len(groups) == 1 else f'average-{name}'
             for method in columns:
-                means = [best[(env, method)].mean for env in group if (env, method) in best]
-                row[method] = float(np.mean(means)) if len(means) == len(group) else float('nan')
-            averages.append(('average' if len(groups) == 1 else f'average-{name}', row))
+                chosen = [best[(env, method)] for env in group if (env, method) in best]
+                differing = protocol_differences(chosen) if len(chosen) == len(group) else []
+                if len(chosen) < len(group):
+                    row[method] = None  # no runs on some dataset of the group
+                elif differing:
+                    row[method] = float('nan')
+                    unaveraged[(label, method)] = differing
+                else:
+                    row[method] = float(np.mean([cell.mean for cell in chosen]))
+            averages.append((label, row))
     seed_count = max((cell.n for cell in best.values()), default=0)
-    return Table(envs, columns, dict(best), averages, frozenset(rl_methods), seed_count, last_n)
+    return Table(envs, columns, dict(best), averages, frozenset(rl_methods), seed_count, last_n, unaveraged)
+
+
+def data_origin(label: str) -> str:
+    """Where a seed's data came from, whatever the dataset: OGBench, generated by this project, external, unrecorded."""
+    return next((origin for origin in ('OGBench', 'generated', 'external', 'unrecorded', 'mixed')
+                 if label.startswith(origin)), label)
+
+
+def cell_protocol(cell: Cell) -> Dict[str, object]:
+    """What a cell's number measures besides its dataset and method: its evaluation protocol (PROTOCOL_FLAGS), the
+    batch size it trained at, and where its data came from. Numbers that differ in it are not averaged together."""
+    runs = cell.runs
+    protocol = {name: sorted({str(dict(run.protocol).get(name)) for run in runs}) for name in PROTOCOL_FLAGS}
+    protocol['batch_size'] = sorted({str(run.config.get('batch_size')) for run in runs})
+    protocol['data'] = sorted({data_origin(run.data_source) for run in runs})
+    return {name: ', '.join(values) for name, values in protocol.items()}
+
+
+def protocol_differences(cells: Sequence[Cell]) -> List[str]:
+    """How the protocols of `cells` (one method's cells on several datasets) differ: one entry per differing field,
+    its value on each dataset; [] when they share one, and an average of their means measures something."""
+    protocols = [(cell.env, cell_protocol(cell)) for cell in cells]
+    differing = []
+    for name in protocols[0][1] if protocols else ():
+        if len({protocol[name] for _, protocol in protocols}) > 1:
+            differing.append(f'{name} ' + ', '.join(f'{protocol[name]} ({env})' for env, protocol in protocols))
+    return differing
 
 
 def _number(value: float, decimals: int) -> str:
-    return f'{value:.{decimals}f}'
+    return 'NaN' if np.isnan(value) else f'{value:.{decimals}f}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -527,11 +685,12 @@ class Entry:
     """One cell of a table as every format draws it."""
 
     method: str
-    mean: float  # nan: no result
+    mean: float  # nan: no result (`missing`), or a NaN score
     std: Optional[float]  # None in average rows
     scores: Tuple[float, ...]
     mark: str  # 'best', 'bold' (within BOLD_FRACTION of the best non-RL mean) or ''
     notes: Tuple[str, ...] = ()  # 'n=<seeds>' (fewer than the table's most), 'last <k>', 'unfinished', 'mixed data'
+    missing: bool = False  # no runs (drawn ·); a mean that is NaN has runs, and is drawn NaN
 
 
 def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
@@ -545,19 +704,25 @@ def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
         for method in table.methods:
             cell = present.get(method)
             if cell is None:
-                entries.append(Entry(method, float('nan'), None, (), ''))
+                entries.append(Entry(method, float('nan'), None, (), '', missing=True))
                 continue
             notes = ((f'n={cell.n}',) if cell.n < table.seed_count else ()) + short_note(cell, table.last_n) \
                 + (('unfinished',) if cell.unfinished else ()) + (('mixed data',) if len(cell.data_sources) > 1 else ())
             entries.append(Entry(method, cell.mean, cell.std, tuple(cell.scores), marks[method], notes))
         rows.append((env, False, entries))
     for name, row in table.averages:
-        marks = row_marks(row, table.rl_methods)
-        rows.append((name, True, [Entry(m, row[m], None, (), marks[m]) for m in table.methods]))
+        means = {m: float('nan') if v is None else v for m, v in row.items()}
+        marks = row_marks(means, table.rl_methods)
+        rows.append((name, True, [Entry(m, means[m], None, (), marks[m], (NOT_AVERAGED,) * ((name, m) in table.unaveraged),
+                                        missing=row[m] is None)
+                                  for m in table.methods]))
     return rows
 
 
 MARKDOWN_NOTES = {'unfinished': ' †', 'mixed data': ' ‡'}
+# What an average row shows for a method whose datasets' cells were run at different protocols (`unaveraged_lines`
+# says how they differ).
+NOT_AVERAGED = 'protocols differ'
 LATEX_NOTES = {'unfinished': r'\dagger', 'mixed data': r'\ddagger'}
 
 
@@ -568,8 +733,11 @@ def format_markdown(table: Table, decimals: int = 0, ci: Optional[Intervals] = N
     for label, average, entries in table_rows(table):
         cells = []
         for entry in entries:
-            if not np.isfinite(entry.mean):
+            if entry.missing:
                 cells.append('·')
+                continue
+            if NOT_AVERAGED in entry.notes:
+                cells.append(NOT_AVERAGED)
                 continue
             mean = _number(entry.mean, decimals)
             text = f'**{mean}**' if entry.mark else mean
@@ -593,8 +761,11 @@ def format_latex(table: Table, decimals: int = 0) -> str:
         previous = label
         cells = []
         for entry in entries:
-            if not np.isfinite(entry.mean):
+            if entry.missing:
                 cells.append(r'$\cdot$')
+                continue
+            if NOT_AVERAGED in entry.notes:
+                cells.append(rf'\textit{{{NOT_AVERAGED}}}')
                 continue
             value = rf'\mathbf{{{_number(entry.mean, decimals)}}}' if entry.mark else _number(entry.mean, decimals)
             notes = [LATEX_NOTES.get(note, note) for note in entry.notes]
@@ -691,6 +862,14 @@ def unfinished_report(cells: Dict[Tuple[str, str], List[Cell]], last_n: int = 3)
                              + (f' (fewer than {last_n})' if short else '')
                              + ''.join(f'; {p}' for p in problems if p != 'no DONE'))
     return lines
+
+
+def unaveraged_lines(table: 'Table') -> List[str]:
+    """One line per average-row entry left out because its datasets' cells differ in protocol, saying how."""
+    return [f'{row} of {method_label(method)}: not averaged, its cells were measured under different protocols '
+            f'({"; ".join(differing)}): a mean of numbers measured differently measures nothing. Compare the rows, or '
+            f'pass each protocol\'s runs in a separate call.'
+            for (row, method), differing in table.unaveraged.items()]
 
 
 def data_source_lines(table: 'Table') -> List[str]:

@@ -224,6 +224,14 @@ def build_runs(sweep: str, methods: Sequence[MethodSpec], envs: Sequence[str], s
         raise ConfigError(f'Sweep name {sweep!r} must be letters, digits, "_", "-" or "." (it is a directory name).')
     if not methods or not envs or not seeds:
         raise ConfigError('A sweep needs at least one method, one environment and one seed.')
+    repeated = sorted({env for env in envs if envs.count(env) > 1})
+    if repeated:
+        raise ConfigError(f'--envs lists {", ".join(repeated)} twice: a sweep runs each dataset once. Remove the '
+                          f'duplicate from --envs.')
+    if not save_dir:
+        raise ConfigError(f'--save_dir is empty, so the runs would be written into the working directory ({os.getcwd()}), '
+                          f'a folder nobody named. Pass the folder, e.g. --save_dir=runs (the default; --save_dir=. '
+                          f'names the working directory).')
     save_dir = os.path.abspath(os.path.expanduser(save_dir))
     runs, names = [], {}
     for method, setting, named_keys in named_settings(methods):

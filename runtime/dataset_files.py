@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Dict, List, Tuple
 
+from runtime.atomic_io import file_kind
 from runtime.lock_owner import describe_owner, owner_record, read_owner
 from utils.datasets import env_id_for
 from utils.errors import DatasetError
@@ -54,10 +55,6 @@ def check_writable_space(directory: str, needed_bytes: int, what: str):
 # ----------------------------------------------------------------------------------------------
 # What sits where a dataset file should be, and one writer of a dataset at a time.
 
-_SPECIAL_FILES = ((stat.S_ISFIFO, 'a FIFO (named pipe)'), (stat.S_ISSOCK, 'a socket'), (stat.S_ISCHR, 'a character device'),
-                  (stat.S_ISBLK, 'a block device'))
-
-
 def check_dataset_paths(paths) -> None:
     """DatasetError, before any work, if something other than a readable dataset file sits where one should be:
     a directory, a dangling symbolic link, a FIFO or device, or a file this user cannot read. A missing path is
@@ -92,10 +89,9 @@ def check_dataset_paths(paths) -> None:
                 f'Move it away (mv {path} {path}.dir) so that the file is downloaded or generated there, or pass another '
                 f'--dataset_dir.'
             )
-        kind = next((name for test, name in _SPECIAL_FILES if test(info.st_mode)), None)
-        if kind is not None or not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(info.st_mode):
             raise DatasetError(
-                f'{path} is {kind or "not a regular file"}{link}, where the dataset file should be. Nothing was read, '
+                f'{path} is {file_kind(info.st_mode)}{link}, where the dataset file should be. Nothing was read, '
                 f'generated or written. Move it away so that the file is downloaded or generated there, or pass another '
                 f'--dataset_dir.'
             )

@@ -24,12 +24,17 @@ STORAGE_ERRNOS = {
 }
 
 
+def storage_failure(error: BaseException):
+    """(what happened, what to do) for a failed write whose errno STORAGE_ERRNOS names, else None."""
+    return STORAGE_ERRNOS.get(error.errno) if isinstance(error, OSError) else None
+
+
 def named_error(error: BaseException, request=None):
     """The one-paragraph error main.py prints for `error`, or None if it is a bug (a traceback is then right)."""
     if isinstance(error, NAMED_ERRORS):
         return error
-    if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
-        cause, fix = STORAGE_ERRNOS[error.errno]
+    if storage_failure(error) is not None:
+        cause, fix = storage_failure(error)
         return StorageError(
             f'Cannot write {error.filename or "a file"}: {cause} ({error.strerror}). Files are written atomically, so '
             f'nothing was left half-written: any checkpoint already saved, and the logs up to it, are intact. '

@@ -147,6 +147,7 @@ def check_request(flags_class, flag_values: flags.FlagValues, config,
     `get_agent_class(agent_name)` finds an agent's class (or raises ConfigError)."""
     values = {name: flag_values[name].value for name in flag_defaults(flags_class)}
     eval_tasks = check_flags(values)
+    check_folders(values, flag_defaults(flags_class))
     check_rendering(values)
     values['wandb_mode'] = effective_wandb_mode(values['wandb_mode'], flag_given=bool(flag_values['wandb_mode'].present))
     defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
@@ -240,6 +241,16 @@ def check_flags(values) -> Tuple[int, ...]:
     if len(set(tasks)) != len(tasks):
         raise ConfigError(f'--eval_tasks lists a task twice: {values["eval_tasks"]!r}.')
     return tasks
+
+
+def check_folders(values, defaults):
+    """ConfigError for an empty --save_dir or --dataset_dir: joined to a file name, '' is the working directory, where
+    the run (or the data) would land without the user having named it."""
+    for name, what in (('save_dir', 'the run directories'), ('dataset_dir', 'the dataset files')):
+        if name in values and not values[name]:
+            raise ConfigError(f'--{name} is empty, so {what} would be written into the working directory '
+                              f'({os.getcwd()}), a folder nobody named. Nothing was written. Pass the folder, e.g. '
+                              f'--{name}={defaults[name]} (the default; --{name}=. names the working directory).')
 
 
 def check_eval_tasks(values, tasks: Tuple[int, ...], count: int):

@@ -28,7 +28,8 @@ import logging
 import os
 from typing import Dict, List, Optional
 
-from runtime.atomic_io import atomic_write_bytes, read_json, temp_name_pattern, with_path, write_json
+from runtime.atomic_io import (NotRegularFileError, atomic_write_bytes, open_regular, read_json, temp_name_pattern,
+                               with_path, write_json)
 from runtime.lock_owner import describe_owner, owner_record, read_owner
 from runtime.loggers import read_csv_rows
 from utils.checkpoint_format import CHECKPOINT_NAME  # JAX-free: reading a layout imports no JAX
@@ -118,6 +119,8 @@ class RunDir:
                 f'Cannot read {path}: {e.strerror or e}. Nothing was written. Make it readable for this user '
                 f'(chmod u+r {path}, as its owner), or move the run directory away to start the run over.'
             ) from None
+        except NotRegularFileError as e:  # a FIFO, socket or device: never read (a FIFO would block)
+            raise self.damaged(path, str(e)) from None
         except (ValueError, csv.Error) as e:  # JSON's and UTF-8's decode errors are ValueErrors
             raise self.damaged(path, f'{type(e).__name__}: {e}') from None
         problem = shape(value) if shape is not None else None
@@ -239,6 +242,13 @@ class RunLock:
         _remove_stale_temporaries(run_dir.path)
         return lock
 
+    def previous_owner(self) -> Optional[Dict]:
+        """The record run.lock held when this process locked the directory (who owned it last), None if there was
+        none ({} if it was not a record)."""
+        if self._previous_record is None:
+            return None
+        return read_owner(lambda: self._previous_record, attempts=1)
+
     def mark_owner(self):
         """This process writes the run from now on: its record in run.lock stays when it exits."""
         self.owner = True
@@ -281,6 +291,22 @@ class RunLock:
         self._fd = None
 
 
+def only_lock_left(run_dir: 'RunDir', owner: Optional[Dict], may_be_starting: bool = False) -> Optional[str]:
+    """A sentence for a run directory that holds only run.lock, `owner` the record in it: a main.py locked it and
+    ended before writing anything (killed, or aborted while it started: XLA aborts the process when an address-space
+    limit leaves it no room for a compiler thread), or, `may_be_starting` (a reader that does not hold the lock), is
+    still starting. None when the directory holds anything else, or no record."""
+    try:
+        names = os.listdir(run_dir.path)
+    except OSError:
+        return None
+    if owner is None or names != [LOCK_FILE]:
+        return None
+    return (f'{run_dir.path} holds only run.lock: the main.py that locked it ({describe_owner(owner)}) ended before '
+            f'writing anything (killed, or aborted while it started, as XLA aborts when an address-space limit, ulimit '
+            f'-v, leaves no room for a compiler thread){", or is still starting" if may_be_starting else ""}')
+
+
 def _identity(stat_result):
     return stat_result.st_dev, stat_result.st_ino
 
@@ -305,10 +331,11 @@ def _try_flock(fd: int, run_dir: 'RunDir') -> bool:
 
 
 def _read_bytes(path: str) -> Optional[bytes]:
+    """The owner's record at `path`, None if there is none to read (missing, unreadable, or not a regular file)."""
     try:
-        with open(path, 'rb') as f:
+        with open_regular(path, 'rb') as f:
             return f.read()
-    except OSError:
+    except (OSError, NotRegularFileError):
         return None
 
 

@@ -12,7 +12,9 @@ written alone), and the command stops otherwise. The folder's writability and fr
 checked before generating. A second process generating (or main.py obtaining) the same dataset into the
 same folder waits for the first (it says for whom) and then uses its files. Ctrl-C stops with exit
 status 130 and says which files, if any, were completed (none is ever left partly written); SIGTERM (143)
-and SIGHUP (129, a closed terminal) stop it the same way, with the same message. Antmaze stitch
+and SIGHUP (129, a closed terminal) stop it the same way, with the same message. A write that fails (a full disk,
+a quota, a file-size limit, a read-only folder) ends in one paragraph saying what was kept (exit status 1); the
+same command then completes the pair. Antmaze stitch
 datasets are simulated by --workers processes (default: one per usable core); the files are
 byte-identical for any number of workers.
 """
@@ -25,7 +27,7 @@ from absl import app, flags
 from datagen import GENERATABLE_DATASETS, describe, is_faithful, write_dataset
 from runtime.checkout import require_own_checkout
 from runtime.dataset_files import dataset_paths
-from runtime.exits import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PREEMPTED, parse_absl_flags
+from runtime.exits import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PREEMPTED, parse_absl_flags, storage_failure
 from utils.errors import DatasetError
 
 FLAGS = flags.FLAGS
@@ -77,6 +79,15 @@ def main(_):
         )
     except DatasetError as e:
         sys.exit(f'Error: {e}')
+    except OSError as e:
+        failure = storage_failure(e)
+        if failure is None:  # not a failed write this project names: a bug, whose traceback is wanted
+            raise
+        cause, fix = failure
+        sys.stdout.flush()
+        sys.exit(f'\nError: Cannot write {e.filename or "a dataset file"}: {cause} ({e.strerror}). '
+                 f'{written_so_far(FLAGS.env_name, paths, present_before)} {fix[0].upper() + fix[1:]}, then rerun the '
+                 f'same command to write the rest: a file already complete is checked against it, never replaced.')
     except KeyboardInterrupt as stop:
         sys.stdout.flush()
         cause = stop.name if isinstance(stop, StopSignal) else 'Ctrl-C'
@@ -95,6 +106,16 @@ def interrupted_message(dataset_name, paths, present_before, cause='Ctrl-C'):
     return (f'Interrupted ({cause}): generation of {dataset_name} stopped after {", ".join(completed)} was complete '
             f'(it is kept); {", ".join(missing) or "nothing else"} was not written. Rerun the same command '
             f'to write it: the complete file is checked against it, never replaced.')
+
+
+def written_so_far(dataset_name, paths, present_before):
+    """What a failed generation left, in one sentence: files are published whole or not at all."""
+    completed = [path for path in paths if os.path.exists(path) and path not in present_before]
+    missing = [path for path in paths if not os.path.exists(path)]
+    if not completed:
+        return f'Nothing of {dataset_name} was written (files appear only when complete; no partial file is left).'
+    return (f'{", ".join(completed)} was written whole and is kept; {", ".join(missing) or "nothing else"} was not '
+            f'(no partial or temporary file is left).')
 
 
 if __name__ == '__main__':

@@ -21,7 +21,7 @@ from matplotlib.ticker import FuncFormatter
 
 from experiments import results as R
 from experiments.sweep import parse_seeds
-from runtime.atomic_io import save_figure
+from runtime.atomic_io import figure_format, save_figure
 from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError
 
@@ -76,7 +76,8 @@ def plot_environment(env, method_cells, path, metric, scale, intervals=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    parser.add_argument('--runs', required=True, help='Comma-separated folders searched for run directories.')
+    parser.add_argument('--runs', required=True, action='append',
+                        help='Comma-separated folders searched for run directories; repeatable.')
     parser.add_argument('--out', required=True, help='PNG path: {env} is replaced by the dataset, else _<dataset> is appended.')
     parser.add_argument('--metric', default=R.METRIC)
     parser.add_argument('--scale', type=float, default=100.0)
@@ -87,8 +88,13 @@ def main(argv=None):
     parser.add_argument('--band', choices=['std', 'ci'], default='std', help='Shaded band: ± std over seeds, or the t-interval of the mean.')
     parser.add_argument('--confidence', type=float, default=0.95, help='--band=ci: confidence level.')
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.runs = ','.join(args.runs)  # every --runs given, not the last one only
     if not 0.0 < args.confidence < 1.0:
         parser.error(f'--confidence must lie in (0, 1), got {args.confidence}.')
+    try:
+        figure_format(output_path(args.out, 'dataset'))
+    except ValueError as e:
+        parser.error(f'--out={args.out}: {e}')
     intervals = R.Intervals(args.confidence) if args.band == 'ci' else None
     try:
         seeds = parse_seeds(args.seeds) if args.seeds else None

@@ -36,7 +36,8 @@ from utils.errors import ConfigError
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    parser.add_argument('--runs', required=True, help='Comma-separated folders searched for run directories (e.g. runs/state).')
+    parser.add_argument('--runs', required=True, action='append',
+                        help='Comma-separated folders searched for run directories (e.g. runs/state); repeatable.')
     parser.add_argument('--format', choices=['markdown', 'latex'], default='markdown')
     parser.add_argument('--metric', default=R.METRIC, help='eval.csv column to report.')
     parser.add_argument('--scale', type=float, default=100.0, help='Multiplier of the metric (100: success in percent).')
@@ -55,8 +56,11 @@ def parse_args(argv):
     for name in R.PROTOCOL_FLAGS:
         parser.add_argument(f'--{name}', default=None, help=f'Only runs with main.py --{name}=VALUE.')
     args = parser.parse_args(argv)
+    args.runs = ','.join(args.runs)  # every --runs given, not the last one only
     if args.last_n < 1:
         parser.error(f'--last_n must be at least 1, got {args.last_n}.')
+    if args.decimals < 0:
+        parser.error(f'--decimals is the number of digits after the decimal point: 0 or more, got {args.decimals}.')
     if not 0.0 < args.confidence < 1.0:
         parser.error(f'--confidence must lie in (0, 1), got {args.confidence}.')
     if args.ci and args.format == 'latex':
@@ -99,6 +103,10 @@ def main(argv=None):
           f'{R.BOLD_FRACTION:.0%} of the best non-RL method in the row (RL: {rl}). †: includes incomplete runs (no DONE, '
           f'or missing evaluations). (last k): its seeds have only k < {args.last_n} evaluations, so their scores average '
           f'those k. ‡: its seeds trained on data from different sources.')
+    if table.unaveraged:
+        print()
+    for line in R.unaveraged_lines(table):
+        print(f'{comment}{line}')
     print(f'\n{comment}Data (per dataset, from the runs\' dataset.json):')
     for line in R.data_source_lines(table):
         print(f'{comment}  {line}')

@@ -34,10 +34,15 @@ def checkpoint_file(path: str) -> str:
 def read_state(path: str) -> Dict[str, Any]:
     """The msgpack content of a checkpoint file ({'agent', 'step', 'extra', 'version'}); OSError if it cannot be read,
     another exception if it is not msgpack."""
+    with open(path, 'rb') as f:
+        return state_from_bytes(f.read())
+
+
+def state_from_bytes(data: bytes) -> Dict[str, Any]:
+    """A checkpoint's content from its bytes (an exception if they are not msgpack)."""
     import flax.serialization
 
-    with open(path, 'rb') as f:
-        return flax.serialization.msgpack_restore(f.read())
+    return flax.serialization.msgpack_restore(data)
 
 
 def same_structure(agent_state: Dict[str, Any], template) -> bool:

@@ -2,9 +2,13 @@
 
 import functools
 import importlib.util
+import inspect
 import math
 import os
 import re
+import traceback
+
+import ml_collections
 
 from utils.errors import ConfigError
 from utils.image_encoders import VISUAL_ENCODERS
@@ -18,19 +22,77 @@ _CONFIG_MODULES = {}
 
 def load_config_file(spec: str):
     """Load `path[:arg]` the way ml_collections' config flag does: get_config() or get_config(arg). Each call gets a
-    config of its own; a file is executed again only when its bytes change."""
+    config of its own; a file is executed again only when its bytes change. A file that cannot give a config (a
+    directory, a syntax error, an error while it runs, no get_config, an argument get_config does not take, a result
+    that is not an ml_collections ConfigDict with an agent_name) is a ConfigError naming the file and the fix."""
     path, _, arg = spec.partition(':')
+    usage = 'Use --agent=agents/<name>.py (e.g. agents/byol_gamma.py) or --agent=configs/presets.py:<preset>.'
     if not os.path.exists(path):
-        raise ConfigError(f'Agent config file {path!r} not found. Use --agent=agents/<name>.py (e.g. agents/byol_gamma.py) or --agent=configs/presets.py:<preset>.')
-    with open(path, 'rb') as f:
-        key = (os.path.abspath(path), f.read())
+        raise ConfigError(f'Agent config file {path!r} not found. {usage}')
+    if not os.path.isfile(path):
+        raise ConfigError(f'--agent={spec}: {path} is a directory, not a config file. {usage}')
+    try:
+        with open(path, 'rb') as f:
+            key = (os.path.abspath(path), f.read())
+    except OSError as e:
+        raise ConfigError(f'Cannot read agent config file {path}: {e.strerror or e}. Make it readable, or name another '
+                          f'with --agent.') from None
     module = _CONFIG_MODULES.get(key)
     if module is None:
-        module_spec = importlib.util.spec_from_file_location('agent_config', path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
+        module = _execute(path)
         _CONFIG_MODULES[key] = module
-    return module.get_config(arg) if arg else module.get_config()
+    get_config = getattr(module, 'get_config', None)
+    if not callable(get_config):
+        raise ConfigError(f'Agent config file {path} defines no get_config() function, which --agent calls for the '
+                          f'config. Define one returning an ml_collections.ConfigDict, as agents/*.py do. {usage}')
+    args = (arg,) if arg else ()
+    try:
+        inspect.signature(get_config).bind(*args)
+    except TypeError:
+        if arg:
+            raise ConfigError(f'--agent={spec}: get_config() of {path} takes no argument, but ":{arg}" passes one. '
+                              f'Drop ":{arg}" (--agent={path}), or name a file whose get_config takes one, like '
+                              f'configs/presets.py:<preset>.') from None
+        raise ConfigError(f'--agent={spec}: get_config() of {path} needs an argument: pass it after a colon, '
+                          f'--agent={path}:<argument> (e.g. configs/presets.py:gcbc).') from None
+    except ValueError:  # a callable without a signature (a builtin): called as is
+        pass
+    try:
+        config = get_config(*args)
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError(f'get_config({", ".join(map(repr, args))}) of agent config file {path} raised '
+                          f'{type(e).__name__}{_where(e, path)}: {e}. Fix the file, or name another with --agent.') from None
+    if not isinstance(config, ml_collections.ConfigDict) or 'agent_name' not in config:
+        got = (f'returned {type(config).__name__}' if not isinstance(config, ml_collections.ConfigDict)
+               else 'returned a config without agent_name')
+        raise ConfigError(f'get_config() of agent config file {path} {got}; --agent needs an ml_collections.ConfigDict '
+                          f'naming its agent (agent_name), as agents/*.py return. Fix the file, or name another with '
+                          f'--agent.')
+    return config
+
+
+def _execute(path: str):
+    """The module of config file `path`, executed; ConfigError for a syntax error or an error while it runs."""
+    module_spec = importlib.util.spec_from_file_location('agent_config', path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise ConfigError(f'Agent config file {path} has a syntax error (line {e.lineno}: {e.msg}). Fix it, or name '
+                          f'another with --agent.') from None
+    except Exception as e:
+        raise ConfigError(f'Agent config file {path} raised {type(e).__name__}{_where(e, path)} while it was read: {e}. '
+                          f'Fix it, or name another with --agent.') from None
+    return module
+
+
+def _where(error: BaseException, path: str) -> str:
+    """' at line N' of the deepest line of `path` in `error`'s traceback ('' if none is there)."""
+    lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__)
+             if os.path.abspath(frame.filename) == os.path.abspath(path)]
+    return f' at line {lines[-1]}' if lines else ''
 
 
 def check_override_keys(argv, default_spec: str):

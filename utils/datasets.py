@@ -8,11 +8,11 @@ import difflib
 import errno
 import os
 import zipfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from utils.errors import ConfigError, DatasetError
+from utils.errors import ConfigError, DatasetError, DeviceMemoryError
 
 REQUIRED_KEYS = ('observations', 'actions', 'terminals')
 
@@ -138,14 +138,16 @@ def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.nda
     """Read an OGBench `.npz` and validate it against the environment's spaces.
 
     Returns the raw rows: observations, actions, terminals (bool, True on each episode's last row).
-    Raises DatasetError naming the file and the problem, with the fix (delete and re-obtain).
+    Raises DatasetError naming the file and the problem, with the fix (delete and re-obtain). The arrays' declared
+    sizes are checked against the file before anything is allocated (`array_shapes`).
     """
-    fix = f'Move {path} (and its -val/train sibling) away and rerun to download or regenerate it.'
+    fix = corrupt_fix(path)
     try:
+        declared = array_shapes(path)  # a header declaring more than the file holds is named before any allocation
+        missing = [k for k in REQUIRED_KEYS if k not in declared]
+        if missing:
+            raise DatasetError(f'Dataset {path} lacks keys {missing} (has {sorted(declared)}). {fix}')
         with np.load(path) as file:
-            missing = [k for k in REQUIRED_KEYS if k not in file]
-            if missing:
-                raise DatasetError(f'Dataset {path} lacks keys {missing} (has {sorted(file.keys())}). {fix}')
             data = {k: file[k][...] for k in REQUIRED_KEYS}
     except DatasetError:
         raise
@@ -165,11 +167,14 @@ def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.nda
         problems.append(f'actions have shape {actions.shape}, expected ({n}, {", ".join(map(str, action_space.shape))})')
     if terminals.ndim != 1 or n < 2:
         problems.append(f'terminals must be a vector of length >= 2, got shape {terminals.shape}')
+    problems += type_problems(obs, actions, observation_space)
     if not problems:
         if np.issubdtype(obs.dtype, np.floating) and not np.all(np.isfinite(obs)):
             problems.append(f'{np.sum(~np.isfinite(obs))} non-finite observation values')
         if not np.all(np.isfinite(actions)):
             problems.append(f'{np.sum(~np.isfinite(actions))} non-finite action values')
+        else:
+            problems += action_range_problems(actions, action_space)
         if not np.all((terminals == 0) | (terminals == 1)):
             problems.append('terminals contain values other than 0/1')
         elif not terminals[-1]:
@@ -188,18 +193,78 @@ def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.nda
     )
 
 
+def corrupt_fix(path: str) -> str:
+    return f'Move {path} (and its -val/train sibling) away and rerun to download or regenerate it.'
+
+
+def type_problems(observations: np.ndarray, actions: np.ndarray, observation_space) -> List[str]:
+    """What is wrong with the arrays' element types: observations of the kind the environment observes (floats for
+    state vectors, uint8 for rendered frames; integers or booleans for a state environment are another
+    environment's data, or a converted file), actions of real numbers."""
+    problems = []
+    expected = np.dtype(observation_space.dtype)
+    if observations.dtype.kind != expected.kind:
+        what = {'f': 'real-valued vectors (floats)', 'u': f'images ({expected.name})'}.get(expected.kind, expected.name)
+        problems.append(f'observations are {observations.dtype.name}, where the environment observes {what}')
+    if actions.dtype.kind not in 'fiu':
+        problems.append(f'actions are {actions.dtype.name}, where the environment takes real-valued vectors')
+    return problems
+
+
+# How far (relative to the bound's size, at least 1) an action may lie outside the action space: float rounding of
+# a value on the bound, nothing more (OGBench's collection, and this project's, clip actions to the space).
+ACTION_BOUND_TOLERANCE = 1e-5
+
+
+def action_range_problems(actions: np.ndarray, action_space) -> List[str]:
+    """Actions outside the environment's action space (a Box), which no collection of OGBench's kind records: BC
+    would learn actions the environment clips, from a file scaled or made for another environment."""
+    low, high = getattr(action_space, 'low', None), getattr(action_space, 'high', None)
+    if low is None or high is None or actions.dtype.kind not in 'fiu':
+        return []
+    low, high = np.broadcast_to(low, actions.shape[1:]), np.broadcast_to(high, actions.shape[1:])
+    slack_low = ACTION_BOUND_TOLERANCE * np.maximum(1.0, np.abs(low))
+    slack_high = ACTION_BOUND_TOLERANCE * np.maximum(1.0, np.abs(high))
+    outside = (actions < low - slack_low) | (actions > high + slack_high)
+    if not np.any(outside):
+        return []
+    row = int(np.argmax(np.any(outside.reshape(len(actions), -1), axis=1)))
+    bounds = (f'[{float(low.min()):g}, {float(high.max()):g}]' if np.all(low == low.flat[0]) and np.all(high == high.flat[0])
+              else 'its per-dimension bounds')
+    return [f'{int(outside.sum())} action values lie outside the action space {bounds} (e.g. row {row}: '
+            f'{np.array2string(np.asarray(actions[row]), precision=4, threshold=8)}; largest magnitude '
+            f'{float(np.abs(actions).max()):.4g}), which OGBench\'s data never leave (actions are clipped to it): '
+            f'scaled, or another environment\'s actions']
+
+
 def array_shapes(path: str) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
-    """{key: (shape, dtype)} of the arrays in an `.npz`, read from the headers only (no data is loaded)."""
+    """{key: (shape, dtype)} of the arrays in an `.npz`, read from the headers only (no data is loaded). DatasetError
+    if an array's header declares more (or fewer) bytes than the file holds for it (a damaged header: 10^10 rows
+    declared would otherwise be allocated, or reported as a machine with too little memory), or Python objects,
+    which are never unpickled; errors of the zip or npy format propagate."""
     shapes = {}
     with zipfile.ZipFile(path) as archive:
-        for name in archive.namelist():
-            if name.endswith('.npy'):
-                with archive.open(name) as member:
-                    version = np.lib.format.read_magic(member)
-                    # Public readers only: numpy 2.4's np.lib.format no longer exposes _read_array_header.
-                    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                    shape, _, dtype = read_header(member)
-                shapes[name[: -len('.npy')]] = (shape, dtype)
+        for info in archive.infolist():
+            name = info.filename
+            if not name.endswith('.npy'):
+                continue
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                # Public readers only: numpy 2.4's np.lib.format no longer exposes _read_array_header.
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read_header(member)
+                header_bytes = member.tell()
+            key = name[: -len('.npy')]
+            if dtype.hasobject:
+                raise DatasetError(f'Dataset {path} is not an OGBench file: its {key} array holds Python objects, which '
+                                   f'this project never unpickles. {corrupt_fix(path)}')
+            declared, held = int(np.prod(shape, dtype=object)) * dtype.itemsize, info.file_size - header_bytes
+            if declared != held:
+                raise DatasetError(
+                    f'Dataset {path} is corrupt: its {key} array declares shape {tuple(shape)} of {dtype.name} '
+                    f'({declared:,} bytes), but the file holds {held:,} bytes of it. Nothing was loaded. '
+                    f'{corrupt_fix(path)}')
+            shapes[key] = (shape, dtype)
     return shapes
 
 
@@ -228,6 +293,8 @@ def check_dataset_fits(paths, device=None, host_bytes=None, device_bytes=None):
     for path in paths:
         try:
             shape, dtype = array_shapes(path).get('observations', ((0,), np.dtype(np.uint8)))
+        except DatasetError:
+            raise  # declared sizes the file does not hold: corrupt, not too big for this machine
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError):
             continue  # unreadable: load_dataset reports it with the fix
         needed += int(np.prod(shape)) * np.dtype(dtype).itemsize
@@ -250,4 +317,47 @@ def check_dataset_fits(paths, device=None, host_bytes=None, device_bytes=None):
             f'training on the CPU, which holds both copies). Use a machine with more memory, '
             f'or generate fewer episodes (scripts/generate_dataset.py --num_episodes=N) for a smaller dataset.'
         )
+    check_address_space(host_needed)
     return needed
+
+
+# Address space a run takes after its data are checked, besides the data: JAX's compiler starts threads (each with
+# its stack) and maps its code, mujoco allocates the evaluation environments, the agents' arrays. A toy run on a 2-core
+# CPU maps about 0.5 GB more from here on (runtime/exits.py names what happens without it); twice that is asked for.
+RUN_ADDRESS_SPACE_BYTES = 1 << 30
+
+
+def address_space() -> Tuple[Optional[int], int]:
+    """(this process's address-space limit in bytes, RLIMIT_AS, as `ulimit -v` sets it, or None without one; the bytes
+    it maps now)."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    mapped = 0
+    try:
+        with open('/proc/self/status') as f:
+            mapped = next((int(line.split()[1]) * 1024 for line in f if line.startswith('VmSize:')), 0)
+    except OSError:
+        pass
+    return (None if limit == resource.RLIM_INFINITY else limit), mapped
+
+
+def check_address_space(data_bytes: int):
+    """DeviceMemoryError, before the data are loaded, if the address-space limit (`ulimit -v`) leaves this process less
+    room than `data_bytes` of data and RUN_ADDRESS_SPACE_BYTES need. Without it, mujoco fails to make the evaluation
+    environments ("Could not allocate memory"), or JAX's compiler aborts the process when it cannot start a thread
+    (SIGABRT, no error to catch), leaving a run directory that holds only run.lock."""
+    limit, mapped = address_space()
+    needed = data_bytes + RUN_ADDRESS_SPACE_BYTES
+    if limit is None or limit - mapped >= needed:
+        return
+    shortfall = needed - (limit - mapped)
+    raise DeviceMemoryError(
+        f'This process may map at most {limit / 2**30:.2f} GiB of address space (ulimit -v {limit // 1024}), and '
+        f'{mapped / 2**30:.2f} GiB of it are mapped already (Python, JAX, the simulators): the run needs about '
+        f'{needed / 2**30:.2f} GiB more ({data_bytes / 2**30:.2f} GiB of data, and about '
+        f'{RUN_ADDRESS_SPACE_BYTES / 2**30:.0f} GiB for compiling the agent, whose compiler threads each reserve a stack '
+        f'and abort the process when they cannot, and for the evaluation environments). Nothing was written. Lift the '
+        f'limit (ulimit -v unlimited), or raise it by {shortfall / 2**30:.2f} GiB at the very least (ulimit -v '
+        f'{-(-(limit + shortfall) // 1024)}), more where Python and JAX map more once they have room.'
+    )

@@ -37,4 +37,4 @@ class StorageError(RuntimeError):
 
 
 class DeviceMemoryError(RuntimeError):
-    """The accelerator (or host) ran out of memory in a compiled step."""
+    """The accelerator (or host) ran out of memory in a compiled step, or the host's limits leave a run too little."""

@@ -192,6 +192,64 @@ def test_stale_temporaries_of_a_killed_writer_are_removed_when_nobody_writes(sma
     assert recorded_sha256(tmp_path / 'runs') == (sha256_file(small_data / TRAIN), sha256_file(small_data / VAL))
 
 
+def write_npz_declaring(path, arrays, key, rows):
+    """An .npz of `arrays` whose `key` array's header declares `rows` rows, its data unchanged: a damaged header."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    with zipfile.ZipFile(path, 'w') as archive:
+        for name, array in arrays.items():
+            member = io.BytesIO()
+            header = np.lib.format.header_data_from_array_1_0(array)
+            if name == key:
+                header['shape'] = (rows, *array.shape[1:])
+            np.lib.format.write_array_header_1_0(member, header)
+            member.write(np.ascontiguousarray(array).tobytes())
+            archive.writestr(f'{name}.npy', member.getvalue())
+
+
+# Train files no OGBench environment's collection produces: how each is made from the real one, and what main.py's
+# paragraph says.
+CONTENT_FAULTS = {
+    'actions_x1000': (lambda a: dict(a, actions=a['actions'] * 1000),
+                      'action values lie outside the action space [-1, 1]'),
+    'int_observations': (lambda a: dict(a, observations=a['observations'].round().astype('int64')),
+                         'observations are int64, where the environment observes real-valued vectors'),
+    'bool_observations': (lambda a: dict(a, observations=a['observations'] > 5),
+                          'observations are bool, where the environment observes real-valued vectors'),
+    'complex_observations': (lambda a: dict(a, observations=a['observations'].astype('complex64')),
+                             'observations are complex64, where the environment observes real-valued vectors'),
+    'actions_header_1e10': ('actions', 'is corrupt: its actions array declares shape (10000000000, 2) of float32'),
+    'observations_header_1e10': ('observations', 'is corrupt: its observations array declares shape (10000000000, 2)'),
+}
+
+
+def test_dataset_contents_no_environment_produces_are_named_before_training(small_data, tmp_path):
+    """A train file whose actions are scaled x1000, whose observations are integers, booleans or complex numbers,
+    or whose header declares 10^10 action or observation rows: trained on without a word, a JAX error ("grad requires
+    real-valued outputs"), an uncaught MemoryError, or "use a machine with more memory" for a corrupt file. Each is
+    now one paragraph naming the file and what is wrong, before training or any allocation, nothing written."""
+    import numpy as np
+
+    with np.load(small_data / TRAIN) as f:
+        arrays = {k: f[k] for k in f.files}
+    processes = {}
+    for case, (change, _) in CONTENT_FAULTS.items():
+        data = copy_data(small_data, tmp_path / case / 'data', names=(VAL,))
+        if callable(change):
+            np.savez(data / TRAIN, **change(arrays))
+        else:
+            write_npz_declaring(data / TRAIN, arrays, change, 10**10)
+        processes[case] = start_main(data, tmp_path / case / 'runs')
+    for case, process in processes.items():
+        paragraph = error_paragraph(*finish(process)[::2])
+        assert paragraph.startswith(f'Dataset {tmp_path / case / "data" / TRAIN} is '), (case, paragraph)
+        assert CONTENT_FAULTS[case][1] in paragraph and 'more memory' not in paragraph, (case, paragraph)
+        assert not (tmp_path / case / 'runs').exists(), case
+
+
 def test_what_sits_where_a_dataset_file_should_be_is_named_before_any_work(small_data, tmp_path):
     """A directory at the train or val path, a dangling symbolic link as the val file, and an unreadable train
     file (chmod 000): each stops main.py at once with one paragraph naming the path, what is there and the
@@ -261,6 +319,29 @@ def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path, sig, code, 
     last = err.strip().splitlines()[-1]
     assert last.startswith(f'Interrupted ({cause}): generation of {ENV} stopped and nothing was written'), err[-2000:]
     assert os.listdir(data) == []
+
+
+def test_a_disk_filling_during_generation_is_one_paragraph_and_a_rerun_completes_the_pair(small_data, tmp_path):
+    """scripts/generate_dataset.py whose writes stop fitting mid-generation (RLIMIT_FSIZE: a write past 100 KB fails
+    with EFBIG, as one on a full disk fails with ENOSPC): the val file (written first) fits, the train file does not.
+    Was a raw OSError traceback; now one paragraph naming the file, the cause and what was kept, exit 1, no partial
+    or temporary file; the same command then writes the train file alone, byte-identical to an undisturbed run."""
+    data = tmp_path / 'data'
+    command = [sys.executable, 'scripts/generate_dataset.py', f'--env_name={ENV}', f'--dataset_dir={data}',
+               '--num_episodes=60', '--num_val_episodes=6']
+    limit = 'import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))'
+    full = subprocess.run(set_up_then_exec(limit, command), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert full.returncode == 1 and 'Traceback' not in full.stderr, full.stderr[-3000:]
+    assert full.stderr.strip().splitlines()[-1] == (
+        f'Error: Cannot write {data / TRAIN}: the file-size limit was reached (File too large). {data / VAL} was '
+        f'written whole and is kept; {data / TRAIN} was not (no partial or temporary file is left). Raise the limit '
+        f'(ulimit -f), then rerun the same command to write the rest: a file already complete is checked against it, '
+        f'never replaced.'), full.stderr[-3000:]
+    assert sorted(os.listdir(data)) == sorted([VAL, VAL + '.provenance.json'])
+    rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    for name in (TRAIN, VAL):
+        assert sha256_file(data / name) == sha256_file(small_data / name)
 
 
 def test_read_failures_are_named_as_reads_at_every_level(tmp_path):

@@ -5,6 +5,7 @@ system cannot hold (docs/guarantees.md, "Faults tried")."""
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 
@@ -12,7 +13,8 @@ import pytest
 
 from runtime import checkpoints
 from runtime.loggers import read_csv_rows
-from tests.helpers import BUDGET, ENDLESS, MAIN, ROOT, error_paragraph, finish, main_command, run, start, wait_until
+from runtime.subprocesses import set_up_then_exec
+from tests.helpers import BUDGET, ENDLESS, ENV, MAIN, ROOT, error_paragraph, finish, main_command, run, start, wait_until
 
 
 # main.py with the wall clock stepped 2 hours ahead as training starts (NTP, a laptop's suspend), as time.time sees it.
@@ -58,6 +60,104 @@ def test_agent_given_twice_names_both(tmp_path, pointmaze_data_dir):
     assert not os.path.exists(tmp_path / 'default')
 
 
+# Agent config files that cannot give a config: (file content or None for a directory, the --agent suffix, what the
+# paragraph says).
+BAD_AGENT_FILES = {
+    'directory': (None, '', 'is a directory, not a config file'),
+    'syntax': ('def get_config(:\n', '', 'has a syntax error (line 1: '),
+    'raises': ('x = 1\nraise RuntimeError("no GPU here")\n', '', 'raised RuntimeError at line 2 while it was read: no GPU here'),
+    'no_get_config': ('x = 1\n', '', 'defines no get_config() function'),
+    'returns_dict': ('def get_config():\n    return {"agent_name": "gcbc"}\n', '', 'returned dict; --agent needs an '
+                     'ml_collections.ConfigDict'),
+    'returns_none': ('def get_config():\n    return None\n', '', 'returned NoneType; --agent needs an '
+                     'ml_collections.ConfigDict'),
+    'argument': ('from agents.gcbc import get_config\n', ':big', 'takes no argument, but ":big" passes one. Drop ":big"'),
+}
+
+
+def test_agent_config_files_that_cannot_give_a_config_are_named(tmp_path, pointmaze_data_dir):
+    """--agent naming a directory, a file with a syntax error or one that raises while it runs, one without
+    get_config, a get_config returning a dict or None, and `:arg` for a get_config that takes none: each was a
+    traceback; now one paragraph naming the file and what to fix, before anything is written."""
+    processes = {}
+    for case, (content, suffix, _) in BAD_AGENT_FILES.items():
+        path = tmp_path / 'configs' / (case if content is None else f'{case}.py')
+        path.parent.mkdir(exist_ok=True)
+        path.mkdir() if content is None else path.write_text(content)
+        command = [f'--agent={path}{suffix}' if arg.startswith('--agent=') else arg
+                   for arg in main_command(pointmaze_data_dir, tmp_path / 'runs', *BUDGET)]
+        processes[case] = (start(command), path)
+    for case, (process, path) in processes.items():
+        paragraph = error_paragraph(*finish(process, timeout=120)[::2])
+        assert str(path) in paragraph and BAD_AGENT_FILES[case][2] in paragraph, (case, paragraph)
+    assert not os.path.exists(tmp_path / 'runs')
+
+
+def test_an_empty_folder_flag_is_refused_not_read_as_the_working_directory(tmp_path, pointmaze_data_dir):
+    """--save_dir= (main.py or a sweep) and --dataset_dir= joined '' to every path: the run, or the data, went into the
+    working directory without a word. Each is refused before anything is written."""
+    work = tmp_path / 'work'
+    work.mkdir()
+    empty = {'save_dir': main_command(pointmaze_data_dir, '', *BUDGET),
+             'dataset_dir': main_command('', tmp_path / 'runs', *BUDGET, '--generate_dataset')}
+    processes = {name: subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for name, command in empty.items()}
+    sweep = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=s', '--method=gcbc',
+                            f'--envs={ENV}', '--save_dir=', '--dry_run'], cwd=work, capture_output=True, text=True,
+                           timeout=300)
+    assert sweep.returncode == 1 and 'Error: --save_dir is empty, so the runs would be written into the working ' \
+                                     f'directory ({work})' in sweep.stderr, sweep.stderr
+    for name, process in processes.items():
+        paragraph = error_paragraph(*finish(process, timeout=120)[::2])
+        assert paragraph.startswith(f'--{name} is empty, so the ') and f'into the working directory ({work})' in paragraph
+        assert 'Nothing was written' in paragraph and f'--{name}=' in paragraph, paragraph
+    assert os.listdir(work) == [] and not os.path.exists(tmp_path / 'runs')
+
+
+def test_an_address_space_limit_too_small_for_a_run_is_one_paragraph_before_anything_is_written(tmp_path,
+                                                                                              pointmaze_data_dir):
+    """A host address-space limit (ulimit -v) of 1 GB made mujoco fail making the evaluation environments (a
+    traceback); at 1.5 GB XLA aborted the process while compiling (SIGABRT), leaving a run directory holding only
+    run.lock. Both are now one paragraph naming the limit and what to do, before the data are loaded: nothing is
+    written, no run directory made."""
+    processes = {}
+    for gigabytes in (1.0, 1.5):
+        limit = f'import resource; resource.setrlimit(resource.RLIMIT_AS, ({int(gigabytes * 1e9)}, {int(gigabytes * 1e9)}))'
+        processes[gigabytes] = start(set_up_then_exec(limit, main_command(pointmaze_data_dir, tmp_path / str(gigabytes),
+                                                                          *BUDGET)))
+    for gigabytes, process in processes.items():
+        paragraph = error_paragraph(*finish(process, timeout=120)[::2])
+        assert paragraph.startswith(f'This process may map at most {gigabytes * 1e9 / 2**30:.2f} GiB of address space '
+                                    f'(ulimit -v {int(gigabytes * 1e9) // 1024}), and '), paragraph
+        assert 'Nothing was written. Lift the limit (ulimit -v unlimited), or raise it by ' in paragraph, paragraph
+        assert not os.path.exists(tmp_path / str(gigabytes))
+
+
+def test_a_run_directory_left_holding_only_run_lock_is_understood(tmp_path, pointmaze_data_dir):
+    """A main.py killed (or aborted, as XLA aborts under a small address-space limit) while it starts leaves a run
+    directory holding only run.lock. The results table names it and its last owner instead of passing it over in
+    silence; the same command again says what it found and runs there to the end."""
+    run_dir = tmp_path / 'runs' / 'default' / 'r'
+    command = main_command(pointmaze_data_dir, tmp_path / 'runs', *BUDGET, '--run_name=r', '--resume')
+    starting = start(command)
+    wait_until(lambda: (run_dir / 'run.lock').exists() and (run_dir / 'run.lock').stat().st_size, starting)
+    starting.send_signal(signal.SIGSTOP)  # held where it stands, to check that it stands before its first write
+    try:
+        assert os.listdir(run_dir) == ['run.lock']
+    finally:
+        starting.kill()
+        starting.wait()
+    table = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'results.py'), f'--runs={tmp_path / "runs"}'],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 1 and 'Traceback' not in table.stderr, table.stderr
+    assert (f'Warning: skipped {run_dir}: {run_dir} holds only run.lock: the main.py that locked it (pid '
+            f'{starting.pid} on host ') in table.stderr and ', or is still starting; nothing to score.' in table.stderr
+    returncode, _, err = run(command)
+    assert returncode == 0, err[-3000:]
+    assert f'{run_dir} holds only run.lock: the main.py that locked it (pid {starting.pid} on host ' in err
+    assert 'Nothing of it to continue: this run starts there.' in err and (run_dir / 'DONE').exists()
+
+
 def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tmp_path, pointmaze_data_dir):
     """A 300-byte --run_name, and a sweep whose run group is 300 bytes: refused with the limit and the fix, before
     anything is written or launched."""
@@ -72,15 +172,27 @@ def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tm
     assert os.listdir(tmp_path) == []
 
 
-def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_written(tmp_path, pointmaze_data_dir):
+def with_checkpoint_step(path, step):
+    """The checkpoint at `path` saying it was saved at `step` (its arrays untouched)."""
+    import flax.serialization
+
+    state = flax.serialization.msgpack_restore(path.read_bytes())
+    path.write_bytes(flax.serialization.msgpack_serialize(dict(state, step=step)))
+
+
+def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_written(tmp_path, pointmaze_data_dir):
     """--resume of copies of one finished run, each with one file replaced by JSON main.py never writes, a value
-    recorded as another JSON type, or resumed in another numeric mode, network kernel or optimizer layout: each is refused with a paragraph naming the
-    file (or the difference) and its way out, and the directory is left byte for byte as it was."""
+    recorded as another JSON type, a FIFO (which a plain open waits on forever, holding the run's lock), or a checkpoint
+    whose step no run saves (-5; 10^15, beyond the recorded --train_steps: the advice was "Pass
+    --train_steps=1000000000000000 or more"), or resumed in another numeric mode, network kernel or optimizer layout:
+    each is refused with a paragraph naming the file (or the difference) and its way out, and the directory is left
+    byte for byte as it was."""
     import shutil
 
     reference = tmp_path / 'reference'
     returncode, _, err = run(main_command(pointmaze_data_dir, reference, *BUDGET, '--run_name=r'))
     assert returncode == 0, err[-3000:]
+    fifo = 'a FIFO (named pipe) is there, not the regular file this project writes'
     cases = {
         'flags_list': ('flags.json', '[]', 'flags.json is damaged (the flags main.py records as a JSON object'),
         'flags_empty': ('flags.json', '{}', 'flags.json is damaged (it lacks env_name, seed, train_steps'),
@@ -91,6 +203,13 @@ def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_writ
         'x64': (None, None, 'trained in float32, in float64'),
         'kernel': (None, None, '--network_kernel: xla -> fused'),
         'layout': (None, None, '--optimizer_layout: per_leaf -> one_vector'),
+        'flags_fifo': ('flags.json', os.mkfifo, f'flags.json is damaged ({fifo})'),
+        'checkpoint_fifo': ('checkpoint.msgpack', os.mkfifo, f'checkpoint.msgpack is damaged ({fifo})'),
+        'eval_fifo': ('eval.csv', os.mkfifo, f'eval.csv is damaged ({fifo})'),
+        'step_negative': ('checkpoint.msgpack', -5, 'checkpoint.msgpack is damaged (its step is -5, where main.py '
+                                                    'saves the number of steps trained'),
+        'step_beyond': ('checkpoint.msgpack', 10**15, f'checkpoint.msgpack is damaged (its step, {10**15}, lies beyond '
+                                                      f'--train_steps=40 that flags.json records'),
     }
     # The choices that change a run's numbers without changing its config are recorded: main.py's defaults.
     recorded = json.loads((reference / 'default' / 'r' / 'flags.json').read_text())
@@ -104,6 +223,11 @@ def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_writ
         if case == 'seed_text':
             flags = json.loads((run_dir / 'flags.json').read_text())
             (run_dir / 'flags.json').write_text(json.dumps(dict(flags, seed='0')))
+        elif content is os.mkfifo:
+            os.unlink(run_dir / name)
+            os.mkfifo(run_dir / name)
+        elif isinstance(content, int):
+            with_checkpoint_step(run_dir / name, content)
         elif name is not None:
             (run_dir / name).write_text(content)
         before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
@@ -112,10 +236,13 @@ def test_run_files_that_parse_but_are_not_main_pys_are_named_and_nothing_is_writ
                                *asked.get(case, ()))
         processes[case] = (start(command, env=env), run_dir, before)
     for case, (process, run_dir, before) in processes.items():
-        paragraph = error_paragraph(*finish(process)[::2])
+        paragraph = error_paragraph(*finish(process, timeout=120)[::2])  # a FIFO read would wait forever
         assert cases[case][2] in paragraph, (case, paragraph)
+        assert 'mv ' in paragraph or 'Differences' in paragraph or 'JAX_ENABLE_X64' in paragraph, (case, paragraph)
         after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != 'run.lock'}
         assert after == {k: v for k, v in before.items() if k != 'run.lock'}, case
+        if cases[case][1] is os.mkfifo:
+            assert stat.S_ISFIFO(os.lstat(run_dir / cases[case][0]).st_mode), case
 
 
 def fake_slurm(folder, squeue_error):

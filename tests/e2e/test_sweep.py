@@ -161,6 +161,18 @@ def test_bad_grid_is_refused_but_dry_run_warns(tmp_path, capsys):
     assert status == 1 and 'the sweep sets --seed itself' in err
 
 
+def test_a_dataset_listed_twice_is_named_as_such(tmp_path):
+    """--envs=A,A: the grid's duplicate run was blamed on the method ("gcbc ... is listed twice"); the refusal names
+    --envs and the dataset, before anything is launched. Run as a user runs it."""
+    done = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=twice', f'--envs={ENV},{ENV}',
+                           '--method=gcbc', f'--save_dir={tmp_path}', '--dry_run'], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
+    assert done.stderr.strip() == (f'Error: --envs lists {ENV} twice: a sweep runs each dataset once. Remove the '
+                                   f'duplicate from --envs.'), done.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_local_pool_reports_failures_and_resumes(tmp_path, stub_main, capsys, pointmaze_data_dir):
     args = ['--name=pool', f'--envs={ENV}', '--method=gcbc', '--seeds=0,1,13', f'--save_dir={tmp_path}',
             '--workers=2', f'--main={stub_main}', '--', f'--dataset_dir={pointmaze_data_dir}', '--nodownload']

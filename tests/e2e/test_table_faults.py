@@ -1,0 +1,170 @@
+"""Faults the results tables and learning curves meet, as users meet them: scripts/results.py and
+scripts/plot_curves.py run as subprocesses over the committed run records (results/), or over copies of some of their
+run directories changed as the fault has it (docs/guarantees.md, "Faults tried")."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CPU_RUNS, H200_RUNS = 'results/cpu_stitch_6k', 'results/h200_headline_200k'
+GCBC = 'gcbc_pointmaze-large-stitch-v0_sd{}'  # a run directory of CPU_RUNS, by seed
+FIFO = 'a FIFO (named pipe) is there, not the regular file this project writes'
+
+
+def script(name, *args):
+    """scripts/<name> run as a user runs it (a read that blocks fails the test at the timeout)."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', name), *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def copy_runs(destination, *names, records=CPU_RUNS, group='stitch'):
+    """Run directories of the committed `records`, copied into `destination`; their new paths."""
+    paths = []
+    for name in names:
+        paths.append(os.path.join(destination, name))
+        shutil.copytree(os.path.join(ROOT, records, group, name), paths[-1])
+    return paths
+
+
+def set_value(path, name, value):
+    """A JSON file's `name` set to `value`."""
+    with open(path) as f:
+        record = json.load(f)
+    with open(path, 'w') as f:
+        json.dump(dict(record, **{name: value}), f)
+
+
+def set_cell(eval_csv, step, column, value):
+    """eval.csv's `column` at `step` set to the text `value`."""
+    with open(eval_csv, newline='') as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        if int(row['step']) == step:
+            row[column] = value
+    with open(eval_csv, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_a_fifo_in_place_of_a_run_file_is_named_and_never_waited_on(tmp_path):
+    """A FIFO where eval.csv (results.py, plot_curves.py) or flags.json (results.py) should be: a plain open of it
+    waits for a writer forever; each script names the file and what is there instead."""
+    for name in ('eval.csv', 'flags.json'):
+        (run_dir,) = copy_runs(tmp_path / name, GCBC.format(0))
+        os.unlink(os.path.join(run_dir, name))
+        os.mkfifo(os.path.join(run_dir, name))
+        scripts = [('results.py', ())] + [('plot_curves.py', (f'--out={tmp_path / "curves.png"}',))] * (name == 'eval.csv')
+        for script_name, extra in scripts:
+            done = script(script_name, f'--runs={tmp_path / name}', *extra)
+            assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
+            assert (f'Error: Cannot read {os.path.join(run_dir, name)}: {FIFO}. Restore it, or move its run directory '
+                    f'out of --runs') in done.stderr, done.stderr
+
+
+def test_seeds_linked_into_runs_are_read_like_the_others(tmp_path):
+    """Seeds kept on other storage and linked into --runs (a symbolic link per run directory) were skipped without a
+    word: the cell reported the other seeds alone, and the check of protocols never saw the linked ones. They are
+    runs like the others; a link back up the tree is read once, with a warning."""
+    runs = tmp_path / 'runs'
+    copy_runs(runs, GCBC.format(0))
+    (linked,) = copy_runs(tmp_path / 'other-storage', GCBC.format(1))
+    os.symlink(linked, runs / GCBC.format(1))
+    os.symlink(runs, runs / 'loop')
+    done = script('results.py', f'--runs={runs}', '--per_seed')
+    assert done.returncode == 0, done.stderr
+    assert '| pointmaze-large-stitch | GCBC | - | 0: 10, 1: 31 |' in done.stdout  # both seeds (CPU_RUNS' scores)
+    assert f'Warning: skipped {runs / "loop"}: it is {runs} again, reached through a symbolic link' in done.stderr
+    (longer,) = copy_runs(tmp_path / 'other-storage', GCBC.format(2))
+    set_value(os.path.join(longer, 'flags.json'), 'train_steps', 12000)
+    os.symlink(longer, runs / GCBC.format(2))
+    refused = script('results.py', f'--runs={runs}')
+    assert refused.returncode == 1 and 'train_steps differ' in refused.stderr, refused.stderr
+    assert 'train_steps=12000 (gcbc seed 2)' in refused.stderr
+
+
+def test_protocol_filters_compare_values_as_main_py_reads_them():
+    """--train_steps=6e3 said "No run directories" (the filter compared text; 6000 selected them): a filter is read as
+    main.py reads the flag, and a value main.py would not take is named."""
+    for value in ('6e3', '6000.0'):
+        done = script('results.py', f'--runs={CPU_RUNS}', f'--train_steps={value}', '--methods=gcbc')
+        assert done.returncode == 0 and '| pointmaze-large-stitch | **17** ± 6 |' in done.stdout, (value, done.stderr)
+    bad = script('results.py', f'--runs={CPU_RUNS}', '--train_steps=6000.5')
+    assert bad.returncode == 1 and 'Traceback' not in bad.stderr, bad.stderr
+    assert "Error: --train_steps=6000.5 is not a value main.py's --train_steps takes: a whole number" in bad.stderr
+
+
+def test_bad_table_and_figure_arguments_and_run_records_are_one_message_each(tmp_path):
+    """results.py --decimals=-1, a flags.json whose env_name is not a string (results.py and plot_curves.py), and
+    plot_curves.py --out=x.txt were tracebacks (a format error, re.sub on a number, matplotlib's unknown format):
+    each is one message naming the argument or the file, before any table or figure is made."""
+    decimals = script('results.py', f'--runs={CPU_RUNS}', '--decimals=-1')
+    assert decimals.returncode == 2 and 'Traceback' not in decimals.stderr, decimals.stderr
+    assert 'error: --decimals is the number of digits after the decimal point: 0 or more, got -1.' in decimals.stderr
+    out = tmp_path / 'plots' / 'curves.txt'
+    figure = script('plot_curves.py', f'--runs={CPU_RUNS}', f'--out={out}')
+    assert figure.returncode == 2 and 'Traceback' not in figure.stderr, figure.stderr
+    assert (f'error: --out={out}: {tmp_path / "plots" / "curves_dataset.txt"}: matplotlib writes no .txt files. Name an '
+            f'image file: .png or .pdf') in figure.stderr and not (tmp_path / 'plots').exists()
+    (run_dir,) = copy_runs(tmp_path / 'runs', GCBC.format(0))
+    set_value(os.path.join(run_dir, 'flags.json'), 'env_name', 5)
+    for script_name, extra in (('results.py', ()), ('plot_curves.py', (f'--out={tmp_path / "curves.png"}',))):
+        done = script(script_name, f'--runs={tmp_path / "runs"}', *extra)
+        assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
+        assert (f'Error: Cannot read {os.path.join(run_dir, "flags.json")}: not what main.py writes (its env_name is 5 '
+                f"(int), where main.py records the dataset's name). Restore it, or move its run directory out of "
+                f'--runs') in done.stderr, done.stderr
+
+
+def test_a_nan_score_is_shown_and_warned_and_a_success_outside_0_1_is_refused(tmp_path):
+    """A NaN success in eval.csv made its cell show ·, the mark for "no runs", without a word; a success of 7.5 showed
+    as 750. The NaN is warned about naming the file and its step, and the cell shows NaN, while a dataset without a
+    method's runs still shows ·; a success outside [0, 1] is refused naming the file, column and step."""
+    runs = tmp_path / 'runs'
+    seed_0, _ = copy_runs(runs, GCBC.format(0), GCBC.format(1))
+    copy_runs(runs, 'gcbc_phi_pointmaze-large-stitch-v0_sd0')
+    copy_runs(runs, 'gcbc_antmaze-medium-stitch-v0_sd0', records=H200_RUNS, group='headline')  # no GCBC-φ there
+    eval_csv = os.path.join(seed_0, 'eval.csv')
+    set_cell(eval_csv, 4000, 'evaluation/overall_success', 'nan')
+    done = script('results.py', f'--runs={runs}')
+    assert done.returncode == 0, done.stderr
+    assert (f'Warning: {eval_csv}: its evaluation/overall_success is NaN at step(s) 4000: a NaN that main.py never '
+            f'writes') in done.stderr
+    assert '| pointmaze-large-stitch | NaN ± NaN |' in done.stdout, done.stdout
+    assert '| antmaze-medium-stitch | **52** ± 0 (n=1) (last 2) | · |' in done.stdout, done.stdout
+    set_cell(eval_csv, 4000, 'evaluation/overall_success', '7.5')
+    refused = script('results.py', f'--runs={runs}')
+    assert refused.returncode == 1 and 'Traceback' not in refused.stderr, refused.stderr
+    assert (f'Error: {eval_csv}: its evaluation/overall_success is 7.5 at step 4000, outside [0, 1], which a success '
+            f'rate cannot be') in refused.stderr
+
+
+def test_an_average_row_never_averages_cells_of_different_protocols(tmp_path):
+    """The committed records: BYOL-γ^a and GCBC at 200k steps, batch 1024 and 50 episodes on an H200
+    (antmaze-medium-stitch) beside 6k steps, batch 256 and 20 episodes on a CPU (pointmaze-large-stitch). Their
+    `average` row was the mean of the two (42 = mean(61, 24)), unmarked; it says the protocols differ, and a line below
+    the table says how. Both --runs are read (a repeated --runs kept the last one only), by plot_curves.py too."""
+    done = script('results.py', f'--runs={CPU_RUNS}', f'--runs={H200_RUNS}')
+    assert done.returncode == 0, done.stderr
+    assert '| average | protocols differ | protocols differ | · | · |' in done.stdout, done.stdout
+    for method in ('BYOL-γ^a', 'GCBC'):
+        assert (f'average of {method}: not averaged, its cells were measured under different protocols (train_steps '
+                f'200000 (antmaze-medium-stitch), 6000 (pointmaze-large-stitch);') in done.stdout
+    assert 'eval_episodes 50 (antmaze-medium-stitch), 20 (pointmaze-large-stitch)' in done.stdout
+    assert 'batch_size 1024 (antmaze-medium-stitch), 256 (pointmaze-large-stitch)' in done.stdout
+    latex = script('results.py', f'--runs={CPU_RUNS},{H200_RUNS}', '--format=latex')
+    assert r'\texttt{average} & \textit{protocols differ} & \textit{protocols differ} & $\cdot$ & $\cdot$ \\' in latex.stdout
+    curves = script('plot_curves.py', f'--runs={CPU_RUNS}', f'--runs={H200_RUNS}', f'--out={tmp_path}/{{env}}.png')
+    assert curves.returncode == 0 and curves.stdout.split() == [str(tmp_path / f'{env}.png') for env in
+                                                                ('antmaze-medium-stitch', 'pointmaze-large-stitch')]
+    # Cells of one protocol are averaged: GCBC's seeds copied as a second dataset of the same protocol.
+    for seed in range(2):
+        (run_dir,) = copy_runs(tmp_path / 'runs', GCBC.format(seed))
+        shutil.copytree(run_dir, tmp_path / 'runs' / f'medium_sd{seed}')
+        set_value(tmp_path / 'runs' / f'medium_sd{seed}' / 'flags.json', 'env_name', 'pointmaze-medium-stitch-v0')
+    same = script('results.py', f'--runs={tmp_path / "runs"}', '--decimals=1')
+    assert '| average | **20.3** |' in same.stdout and 'not averaged' not in same.stdout, same.stdout
