@@ -44,7 +44,7 @@ def field_comments(agent_class) -> Dict[str, str]:
     """{field: its one-line comment} for the fields of `agent_class`'s config: the `name=value,  # comment` lines of
     its module's get_config() (and of the module of a hierarchy's low level), the shared encoder fields
     (agents/base.py's ENCODER_FIELDS) and goal mixtures (`**goal_mixture('name', ...),  # comment`, each field
-    described by utils/sampler.py's MIXTURE_FIELD_MEANINGS), and the preset label."""
+    described by utils/training.py's MIXTURE_FIELD_MEANINGS), and the preset label."""
     from agents.base import ENCODER_FIELDS
 
     comments = {'preset': 'The preset this config is (a label: names the run, read by no agent).'}

@@ -66,12 +66,15 @@ class TrainState(flax.struct.PyTreeNode):
         ones, or `self.params` when acting. There is no default, so every call says which."""
         return self.model.apply({'params': params}, *args, name=name, **kwargs)
 
+    def apply_gradients(self, grads):
+        updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
+        return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates), opt_state=opt_state)
+
     def apply_loss_fn(self, loss_fn):
         """One gradient step on `loss_fn(params) -> (loss, info)`; `info` gains the global gradient norm."""
         grads, info = jax.grad(loss_fn, has_aux=True)(self.params)
         info['grad_norm'] = optax.tree.norm(grads)
-        updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
-        return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates), opt_state=opt_state), info
+        return self.apply_gradients(grads), info
 
 
 def update_keys(rng):

@@ -16,13 +16,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import TARGET_RULES
+from agents.base import TARGET_RULES, frozen
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import one_of
 from utils.networks import GaussianActor
 from utils.rl_losses import awr_actor_loss, ddpg_bc_actor_loss, iql_critic_loss, iql_value_loss
 from utils.training import goal_mixture
-from agents.base import frozen
 from utils.value_networks import ValueEnsemble
 
 

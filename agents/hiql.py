@@ -22,13 +22,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from agents.base import TARGET_RULES
+from agents.base import TARGET_RULES, frozen
 from agents.rl_base import GoalConditionedRLAgent
 from utils.config_checks import at_least, non_negative, switch
 from utils.networks import GaussianActor, length_normalize, sample_gaussian
 from utils.rl_losses import awr_actor_loss, implicit_v_loss
 from utils.training import BatchSpec, goal_mixture
-from agents.base import frozen
 from utils.value_networks import GoalRepresentation, ValueEnsemble
 
 

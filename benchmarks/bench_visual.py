@@ -4,7 +4,7 @@
 
 Rendering: frames/s of `datagen.visual.FrameRenderer` (set qpos/qvel, render 64x64 with the
 visual env's camera) on states of a random-action antmaze rollout, i.e. what building a visual
-dataset costs per row. Training: gradient steps/s of `utils.training.train_steps` (fused, on-device
+dataset costs per row. Training: gradient steps/s of `utils.training.train` (fused, on-device
 sampling) for each preset at batch 256 on random uint8 frames (speed does not depend on the
 pixels), after a compile-and-warm-up call. Every figure comes from this one process.
 """

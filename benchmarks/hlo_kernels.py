@@ -4,7 +4,7 @@
     python benchmarks/hlo_kernels.py --presets byol_gamma_a --num_seeds 16 --top 20 --json out.json
 
 For each preset and seed count N this lowers and compiles exactly the program main.py runs
-(`utils.training.train_steps` for one seed, `utils.training.train_steps_multi` for N vmapped seeds:
+(`utils.training.train` for one seed, and vmapped over N seeds:
 `--steps_per_call` updates in one `lax.scan`, on-device sampling included) at batch `--batch_size` per seed, on the
 backend JAX sees, and prints from the compiled program (`benchmarks.hlo_stats`, which documents the counting rule):
 GFLOP per update (XLA's cost analysis of the unoptimised program), kernels per update (every kernel the scan's loop body launches), and where

@@ -1,7 +1,7 @@
 """Kernels per training step, read from the compiled, optimised HLO of a jitted program.
 
 `program_stats(compiled)` takes what `jax.jit(f).lower(...).compile()` returns for a program whose work is one
-`lax.scan` (main.py's fused update, `utils.training.train_steps` / `utils.training.train_steps_multi`) and
+`lax.scan` (main.py's fused update, `utils.training.train`) and
 reports, for one iteration of that scan (one update):
 
   * `kernels`: how many separate kernels XLA launches (the counting rule below), with a breakdown `by_kind`
@@ -235,8 +235,17 @@ def kind_of(module: HloModule, instruction: Instruction) -> str:
 
 # Where a kernel comes from: the first rule (in this order) that any frame of its source stack matches. jax.random's
 # own frames are not in the stack (JAX leaves its internals out), so random ops are told by their op_name.
+SAMPLER_FUNCTIONS = ('sample_batch', 'sample_goal_indices', 'geometric_offset', 'uniform_future_index', 'observations_at',
+                     'goal_rewards', '_hierarchical_goals')
+
+
+def in_sampler(f, fn) -> bool:
+    """Whether a frame is the sampler's: utils/training.py's batch drawing, or the pixel steps it calls."""
+    return f.endswith('utils/pixel_batches.py') or (f.endswith('utils/training.py') and fn in SAMPLER_FUNCTIONS)
+
+
 SOURCE_RULES = (
-    ('sampler', lambda f, fn: f.endswith(('utils/sampler.py', 'utils/pixel_batches.py'))),
+    ('sampler', in_sampler),
     ('EMA targets', lambda f, fn: fn.startswith(('ema_update', 'Agent.updated_targets', 'fused_ema'))),
     ('grad norm', lambda f, fn: fn in ('tree_norm', 'tree_sum', 'global_norm') or fn.startswith('grad_norm')),
     ('optimizer (Adam)', lambda f, fn: '/optax/' in f or fn.startswith(('TrainState.apply_gradients', 'TrainState._apply_gradients'))),
@@ -255,9 +264,9 @@ def source_of(module: HloModule, instruction: Instruction) -> str:
     for jax.random's hash (told by its op_name); else the innermost frame of this project's code, else 'other'."""
     frames = module.stack(instruction)
     op_name = instruction.metadata().get('op_name', '')
-    in_sampler = any(f.endswith(('utils/sampler.py', 'utils/pixel_batches.py')) for f, _ in frames)
+    sampling = any(in_sampler(f, fn) for f, fn in frames)
     if any(name in op_name for name in RNG_OP_NAMES):
-        return 'sampler (rng)' if in_sampler else 'rng (jax.random)'
+        return 'sampler (rng)' if sampling else 'rng (jax.random)'
     if not frames:
         return 'unattributed (XLA-made)' if not op_name else 'other'
     label = next((name for name, rule in SOURCE_RULES if any(rule(f, fn) for f, fn in frames)), None)

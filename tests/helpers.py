@@ -301,15 +301,31 @@ def assert_recorded_metrics(preset, infos):
 # ---------------------------------------------------------------------------------------------
 
 ADDING_A_METHOD = os.path.join(ROOT, 'docs', 'adding_a_method.md')
+# The files one BYOL-gamma^a update reads from main.py's loop (its section "One update, file by file").
+READING_PATH = ['agents/base.py', 'agents/byol_gamma.py', 'main.py', 'utils/networks.py', 'utils/training.py']
+# Its sections that change the repository, as the reader applies them.
+ENCODER_SETTING = 'Adding an encoder setting for every method'
+SPR_EXAMPLE = 'Worked example 1: SPR-cos'
+TD_VALUE_EXAMPLE = 'Worked example 2: TD-value'
 
 
-def example_blocks():
-    """{file the block belongs in: its code}, for the worked example's numbered blocks '**N. `path`**'."""
+def guide_section(title):
+    """The text of the section of docs/adding_a_method.md titled `title` (up to the next section)."""
     with open(ADDING_A_METHOD) as f:
         text = f.read()
-    example = text[text.index('## Worked example'):]
-    blocks = re.findall(r'\*\*\d+\. `([^`]+)`\*\*.*?```python\n(.*?)```', example, flags=re.S)
-    return dict(blocks)
+    start = text.index(f'\n## {title}')
+    end = text.find('\n## ', start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def example_blocks(title):
+    """{file the block belongs in: its code}, for the numbered blocks '**N. `path`**' of a worked example."""
+    return dict(re.findall(r'\*\*\d+\. `([^`]+)`\*\*.*?```python\n(.*?)```', guide_section(title), flags=re.S))
+
+
+def placed_blocks(title):
+    """[(file, the place in it, code)] for the numbered blocks '**N. `path`, `place`**' of a guide section."""
+    return re.findall(r'\*\*\d+\. `([^`]+)`, `([^`]+)`\*\*.*?```python\n(.*?)```', guide_section(title), flags=re.S)
 
 
 def module_from_source(name, source, path):

@@ -221,7 +221,7 @@ COMMON_RULES = {
 DISCOUNT_RULE = Rule(lambda v: is_finite_number(v) and 0.0 <= v < 1.0,
                      'must lie in [0, 1) (geometric offsets k ~ Geometric(1 - gamma) need gamma < 1)', 0.99)
 
-# The rules of the sampler's fields (utils/sampler.py's SAMPLER_FIELDS), which hold for the agents that declare them
+# The rules of the sampler's fields (utils/training.py's SAMPLER_FIELDS), which hold for the agents that declare them
 # in their BatchSpec. Crop augmentation acts on images only.
 SAMPLER_RULES = {
     'nstep': non_negative(0),
@@ -232,9 +232,9 @@ SAMPLER_RULES = {
     'gc_negative': switch(True),
 }
 if set(SAMPLER_RULES) != set(SAMPLER_FIELDS):
-    raise AssertionError('every sampler field (utils/sampler.py) needs its rule here, and only those')
+    raise AssertionError('every sampler field (utils/training.py) needs its rule here, and only those')
 
-# A goal mixture's fields (utils/sampler.py): three probabilities that sum to 1, and the trajectory offsets' law.
+# A goal mixture's fields (utils/training.py): three probabilities that sum to 1, and the trajectory offsets' law.
 MIXTURE_PROBABILITIES = MIXTURE_FIELDS[:3]
 # Config keys that name a config rather than set it.
 LABELS = ('preset',)
@@ -245,7 +245,7 @@ class RuleOwner:
     rules: they are merged with its bases' when the class is defined (a rule on a field a base also
     checks replaces the base's; `None` for a field of its bases that it does not read removes it), so
     `SomeAgent.CONFIG_RULES` is every rule its config must meet besides COMMON_RULES and those of the sampler fields
-    its `BATCH` declares (utils/sampler.py)."""
+    its `BATCH` declares (utils/training.py)."""
 
     CONFIG_RULES = {}
     BATCH = BatchSpec()  # what its batches hold: its goal mixtures and the sampler fields its config sets
@@ -355,7 +355,7 @@ def validate_config(config, agent_class):
         raise ConfigError(f'Agent {name!r} declares batches that need {", ".join(missing)} (its BATCH: goal mixtures '
                           f'{", ".join(agent_class.BATCH.mixtures) or "none"}; sampler fields '
                           f'{", ".join(agent_class.BATCH.reads) or "none"}), but its config lacks them. Add them to its '
-                          f'get_config() (a goal mixture\'s fields: utils.sampler.goal_mixture).')
+                          f'get_config() (a goal mixture\'s fields: utils.training.goal_mixture).')
     for key in config.keys():
         value = config[key]
         rule = rule_for(key, agent_class)

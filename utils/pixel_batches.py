@@ -1,5 +1,5 @@
 """The sampler's steps for pixel observations (docs/visual.md): frame stacking, random-crop augmentation, and the
-example input a frame stack implies. `utils.sampler.sample_batch` calls them only when `frame_stack > 1` or
+example input a frame stack implies. `utils.training.sample_batch` calls them only when `frame_stack > 1` or
 `p_aug > 0`; state-based agents never run anything here.
 """
 
@@ -12,9 +12,9 @@ def stacked_observations(data, rows, frame_stack: int):
     """Observations of `rows` (any shape S), each the channel-wise stack [o_{i-F+1}, ..., o_i] of its
     last F = `frame_stack` frames; frames before the episode's first row repeat that first row (as
     OGBench's frame stacking, and as an evaluation episode starts). The sampler gathers F = 1 itself
-    (`utils.sampler.observations_at`).
+    (`utils.training.observations_at`).
 
-    `data` is a `utils.sampler.DeviceDataset`. Row i - j lies in i's episode iff it has the same episode end;
+    `data` is a `utils.training.DeviceDataset`. Row i - j lies in i's episode iff it has the same episode end;
     once a step back leaves the episode every further one does too, so holding the last in-episode row gives
     max(i - j, start).
     """

@@ -7,7 +7,7 @@ against its equations.
 Each function's docstring gives the equation it implements, in the notation of the OGBench paper
 (Park et al. 2024, "OGBench: Benchmarking Offline Goal-Conditioned RL", arXiv:2410.20092, appendix on
 the reference agents). Conventions: values and Q-values are arrays whose leading axes are batch (or
-ensemble) axes; rewards r and masks m come from the sampler (`utils.sampler.sample_batch`): m = 0
+ensemble) axes; rewards r and masks m come from the sampler (`utils.training.sample_batch`): m = 0
 exactly when the value goal is the current state, and r = -m (`gc_negative`) or 1 - m.
 """
 

@@ -1,22 +1,27 @@
-"""docs/adding_a_method.md's worked example, applied for real: in a copy of the repository, its blocks are written
-where the document puts them (the agent file, the entry at the end of configs/presets.py's METHODS, the method's
-test), its record command is run, and then the method's own test and the generic agent and config tests run there
-on the new preset. The change touches exactly the files the document lists. An edit of the document, or of the code,
-that breaks the example fails here."""
+"""docs/adding_a_method.md's changes, applied for real: in a copy of the repository, the encoder setting for every
+method and both worked examples are written where the document puts them (the ENCODER_FIELDS entry and its reader in
+agents/base.py; each example's agent file, its entry at the end of configs/presets.py's METHODS, its test), the record
+command is run, and then the methods' own tests, the generic agent and config tests, and the new setting's behaviour
+are checked there. The changes touch exactly the files the document lists. An edit of the document, or of the code,
+that breaks them fails here."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import ROOT, example_blocks, presets_source_with_entry
+from tests.helpers import (ENCODER_SETTING, READING_PATH, ROOT, SPR_EXAMPLE, TD_VALUE_EXAMPLE, example_blocks,
+                           placed_blocks, presets_source_with_entry)
 
 pytestmark = pytest.mark.xdist_group('adding_a_method')
 
-DOCUMENTED_FILES = ['agents/cosine_spr.py', 'configs/presets.py', 'tests/agents/test_cosine_spr.py']
+EXAMPLES = {SPR_EXAMPLE: 'cosine_spr', TD_VALUE_EXAMPLE: 'td_value'}
+DOCUMENTED_FILES = ['agents/base.py', 'agents/cosine_spr.py', 'agents/td_value.py', 'configs/presets.py',
+                    'tests/agents/test_cosine_spr.py', 'tests/agents/test_td_value.py']
 
 
 def repository_copy(destination):
@@ -32,43 +37,170 @@ def repository_copy(destination):
         subprocess.run(['git', *command], cwd=destination, check=True, capture_output=True)
 
 
+def add_encoder_setting(base_py):
+    """agents/base.py with the guide's encoder setting: its entry at the end of ENCODER_FIELDS, `state_encoder`'s
+    EnsembleEncoder statement replaced by the guide's, and the import the guide names."""
+    (file_entry, entry_place, entry), (file_reader, reader_place, reader) = placed_blocks(ENCODER_SETTING)
+    assert (file_entry, entry_place, file_reader, reader_place) == ('agents/base.py', 'ENCODER_FIELDS', 'agents/base.py',
+                                                                    'state_encoder')
+    source = base_py.read_text()
+    start = source.index('ENCODER_FIELDS = {')
+    end = source.index('\n}\n', start)
+    source = source[:end] + '\n' + entry.rstrip() + source[end:]
+    function = source.index('def state_encoder(')
+    statement = re.compile(r'    encoder = EnsembleEncoder\(.*?\)\n(?=    return)', re.S)
+    match = statement.search(source, function)
+    assert match, 'state_encoder has no EnsembleEncoder statement for the guide to replace'
+    source = source[:match.start()] + reader.rstrip() + '\n' + source[match.end():]
+    source = source.replace('import flax\n', 'import flax\nimport flax.linen as nn\n', 1)
+    base_py.write_text(source)
+
+
 @pytest.fixture(scope='module')
 def applied(tmp_path_factory):
-    """A repository copy with the worked example applied as the document says, its record command run."""
+    """A repository copy with the guide's changes applied as it says, its record command run."""
     copy = tmp_path_factory.mktemp('adding_a_method') / 'repo'
     repository_copy(copy)
-    blocks = example_blocks()
-    assert sorted(blocks) == DOCUMENTED_FILES, sorted(blocks)
-    (copy / 'agents' / 'cosine_spr.py').write_text(blocks['agents/cosine_spr.py'])
-    (copy / 'tests' / 'agents' / 'test_cosine_spr.py').write_text(blocks['tests/agents/test_cosine_spr.py'])
+    add_encoder_setting(copy / 'agents' / 'base.py')
     presets = copy / 'configs' / 'presets.py'
-    presets.write_text(presets_source_with_entry(blocks['configs/presets.py'], str(presets)))
-    env = dict(os.environ, PYTHONPATH=str(copy), JAX_PLATFORMS='cpu', JAX_DISABLE_MOST_OPTIMIZATIONS='1')
+    for title, name in EXAMPLES.items():
+        blocks = example_blocks(title)
+        assert sorted(blocks) == [f'agents/{name}.py', 'configs/presets.py', f'tests/agents/test_{name}.py'], blocks
+        (copy / 'agents' / f'{name}.py').write_text(blocks[f'agents/{name}.py'])
+        (copy / 'tests' / 'agents' / f'test_{name}.py').write_text(blocks[f'tests/agents/test_{name}.py'])
+        presets.write_text(presets_source_with_entry(blocks['configs/presets.py'], str(presets)))
+    env = dict(os.environ, PYTHONPATH=str(copy), JAX_PLATFORMS='cpu')
     record = subprocess.run([sys.executable, '-m', 'tests.agents.test_regression', '--record'], cwd=copy, env=env,
                             capture_output=True, text=True, timeout=600)
-    assert record.returncode == 0 and 'cosine_spr' in record.stdout, record.stdout + record.stderr[-3000:]
+    assert record.returncode == 0 and 'cosine_spr, td_value' in record.stdout, record.stdout + record.stderr[-3000:]
     return copy, env
 
 
-def test_the_change_touches_only_what_the_guide_lists(applied):
+def test_the_changes_touch_only_what_the_guide_lists(applied):
     copy, _ = applied
     status = subprocess.run(['git', 'status', '--porcelain'], cwd=copy, capture_output=True, text=True, check=True).stdout
     assert sorted(line[3:] for line in status.splitlines()) == sorted(DOCUMENTED_FILES + ['tests/data/agent_metrics.json'])
     before = json.loads(subprocess.run(['git', 'show', 'HEAD:tests/data/agent_metrics.json'], cwd=copy, capture_output=True,
                                        text=True, check=True).stdout)
     after = json.loads((copy / 'tests' / 'data' / 'agent_metrics.json').read_text())
-    assert sorted(after) == sorted([*before, 'cosine_spr']) and all(after[p] == before[p] for p in before)
+    assert sorted(after) == sorted([*before, 'cosine_spr', 'td_value']) and all(after[p] == before[p] for p in before)
 
 
-def test_the_suite_passes_with_the_method_added(applied):
-    """The method's own test, and every generic test that takes the new preset, in the copy."""
+def test_the_suite_passes_with_the_changes(applied):
+    """The methods' own tests, and every generic test that takes the new presets, in the copy; BYOL-gamma^a's trained
+    numbers equal its record there, so the new encoder setting at its default changes nothing."""
     copy, env = applied
-    tests = ['tests/agents/test_cosine_spr.py', 'tests/agents/test_agents.py', 'tests/agents/test_regression.py',
-             'tests/unit/test_config.py']
+    tests = ['tests/agents/test_cosine_spr.py', 'tests/agents/test_td_value.py', 'tests/agents/test_agents.py',
+             'tests/agents/test_regression.py', 'tests/unit/test_config.py']
     result = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-k',
-                             'cosine_spr or every_preset', *tests], cwd=copy, env=env, capture_output=True, text=True,
-                            timeout=900)
+                             'cosine_spr or td_value or every_preset or finite_decreasing_loss and byol_gamma_a',
+                             *tests], cwd=copy, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
     passed = int(summary.split(' passed')[0].split()[-1])
-    assert passed >= 6 and 'failed' not in summary, result.stdout[-4000:]
+    assert passed >= 12 and 'failed' not in summary, result.stdout[-4000:]
+
+
+SETTING_PROBE = '''
+import flax.linen as nn, numpy as np
+import main
+from utils.errors import ConfigError
+request = main.request_of(["main.py", "--agent=configs/presets.py:byol_gamma_a", "--agent.encoder_activation=relu"])
+agent = main.compiled_create(request.agent_class, np.zeros((1, 4), np.float32), np.zeros((1, 2), np.float32),
+                             request.config)(0)
+print("activation", agent.network.model.modules["encoder"].activation is nn.relu)
+try:
+    main.request_of(["main.py", "--agent=configs/presets.py:gcbc", "--agent.encoder_activation=relu"])
+except ConfigError as error:
+    print("refused", error)
+'''
+
+
+def test_the_new_encoder_setting_reaches_phi_and_is_refused_where_nothing_reads_it(applied):
+    """`--agent.encoder_activation=relu` builds phi with ReLU; `--print_config` lists the field with the meaning its
+    entry gives; plain GCBC, which has no phi, refuses it (the entry marks it as phi's)."""
+    copy, env = applied
+    probe = subprocess.run([sys.executable, '-c', SETTING_PROBE], cwd=copy, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert 'activation True' in probe.stdout
+    assert "refused agent.encoder_activation='relu' is read only when use_phi=True" in probe.stdout
+    listing = subprocess.run([sys.executable, 'main.py', '--agent=configs/presets.py:tra', '--print_config'], cwd=copy,
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert re.search(r"^encoder_activation = 'gelu' +# phi's hidden-layer activation\.$", listing.stdout, re.M), \
+        listing.stdout + listing.stderr[-2000:]
+
+
+NUMBERS = {'five': 5, 'six': 6}
+
+
+def walk_steps(title):
+    """[(file, text)] of the numbered steps '1. `file`: ...' of a guide section, and the file count its first line
+    states ('... crosses six files' / 'reads five files')."""
+    from tests.helpers import guide_section
+
+    section = guide_section(title)
+    steps = re.findall(r'^\d+\. `([^`]+)`: (.*?)(?=^\d+\. `|^\n|\Z)', section, flags=re.S | re.M)
+    stated = re.search(r'\b(five|six) files\b', section).group(1)
+    return steps, NUMBERS[stated], section
+
+
+def defined_names(path):
+    """Every function, class and method a file defines, methods as Class.method."""
+    import ast
+
+    tree = ast.parse(open(os.path.join(ROOT, path)).read())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            names.update(f'{node.name}.{item.name}' for item in node.body if isinstance(item, ast.FunctionDef))
+    return names
+
+
+@pytest.mark.parametrize('title', ['`alpha`, from the command line to the loss', 'One update, file by file'])
+def test_the_guides_walks_name_what_the_code_defines(title):
+    """Each step of the guide's walks names a file and, in code quotes, functions and methods that file defines (a
+    `Class.method` whose class the file defines must be one of its methods); the count the section states is the
+    number of files its steps name."""
+    steps, stated, _ = walk_steps(title)
+    assert len({path for path, _ in steps}) == stated, steps
+    for path, text in steps:
+        defined = defined_names(path)
+        found = []
+        for token in re.findall(r'`([A-Za-z_][\w.]*)(?:\([^`]*\))?`', text):
+            parts = token.split('.')
+            if len(parts) >= 2 and parts[-2] in defined:  # Class.method of this file: it must exist
+                assert '.'.join(parts[-2:]) in defined, (path, token)
+                found.append(token)
+            elif parts[-1] in defined:
+                found.append(token)
+        assert found, (path, text)
+
+
+def test_the_update_walk_is_the_file_counting_tests_and_its_lines_are_counted():
+    steps, _, section = walk_steps('One update, file by file')
+    assert sorted(path for path, _ in steps) == READING_PATH
+    lines = sum(len(open(os.path.join(ROOT, path)).read().splitlines()) for path in READING_PATH)
+    stated = int(re.search(r'about ([\d,]+) lines', section).group(1).replace(',', ''))
+    assert abs(lines - stated) <= 100, (lines, stated)  # "about": within 100 lines
+
+
+def test_alpha_reaches_the_loss_as_the_walk_says():
+    """`--agent.alpha=6` on the command line is the weight of L_aux in BCAgent.total_loss."""
+    import jax
+    import numpy as np
+
+    import main
+    from tests.helpers import ACTION_DIM, OBS_DIM, toy_dataset
+    from utils.training import batch_config, sample_batch
+
+    request = main.request_of(['main.py', '--agent=configs/presets.py:byol_gamma_a', '--agent.alpha=6',
+                               '--agent.batch_size=8', '--agent.actor_hidden_dims=(16,)'])
+    agent = main.compiled_create(request.agent_class, np.zeros((1, OBS_DIM), np.float32),
+                                 np.zeros((1, ACTION_DIM), np.float32), request.config)(0)
+    batch = sample_batch(jax.random.PRNGKey(0), toy_dataset(), batch_config(agent))
+    loss, info = agent.total_loss(batch, agent.network.params)
+    assert agent.config['alpha'] == 6.0
+    np.testing.assert_allclose(loss, info['actor/bc_loss'] + 6.0 * info['representation/loss'], rtol=1e-6)

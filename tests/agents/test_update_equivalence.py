@@ -15,7 +15,7 @@ import pytest
 
 from configs.presets import get_config as preset_config
 from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from tests.helpers import ROOT, make_agent, small, toy_dataset
+from tests.helpers import READING_PATH, ROOT, make_agent, small, toy_dataset
 from utils.optimizers import OneVector, ravel_leaves, unravel_like, with_optimizer
 from utils.training import stack_trees, train
 
@@ -135,9 +135,6 @@ def test_a_checkpoint_of_version_0_3_0_resumes_to_what_that_version_computed():
     _, infos = train(agent, toy_dataset(), jax.random.PRNGKey(0), step, 3)
     for name, values in expected.items():
         np.testing.assert_allclose(infos[name], values, rtol=1e-6, atol=1e-7, err_msg=name)
-
-
-READING_PATH = ['agents/base.py', 'agents/byol_gamma.py', 'main.py', 'utils/networks.py', 'utils/training.py']
 
 
 def test_one_byol_gamma_update_is_read_in_five_files_from_main_pys_loop():

@@ -75,7 +75,7 @@ from typing import List, Tuple
 
 import pytest
 
-from tests.helpers import example_blocks, module_from_source, presets_source_with_entry
+from tests.helpers import SPR_EXAMPLE, TD_VALUE_EXAMPLE, example_blocks, module_from_source, presets_source_with_entry
 
 pytestmark = pytest.mark.xdist_group('test_docs')  # its sandbox is built once, in one worker
 
@@ -411,7 +411,8 @@ def path_problems(page):
     headings that do not exist."""
     with open(os.path.join(ROOT, page)) as f:
         text = f.read()
-    problems, created = [], set(example_blocks())  # the worked example's files, which the reader creates
+    created = set(example_blocks(SPR_EXAMPLE)) | set(example_blocks(TD_VALUE_EXAMPLE))  # files the reader creates
+    problems = []
     for match in REPO_PATH.finditer(text):
         path = match.group(1)
         if re.search(r'[<>{}]', path) or text[match.end():match.end() + 1] == '<' or path in created:
@@ -552,7 +553,7 @@ def make_sandbox(root, pointmaze_data_dir):
         (root / 'stand-ins' / tool).write_text(STAND_IN)
         (root / 'stand-ins' / tool).chmod(0o755)
     # docs/adding_a_method.md's worked example, applied as the page says, for its "Use it" commands.
-    blocks = example_blocks()
+    blocks = example_blocks(SPR_EXAMPLE)
     (root / 'agents' / 'cosine_spr.py').write_text(blocks['agents/cosine_spr.py'])
     os.unlink(root / 'configs' / 'presets.py')
     (root / 'configs' / 'presets.py').write_text(presets_source_with_entry(blocks['configs/presets.py']))
@@ -610,7 +611,8 @@ STITCH_TOY_PROTOCOL = dict(train_steps=20, eval_interval=10, eval_episodes=1, ev
 
 def example_config(preset):
     """The worked example's config, as its preset gives it (the agent file's get_config, named after the preset)."""
-    module = module_from_source('cosine_spr_example', example_blocks()['agents/cosine_spr.py'], 'agents/cosine_spr.py')
+    module = module_from_source('cosine_spr_example', example_blocks(SPR_EXAMPLE)['agents/cosine_spr.py'],
+                                'agents/cosine_spr.py')
     config = module.get_config()
     config.preset = preset
     return config

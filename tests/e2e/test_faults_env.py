@@ -14,7 +14,8 @@ import pytest
 from runtime import checkpoints
 from runtime.loggers import read_csv_rows
 from runtime.subprocesses import set_up_then_exec
-from tests.helpers import BUDGET, ENDLESS, ENV, MAIN, ROOT, error_paragraph, finish, main_command, run, start, wait_until
+from tests.helpers import (BUDGET, ENDLESS, ENV, MAIN, ROOT, error_paragraph, finish, main_command, run, start,
+                           wait_until)
 
 
 # main.py with the wall clock stepped 2 hours ahead as training starts (NTP, a laptop's suspend), as time.time sees it.

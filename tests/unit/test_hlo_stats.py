@@ -13,7 +13,7 @@ from benchmarks.hlo_stats import HloModule, count_kernels, main_loop, module_sta
 HLO = """HloModule test, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
 
 FileNames
-1 "/work/main/utils/sampler.py"
+1 "/work/main/utils/training.py"
 2 "/work/main/.venv/lib/python3.11/site-packages/optax/_src/transform.py"
 
 FunctionNames
