@@ -222,6 +222,20 @@ def test_plot_curves(sweep_dir, tmp_path, capsys):
     assert os.path.exists(tmp_path / 'antmaze-medium-stitch-all.png')
 
 
+def test_every_setting_of_a_method_has_a_band_of_its_own(sweep_dir, monkeypatch):
+    """--all_settings: BYOL-gamma^a's two alphas share its colour; their bands differ by hatching (the first plain), and
+    their lines by style."""
+    drawn = []
+    monkeypatch.setattr(plot_curves, 'save_figure', lambda figure, path: drawn.append(figure))
+    monkeypatch.setattr(plot_curves.plt, 'close', lambda figure: None)
+    assert plot_curves.main([f'--runs={sweep_dir}', '--out=unused_{env}.png', '--all_settings', '--band=ci']) == 0
+    axes = drawn[0].axes[0]  # antmaze-medium-stitch: BYOL-gamma^a at alpha 1 and 6, TRA, GCBC, FB
+    bands = [(band.get_hatch(), tuple(np.round(band.get_facecolor()[0][:3], 3))) for band in axes.collections]
+    lines = [(line.get_linestyle(), line.get_color()) for line in axes.get_lines()]
+    assert len(bands) == len(set(bands)) == len(lines) == len(set(lines)) == 5, (bands, lines)
+    assert [hatch for hatch, _ in bands[:2]] == [None, '///'] and bands[0][1] == bands[1][1]
+
+
 def test_mean_curve_with_unequal_seeds(tmp_path):
     root = str(tmp_path)
     write_run(root, MAZE, 'gcbc', 0, [0.2, 0.4])
