@@ -37,7 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from runtime.exits import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
-from runtime.run_dir import RunDir
+from runtime import atomic_io
+from runtime.run_dir import FLAGS_FILE, TRAIN_LOG, RunDir
 from runtime.subprocesses import set_up_then_exec
 from utils.errors import ConfigError
 
@@ -562,8 +563,62 @@ def log_tail(path: str, lines: int = 5, indent: str = '    ') -> str:
     return '\n'.join(indent + line for line in tail)
 
 
+# How often the local backend prints the steps its running jobs have reached (--progress_interval).
+PROGRESS_INTERVAL_S = 60.0
+# main.py's --train_steps when a command does not set it (its Flags default).
+MAIN_DEFAULT_TRAIN_STEPS = 1_000_000
+
+
+def last_logged_step(run_dir: str, tail_bytes: int = 8192) -> Optional[int]:
+    """The step of the last whole row of a run's train.csv, read from the file's header and its last few KB however
+    long the run; None before its first row (the job is still starting: loading data, compiling)."""
+    try:
+        with open(os.path.join(run_dir, TRAIN_LOG), 'rb') as f:
+            header = f.readline().decode(errors='replace').rstrip('\r\n').split(',')
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - tail_bytes))
+            tail = f.read()
+    except OSError:
+        return None
+    if 'step' not in header:
+        return None
+    column = header.index('step')
+    for line in reversed(tail.split(b'\n')[:-1]):  # whole lines only: the last, without its newline, may be cut off
+        fields = line.decode(errors='replace').split(',')
+        if len(fields) == len(header) and fields[column].isdigit():
+            return int(fields[column])
+    return None
+
+
+def job_train_steps(job: Job) -> int:
+    """The steps the job trains: its run's flags.json once main.py has written it, else its command's --train_steps
+    (the last one wins, as in main.py), else main.py's default."""
+    try:
+        return int(atomic_io.read_json(os.path.join(job.runs[0].run_dir, FLAGS_FILE))['train_steps'])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    given = [arg.split('=', 1)[1] for arg in job.command if arg.startswith('--train_steps=')]
+    return int(given[-1]) if given and given[-1].isdigit() else MAIN_DEFAULT_TRAIN_STEPS
+
+
+def job_progress(job: Job) -> str:
+    """'<job>: step <s>/<total> (<p>%)', or '<job>: starting' before its first train.csv row. The seeds of one job train
+    in one process, in step, so its first run's log stands for all of them."""
+    step = last_logged_step(job.runs[0].run_dir)
+    if step is None:
+        return f'{job.name}: starting'
+    total = job_train_steps(job)
+    return f'{job.name}: step {step}/{total} ({100 * step / total:.0f}%)' if total else f'{job.name}: step {step}'
+
+
+def elapsed_text(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f'{minutes // 60}h{minutes % 60:02d}m{seconds:02d}s' if minutes >= 60 else f'{minutes}m{seconds:02d}s'
+
+
 def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, gpus: Optional[Sequence[str]] = None,
-                 runs_per_gpu: int = 1, mem_fraction: Optional[float] = None) -> List[JobOutcome]:
+                 runs_per_gpu: int = 1, mem_fraction: Optional[float] = None,
+                 progress_interval: float = PROGRESS_INTERVAL_S) -> List[JobOutcome]:
     """Run jobs on parallel slots; a failure is reported and the others go on.
 
     Slots: `workers` of them, or with `gpus` `runs_per_gpu` per GPU (`worker_slots`), each job then seeing
@@ -571,11 +626,16 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
     after a `=== <time> <command>` header. On SIGINT or SIGTERM the running jobs get SIGTERM (main.py then
     saves a checkpoint and exits 143) and no new job starts; a job main.py stopped at its --time_limit
     (exit 75) is 'time limit'. Rerunning the sweep resumes both.
+
+    Printed to `out` as it happens: a line when a job starts (`[started k/N] <job>, log <path>`) and when it ends
+    (`[k/N] <job>: <outcome>`), and every `progress_interval` seconds (0: never) one line with the step each running
+    job has reached (`job_progress`), so a sweep of long jobs is never silent for long.
     """
     slots = worker_slots(workers, gpus, runs_per_gpu, mem_fraction)
     out = out or sys.stdout
     stopping, lock, live = threading.Event(), threading.Lock(), set()
-    done_count = [0]
+    done_count, started_count, running = [0], [0], {}  # running: job -> its process, in start order
+    launched = time.monotonic()
     free_slots = queue.Queue()
     for slot in slots:
         free_slots.put(slot)
@@ -603,6 +663,10 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
                                        env=env, start_new_session=True)
             with lock:
                 live.add(process)
+                running[job] = process
+                started_count[0] += 1
+                print(f'[started {started_count[0]}/{len(jobs)}] {job.name}{on_gpu}, log {job.log_path}', file=out,
+                      flush=True)
             if stopping.is_set():
                 process.terminate()
             returncode = process.wait()
@@ -617,6 +681,7 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
         outcome = JobOutcome(job, status, returncode, log_start, log_end, gpu)
         with lock:
             live.discard(process)
+            running.pop(job, None)
             done_count[0] += 1
             if status == 'time limit':
                 label = f'{RESUMABLE_EXIT_CODES[EXIT_TIME_LIMIT]} (exit {returncode}: checkpoint saved; rerun the sweep to resume)'
@@ -634,11 +699,27 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
         print(f'{signal.Signals(signum).name}: stopping; running jobs save a checkpoint. '
               f'Rerun the same command to resume.', file=out, flush=True)
 
+    finished = threading.Event()
+
+    def report_progress():
+        while not finished.wait(progress_interval):
+            with lock:
+                jobs_now, done = list(running), done_count[0]
+            if jobs_now:  # read outside the lock: a slow disk must not hold up a job's start or end
+                print(f'[progress {elapsed_text(time.monotonic() - launched)}, {done}/{len(jobs)} done] '
+                      + '; '.join(job_progress(job) for job in jobs_now), file=out, flush=True)
+
+    reporter = threading.Thread(target=report_progress, daemon=True) if progress_interval > 0 else None
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if reporter is not None:
+            reporter.start()
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             return list(pool.map(run_job, jobs))
     finally:
+        finished.set()
+        if reporter is not None:
+            reporter.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -364,6 +364,14 @@ STUB_MAIN = textwrap.dedent('''
         open(os.path.join(run_dir, 'STARTED'), 'w').close()
         while True:
             time.sleep(0.05)
+    if os.environ.get('STUB_PROGRESS'):  # main.py's flags.json, then train.csv rows as training goes on
+        pause = float(os.environ['STUB_PROGRESS'])
+        with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
+            json.dump(dict(train_steps=int(args['train_steps'])), f)
+        time.sleep(pause)  # loading and compiling: no row yet
+        with open(os.path.join(run_dir, 'train.csv'), 'w') as f:
+            f.write('step,training/total_loss\\n' + str(int(args['train_steps']) // 2) + ',0.5\\n999')  # 999: cut off
+        time.sleep(pause)
     if os.environ.get('STUB_TIME_LIMIT') and (os.environ['STUB_TIME_LIMIT'] == 'always'
                                               or not os.path.exists(os.path.join(run_dir, 'checkpoint'))):
         open(os.path.join(run_dir, 'checkpoint'), 'w').close()
