@@ -106,6 +106,10 @@ def plot(rows, method, baseline, confidence, path):
                       label=f"the paper's difference ({paper.MAIN_TABLE_SETTING})")
             axes.annotate(f'paper {R._signed(reported, 0)}', (reported, y), textcoords='offset points', xytext=(0, -13),
                           ha='center', fontsize='x-small')
+    # Room on both sides for the interval texts, which are centred on their points and wider than most intervals.
+    ends = [0.0] + [x for row in rows for x in (row.found.low, row.found.high, row.reported) if x is not None]
+    span = max(max(ends) - min(ends), 1.0)
+    axes.set_xlim(min(ends) - 0.3 * span, max(ends) + 0.3 * span)
     axes.axvline(0.0, color='black', linewidth=0.8)
     axes.set_yticks(positions, [row.text() for row in rows], fontsize='x-small')
     axes.set_ylim(-0.7, len(rows) - 0.3)

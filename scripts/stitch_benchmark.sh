@@ -13,10 +13,11 @@
 #     bash scripts/stitch_benchmark.sh -- --eval_max_steps=50      # tooling check (~20 min on 2 busy cores)
 #
 # Why this setting: a budget a 2-core CPU affords (0.6% of the paper's gradient steps, batch 256; four of
-# the methods, 32 runs, take about an hour; docs/results.md times each record). At it the comparison is
-# not decided: on pointmaze-large-stitch the methods differ on task 3 alone, and the paired intervals of
-# BYOL-gamma^a's difference from GCBC and from GCBC-phi reach below 0. docs/results.md has the numbers,
-# pointmaze-medium-stitch's (STITCH_ENV) too, and the commands that produced them.
+# the methods, 32 runs, took 48 and 85 minutes in the two committed records). At it, on pointmaze-large-stitch
+# the comparison is not decided: the methods differ on task 3 alone, and the paired intervals of
+# BYOL-gamma^a's difference from GCBC and from GCBC-phi reach below 0; on pointmaze-medium-stitch
+# (STITCH_ENV) GCBC is 17 points ahead of BYOL-gamma^a, against the paper's direction. docs/results.md has
+# the numbers and the commands that produced them.
 #
 # Budget knobs (environment variables, defaults in brackets): STITCH_ENV [pointmaze-large-stitch-v0],
 # STITCH_STEPS [6000] gradient steps, STITCH_BATCH [256], STITCH_EVAL_INTERVAL [STEPS / 3: three
