@@ -569,24 +569,50 @@ PROGRESS_INTERVAL_S = 60.0
 MAIN_DEFAULT_TRAIN_STEPS = 1_000_000
 
 
+def file_tail(path: str, start: int = 0, tail_bytes: int = 8192) -> Optional[bytes]:
+    """The whole lines of a file's last `tail_bytes` bytes after offset `start` (a line cut off by either end is
+    dropped), None if it cannot be read: a few KB however large the file."""
+    try:
+        with open(path, 'rb') as f:
+            size = f.seek(0, os.SEEK_END)
+            begin = max(start, size - tail_bytes)
+            f.seek(begin)
+            data = f.read()
+    except OSError:
+        return None
+    if begin > start:  # it starts mid-line
+        data = data[data.find(b'\n') + 1:]
+    return data[:data.rfind(b'\n') + 1]
+
+
 def last_logged_step(run_dir: str, tail_bytes: int = 8192) -> Optional[int]:
     """The step of the last whole row of a run's train.csv, read from the file's header and its last few KB however
-    long the run; None before its first row (the job is still starting: loading data, compiling)."""
+    long the run; None before its first row."""
     try:
         with open(os.path.join(run_dir, TRAIN_LOG), 'rb') as f:
             header = f.readline().decode(errors='replace').rstrip('\r\n').split(',')
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - tail_bytes))
-            tail = f.read()
     except OSError:
         return None
-    if 'step' not in header:
+    tail = file_tail(os.path.join(run_dir, TRAIN_LOG), tail_bytes=tail_bytes)
+    if 'step' not in header or not tail:
         return None
     column = header.index('step')
-    for line in reversed(tail.split(b'\n')[:-1]):  # whole lines only: the last, without its newline, may be cut off
+    for line in reversed(tail.splitlines()):
         fields = line.decode(errors='replace').split(',')
         if len(fields) == len(header) and fields[column].isdigit():
             return int(fields[column])
+    return None
+
+
+def progress_bar_step(job: Job, log_start: int = 0) -> Optional[Tuple[int, int]]:
+    """(step, total) of the last line main.py's progress bar wrote into the job's log since `log_start` (this attempt's
+    part): '<first run's name>[ (+k seeds)]: <step>/<total> (<p>%) in ...', written about every 30 s."""
+    tail = file_tail(job.log_path, log_start)
+    pattern = re.compile(re.escape(job.runs[0].name) + r'(?: \(\+\d+ seeds\))?: (\d+)/(\d+) \(\d+%\) in ')
+    for line in reversed((tail or b'').decode(errors='replace').splitlines()):
+        found = pattern.match(line)
+        if found:
+            return int(found.group(1)), int(found.group(2))
     return None
 
 
@@ -601,13 +627,15 @@ def job_train_steps(job: Job) -> int:
     return int(given[-1]) if given and given[-1].isdigit() else MAIN_DEFAULT_TRAIN_STEPS
 
 
-def job_progress(job: Job) -> str:
-    """'<job>: step <s>/<total> (<p>%)', or '<job>: starting' before its first train.csv row. The seeds of one job train
-    in one process, in step, so its first run's log stands for all of them."""
-    step = last_logged_step(job.runs[0].run_dir)
-    if step is None:
+def job_progress(job: Job, log_start: int = 0) -> str:
+    """'<job>: step <s>/<total> (<p>%)', the furthest step its run has logged (train.csv) or its progress bar has shown
+    (the job's log, this attempt's part), or '<job>: starting' before either (loading data, compiling). The seeds of
+    one job train in one process, in step, so its first run stands for all of them."""
+    bar = progress_bar_step(job, log_start)
+    steps = [step for step in (last_logged_step(job.runs[0].run_dir), bar and bar[0]) if step is not None]
+    if not steps:
         return f'{job.name}: starting'
-    total = job_train_steps(job)
+    step, total = max(steps), bar[1] if bar else job_train_steps(job)
     return f'{job.name}: step {step}/{total} ({100 * step / total:.0f}%)' if total else f'{job.name}: step {step}'
 
 
@@ -629,12 +657,13 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
 
     Printed to `out` as it happens: a line when a job starts (`[started k/N] <job>, log <path>`) and when it ends
     (`[k/N] <job>: <outcome>`), and every `progress_interval` seconds (0: never) one line with the step each running
-    job has reached (`job_progress`), so a sweep of long jobs is never silent for long.
+    job has reached (`job_progress`: its train.csv, or its progress bar in its log), so a sweep of long jobs is never
+    silent for long.
     """
     slots = worker_slots(workers, gpus, runs_per_gpu, mem_fraction)
     out = out or sys.stdout
     stopping, lock, live = threading.Event(), threading.Lock(), set()
-    done_count, started_count, running = [0], [0], {}  # running: job -> its process, in start order
+    done_count, started_count, running = [0], [0], {}  # running: job -> where its attempt's log starts, in start order
     launched = time.monotonic()
     free_slots = queue.Queue()
     for slot in slots:
@@ -663,7 +692,7 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
                                        env=env, start_new_session=True)
             with lock:
                 live.add(process)
-                running[job] = process
+                running[job] = log_start
                 started_count[0] += 1
                 print(f'[started {started_count[0]}/{len(jobs)}] {job.name}{on_gpu}, log {job.log_path}', file=out,
                       flush=True)
@@ -704,10 +733,10 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
     def report_progress():
         while not finished.wait(progress_interval):
             with lock:
-                jobs_now, done = list(running), done_count[0]
+                jobs_now, done = list(running.items()), done_count[0]
             if jobs_now:  # read outside the lock: a slow disk must not hold up a job's start or end
                 print(f'[progress {elapsed_text(time.monotonic() - launched)}, {done}/{len(jobs)} done] '
-                      + '; '.join(job_progress(job) for job in jobs_now), file=out, flush=True)
+                      + '; '.join(job_progress(job, start) for job, start in jobs_now), file=out, flush=True)
 
     reporter = threading.Thread(target=report_progress, daemon=True) if progress_interval > 0 else None
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
