@@ -520,8 +520,8 @@ def format_interval(low: float, high: float, decimals: int) -> str:
 def _signed(value: float, decimals: int) -> str:
     """A difference or a bound with its sign. One that rounds to zero at `decimals` but is not zero gets one more
     decimal, so its sign shows (-0.39 at 0 decimals: '-0.4'; -0.03: '-0.0'); only an exact zero prints unsigned."""
-    if value == 0:
-        return _number(0.0, decimals)
+    if value == 0 or not np.isfinite(value):
+        return _number(0.0 if value == 0 else value, decimals)  # 0 unsigned, -0.0 too; nan as it is
     if float(_number(value, decimals)) == 0:
         decimals += 1
     return ('+' if value > 0 else '-') + _number(abs(value), decimals)
