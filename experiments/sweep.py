@@ -37,7 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from runtime.exits import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
-from runtime.run_dir import RunDir
+from runtime import atomic_io
+from runtime.run_dir import FLAGS_FILE, TRAIN_LOG, RunDir
 from runtime.subprocesses import set_up_then_exec
 from utils.errors import ConfigError
 
@@ -570,8 +571,90 @@ def log_tail(path: str, lines: int = 5, indent: str = '    ') -> str:
     return '\n'.join(indent + line for line in tail)
 
 
+# How often the local backend prints the steps its running jobs have reached (--progress_interval).
+PROGRESS_INTERVAL_S = 60.0
+# main.py's --train_steps when a command does not set it (its Flags default).
+MAIN_DEFAULT_TRAIN_STEPS = 1_000_000
+
+
+def file_tail(path: str, start: int = 0, tail_bytes: int = 8192) -> Optional[bytes]:
+    """The whole lines of a file's last `tail_bytes` bytes after offset `start` (a line cut off by either end is
+    dropped), None if it cannot be read: a few KB however large the file."""
+    try:
+        with open(path, 'rb') as f:
+            size = f.seek(0, os.SEEK_END)
+            begin = max(start, size - tail_bytes)
+            f.seek(begin)
+            data = f.read()
+    except OSError:
+        return None
+    if begin > start:  # it starts mid-line
+        data = data[data.find(b'\n') + 1:]
+    return data[:data.rfind(b'\n') + 1]
+
+
+def last_logged_step(run_dir: str, tail_bytes: int = 8192) -> Optional[int]:
+    """The step of the last whole row of a run's train.csv, read from the file's header and its last few KB however
+    long the run; None before its first row."""
+    try:
+        with open(os.path.join(run_dir, TRAIN_LOG), 'rb') as f:
+            header = f.readline().decode(errors='replace').rstrip('\r\n').split(',')
+    except OSError:
+        return None
+    tail = file_tail(os.path.join(run_dir, TRAIN_LOG), tail_bytes=tail_bytes)
+    if 'step' not in header or not tail:
+        return None
+    column = header.index('step')
+    for line in reversed(tail.splitlines()):
+        fields = line.decode(errors='replace').split(',')
+        if len(fields) == len(header) and fields[column].isdigit():
+            return int(fields[column])
+    return None
+
+
+def progress_bar_step(job: Job, log_start: int = 0) -> Optional[Tuple[int, int]]:
+    """(step, total) of the last line main.py's progress bar wrote into the job's log since `log_start` (this attempt's
+    part): '<first run's name>[ (+k seeds)]: <step>/<total> (<p>%) in ...', written about every 30 s."""
+    tail = file_tail(job.log_path, log_start)
+    pattern = re.compile(re.escape(job.runs[0].name) + r'(?: \(\+\d+ seeds\))?: (\d+)/(\d+) \(\d+%\) in ')
+    for line in reversed((tail or b'').decode(errors='replace').splitlines()):
+        found = pattern.match(line)
+        if found:
+            return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def job_train_steps(job: Job) -> int:
+    """The steps the job trains: its run's flags.json once main.py has written it, else its command's --train_steps
+    (the last one wins, as in main.py), else main.py's default."""
+    try:
+        return int(atomic_io.read_json(os.path.join(job.runs[0].run_dir, FLAGS_FILE))['train_steps'])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    given = [arg.split('=', 1)[1] for arg in job.command if arg.startswith('--train_steps=')]
+    return int(given[-1]) if given and given[-1].isdigit() else MAIN_DEFAULT_TRAIN_STEPS
+
+
+def job_progress(job: Job, log_start: int = 0) -> str:
+    """'<job>: step <s>/<total> (<p>%)', the furthest step its run has logged (train.csv) or its progress bar has shown
+    (the job's log, this attempt's part), or '<job>: starting' before either (loading data, compiling). The seeds of
+    one job train in one process, in step, so its first run stands for all of them."""
+    bar = progress_bar_step(job, log_start)
+    steps = [step for step in (last_logged_step(job.runs[0].run_dir), bar and bar[0]) if step is not None]
+    if not steps:
+        return f'{job.name}: starting'
+    step, total = max(steps), bar[1] if bar else job_train_steps(job)
+    return f'{job.name}: step {step}/{total} ({100 * step / total:.0f}%)' if total else f'{job.name}: step {step}'
+
+
+def elapsed_text(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f'{minutes // 60}h{minutes % 60:02d}m{seconds:02d}s' if minutes >= 60 else f'{minutes}m{seconds:02d}s'
+
+
 def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, gpus: Optional[Sequence[str]] = None,
-                 runs_per_gpu: int = 1, mem_fraction: Optional[float] = None) -> List[JobOutcome]:
+                 runs_per_gpu: int = 1, mem_fraction: Optional[float] = None,
+                 progress_interval: float = PROGRESS_INTERVAL_S) -> List[JobOutcome]:
     """Run jobs on parallel slots; a failure is reported and the others go on.
 
     Slots: `workers` of them, or with `gpus` `runs_per_gpu` per GPU (`worker_slots`), each job then seeing
@@ -579,11 +662,17 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
     after a `=== <time> <command>` header. On SIGINT or SIGTERM the running jobs get SIGTERM (main.py then
     saves a checkpoint and exits 143) and no new job starts; a job main.py stopped at its --time_limit
     (exit 75) is 'time limit'. Rerunning the sweep resumes both.
+
+    Printed to `out` as it happens: a line when a job starts (`[started k/N] <job>, log <path>`) and when it ends
+    (`[k/N] <job>: <outcome>`), and every `progress_interval` seconds (0: never) one line with the step each running
+    job has reached (`job_progress`: its train.csv, or its progress bar in its log), so a sweep of long jobs is never
+    silent for long.
     """
     slots = worker_slots(workers, gpus, runs_per_gpu, mem_fraction)
     out = out or sys.stdout
     stopping, lock, live = threading.Event(), threading.Lock(), set()
-    done_count = [0]
+    done_count, started_count, running = [0], [0], {}  # running: job -> where its attempt's log starts, in start order
+    launched = time.monotonic()
     free_slots = queue.Queue()
     for slot in slots:
         free_slots.put(slot)
@@ -611,6 +700,10 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
                                        env=env, start_new_session=True)
             with lock:
                 live.add(process)
+                running[job] = log_start
+                started_count[0] += 1
+                print(f'[started {started_count[0]}/{len(jobs)}] {job.name}{on_gpu}, log {job.log_path}', file=out,
+                      flush=True)
             if stopping.is_set():
                 process.terminate()
             returncode = process.wait()
@@ -625,6 +718,7 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
         outcome = JobOutcome(job, status, returncode, log_start, log_end, gpu)
         with lock:
             live.discard(process)
+            running.pop(job, None)
             done_count[0] += 1
             if status == 'time limit':
                 label = f'{RESUMABLE_EXIT_CODES[EXIT_TIME_LIMIT]} (exit {returncode}: checkpoint saved; rerun the sweep to resume)'
@@ -642,11 +736,27 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
         print(f'{signal.Signals(signum).name}: stopping; running jobs save a checkpoint. '
               f'Rerun the same command to resume.', file=out, flush=True)
 
+    finished = threading.Event()
+
+    def report_progress():
+        while not finished.wait(progress_interval):
+            with lock:
+                jobs_now, done = list(running.items()), done_count[0]
+            if jobs_now:  # read outside the lock: a slow disk must not hold up a job's start or end
+                print(f'[progress {elapsed_text(time.monotonic() - launched)}, {done}/{len(jobs)} done] '
+                      + '; '.join(job_progress(job, start) for job, start in jobs_now), file=out, flush=True)
+
+    reporter = threading.Thread(target=report_progress, daemon=True) if progress_interval > 0 else None
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if reporter is not None:
+            reporter.start()
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             return list(pool.map(run_job, jobs))
     finally:
+        finished.set()
+        if reporter is not None:
+            reporter.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -5,7 +5,8 @@
 #
 # alpha: the authors' published value for the dataset (6 for antmaze-medium-stitch), chosen before the run, so the
 # comparison has no selection bias. HEADLINE_ALPHA=1,6,40,100 runs the paper's grid instead and reports the best
-# alpha's cell, as the paper's tables do: that cell is selected on the seeds it reports, so it is biased upward.
+# alpha's cell, as the paper's tables report the best of that grid: here it is selected on the seeds it reports, so it
+# is biased upward (on which seeds the paper chose, it does not say).
 #
 #   bash scripts/headline.sh                           # 10 seeds, one GPU: each method's seeds vmapped in one process
 #   bash scripts/headline.sh --seeds=0-3 --seeds_per_job=4
@@ -51,7 +52,7 @@ case " $* " in *" --dry_run "*) echo "# BYOL-gamma^a alpha: $ALPHA"; exit 0 ;; e
 "$PY" scripts/results.py --runs="$SAVE_DIR/$NAME" --format=markdown --ci --per_task --per_seed --baseline=gcbc
 case "$ALPHA" in
   *,*) echo "BYOL-gamma^a's cell is the best of alpha in {$ALPHA} on these seeds: selected on the data it reports," \
-         "so biased upward (as the paper's best-of-4 cells are); GCBC has no alpha to select." ;;
+         "so biased upward; GCBC has no alpha to select." ;;
   *) echo "BYOL-gamma^a at alpha = $ALPHA, chosen before the run: no selection bias (the paper's cell is the best of" \
-       "alpha in {1, 6, 40, 100}, which is)." ;;
+       "alpha in {1, 6, 40, 100}, on seeds it does not name)." ;;
 esac

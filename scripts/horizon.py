@@ -1,7 +1,7 @@
 """Horizon generalization (paper section "Evaluating generalization with increasing horizon"): success rate as the
 goal moves away from the start, along the BFS shortest path of each evaluation task.
 
-    python scripts/horizon.py --run_dir=runs/default/byol_gamma_pointmaze-medium-stitch-v0_sd0
+    python scripts/horizon.py --run_dir=runs/default/byol_gamma_a_pointmaze-medium-stitch-v0_sd0
     python scripts/horizon.py --run_dir=... --episodes=5 --max_distance=12 --bucket_size=2 --max_steps=500   # giant, on CPU
 
 For each of the env's evaluation tasks, the goals are the cells 1, 2, ..., L steps along the task's shortest path

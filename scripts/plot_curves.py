@@ -6,7 +6,8 @@ Student-t confidence interval of the mean with --band=ci) vs gradient steps.
     python scripts/plot_curves.py --runs=runs/stitch --out=runs/stitch/curves.png --band=ci   # 95% t-interval bands
 
 Each method is drawn at its best setting (the one scripts/results.py reports: highest mean of the
-last 3 evaluations); --all_settings draws every setting (alpha, ...) instead.
+last 3 evaluations); --all_settings draws every setting (alpha, ...) instead: a method's settings share its colour,
+each with its own line style and band hatching.
 """
 
 import argparse
@@ -16,6 +17,7 @@ import sys
 import matplotlib
 
 matplotlib.use('Agg')  # Files only: no display on clusters.
+import matplotlib.colors as mcolors
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
@@ -26,6 +28,9 @@ from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError
 
 LINE_STYLES = ('-', '--', ':', '-.')
+# The bands of a method's second, third, ... setting (--all_settings) are hatched, so each setting's band is told apart
+# from the others of its method, which share its colour; the first is plain.
+BAND_HATCHES = (None, '///', '\\\\\\', '...')
 
 
 def output_path(template: str, env: str) -> str:
@@ -56,7 +61,12 @@ def plot_environment(env, method_cells, path, metric, scale, intervals=None):
                 low, high = mean - std, mean + std
             else:
                 _, low, high = R.curve_interval(cell.runs, scale, intervals)
-            axes.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
+            hatch = BAND_HATCHES[style_index % len(BAND_HATCHES)]
+            if hatch is None:
+                axes.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
+            else:  # the hatch is drawn in the edge colour, which a band without edges still has
+                axes.fill_between(steps, low, high, facecolor=mcolors.to_rgba(color, 0.06),
+                                  edgecolor=mcolors.to_rgba(color, 0.5), hatch=hatch, linewidth=0)
     band = 'shaded: ± std over seeds' if intervals is None else f'shaded: {intervals.confidence:.0%} t-interval of the mean'
     axes.set_title(f'{env} ({band})', fontsize='medium')
     axes.set_xlabel('gradient steps')

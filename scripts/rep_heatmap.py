@@ -2,7 +2,7 @@
 cosine similarity between the agent's prediction for s and the representation of one fixed goal g, drawn over the
 maze.
 
-    python scripts/rep_heatmap.py --run_dir=runs/default/byol_gamma_pointmaze-medium-stitch-v0_sd0 [--goal_ij=6,6]
+    python scripts/rep_heatmap.py --run_dir=runs/default/byol_gamma_a_pointmaze-medium-stitch-v0_sd0 [--goal_ij=6,6]
 
 The prediction is the agent's `representations(s, a, g)` with a the dataset action at s: psi_f(phi(s), a) for
 BYOL-gamma, psi(s[, a]) for TRA / TD-SR, phi(s) for GCBC-phi (docs/method.md, section 5). g is the goal observation of cell

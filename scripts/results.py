@@ -17,7 +17,9 @@ version, or external); a cell whose seeds used data from different sources shows
 Student-t confidence interval of the mean over seeds (exact for normal seed scores at any seed count; none
 for one seed), instead of ± std; --per_task adds a long-form table with each task's success at the chosen
 settings; --baseline=<preset> adds every setting of every method with its difference from that preset's
-best setting and Welch's t-interval of the difference (several baselines: --baseline=gcbc,gcbc_phi).
+best setting: the paired t-interval of the difference over seeds (seed i of every method shares its batches and
+evaluation resets, so the methods' scores pair by seed), and Welch's t-interval beside it as a check; where the two
+did not score the same seeds, Welch's interval only, marked unpaired (several baselines: --baseline=gcbc,gcbc_phi).
 
 The runs of one dataset must share one evaluation protocol (--train_steps, --eval_interval, --eval_episodes,
 --eval_tasks, --eval_max_steps of main.py): a protocol is not a setting to pick the best of. When they do
@@ -51,7 +53,7 @@ def parse_args(argv):
     parser.add_argument('--ci', action='store_true', help='Cells show mean [t-interval over seeds] instead of mean ± std (markdown).')
     parser.add_argument('--per_task', action='store_true', help='Also print per-task success with the mean and CI per (dataset, method).')
     parser.add_argument('--baseline', default='', help='Comma-separated presets (e.g. gcbc,gcbc_phi): for each, also list '
-                        'every setting of every method with its difference from it and a Welch t-interval of the difference.')
+                        'every setting of every method with its difference from it, its paired t-interval over seeds and Welch\'s.')
     parser.add_argument('--confidence', type=float, default=0.95, help='Confidence level of the intervals.')
     for name in R.PROTOCOL_FLAGS:
         parser.add_argument(f'--{name}', default=None, help=f'Only runs with main.py --{name}=VALUE.')
@@ -99,10 +101,11 @@ def main(argv=None):
     rl = ', '.join(sorted(table.rl_methods)) or 'none'
     spread = f'mean [{intervals.describe()}]' if args.ci else 'mean ± std'
     print(f'{comment}{args.metric} x {args.scale:g}, mean of the last {args.last_n} evaluations per seed; {spread} over '
-          f'{table.seed_count} seeds (fewer where marked n=k); best setting per dataset and method. Bold: within '
-          f'{R.BOLD_FRACTION:.0%} of the best non-RL method in the row (RL: {rl}). †: includes incomplete runs (no DONE, '
-          f'or missing evaluations). (last k): its seeds have only k < {args.last_n} evaluations, so their scores average '
-          f'those k. ‡: its seeds trained on data from different sources.')
+          f'{table.seed_count} seeds (n=k marks a cell with fewer, or with fewer than {R.FEW_SEEDS}); best setting per '
+          f'dataset and method. Bold: within {R.BOLD_FRACTION:.0%} of the best non-RL method in the row (RL: {rl}). '
+          f'†: includes incomplete runs (no DONE, or missing evaluations). (last k): its seeds have only k < '
+          f'{args.last_n} evaluations, so their scores average those k. ‡: its seeds trained on data from different '
+          f'sources.')
     if table.unaveraged:
         print()
     for line in R.unaveraged_lines(table):
@@ -115,7 +118,7 @@ def main(argv=None):
               f'the k a seed has where the seeds column says last k):')
         print(R.format_task_table(table, args.last_n, args.scale, args.decimals, intervals))
     for baseline in split_list(args.baseline):
-        print(f'\nAgainst {R.method_label(baseline)} (every setting; differences of means over seeds with a '
+        print(f'\nAgainst {R.method_label(baseline)} (every setting; the difference of means over seeds with its '
               f'{intervals.describe_difference()}; an interval that excludes 0 separates the two methods at this '
               f'budget):')
         try:

@@ -1,8 +1,8 @@
 """Correlation of representation distance with maze shortest-path distance (paper appendix "Correlation to Shortest
 Path", table tab:shortest-path).
 
-    python scripts/sp_correlation.py --run_dir=runs/default/byol_gamma_pointmaze-medium-stitch-v0_sd0
-    python scripts/sp_correlation.py --run_dir runs/state/*stitch*_sd{0,1,2,3} --out_dir=plots/sp   # table per method
+    python scripts/sp_correlation.py --run_dir=runs/default/byol_gamma_a_pointmaze-medium-stitch-v0_sd0
+    python scripts/sp_correlation.py --run_dir runs/state/*stitch*_sd{0,1,2,3} --out_dir=runs/state/sp   # table per method
 
 For --num_pairs random (state, goal) pairs of dataset states, the negated cosine similarity between the agent's
 prediction for the state (`representations(s, a, g)`, a the dataset action at s) and the goal's representation,

@@ -11,7 +11,9 @@ Finished runs (DONE) are skipped and the rest are passed --resume, so the same c
 and continues a sweep (also after a run stopped at main.py's --time_limit: exit status 75 = rerun to
 resume). Flags after `--` go to every main.py command. Before launching, each dataset is obtained once
 here with the dataset flags given to main.py (--dataset_dir, --download/--nodownload, --generate_dataset);
-one that cannot be obtained stops the sweep with main.py's message. See docs/experiments.md.
+one that cannot be obtained stops the sweep with main.py's message. The local backend prints a line when each job
+starts and ends, and every --progress_interval seconds (default 60) the step each running job has reached, read from
+its train.csv. See docs/experiments.md.
 """
 
 import gc
@@ -20,6 +22,7 @@ if __name__ == '__main__':  # as main.py: no garbage collection while the import
     gc.disable()
 
 import argparse
+import math
 import os
 import re
 import shlex
@@ -54,6 +57,9 @@ def parse_args(argv):
     parser.add_argument('--gpu_mem_fraction', type=float, default=None,
                         help='local with --runs_per_gpu > 1: the memory fraction each job preallocates '
                              '(default 0.9 / runs_per_gpu - 0.02).')
+    parser.add_argument('--progress_interval', type=float, default=sweep.PROGRESS_INTERVAL_S,
+                        help='local: seconds between the lines that give the step each running job has reached '
+                             '(0: none); a line also marks each job\'s start and end.')
     parser.add_argument('--prepare_datasets', action=argparse.BooleanOptionalAction, default=True,
                         help='Obtain each dataset here, once, before launching (default). --no-prepare_datasets: '
                              'this machine cannot see the jobs\' --dataset_dir; each job then obtains it itself.')
@@ -91,6 +97,9 @@ def parse_args(argv):
                        help='slurm --wait: stop waiting (exit 69, jobs untouched) after Slurm has not answered squeue '
                             'for this many minutes; a line says so every minute meanwhile.')
     args = parser.parse_args(own)
+    if not (math.isfinite(args.progress_interval) and args.progress_interval >= 0):
+        parser.error(f'--progress_interval must be a number of seconds, 0 (no progress lines) or more, got '
+                     f'{args.progress_interval:g}.')
     try:
         if args.backend == 'local':
             args.gpu_ids = sweep.parse_gpus(args.gpus) if args.gpus is not None else None
@@ -160,7 +169,7 @@ def main(argv=None):
         prepare(args, requests)
     if args.backend == 'local':
         outcomes = sweep.launch_local(jobs, args.workers, gpus=args.gpu_ids, runs_per_gpu=args.runs_per_gpu,
-                                      mem_fraction=args.gpu_mem_fraction)
+                                      mem_fraction=args.gpu_mem_fraction, progress_interval=args.progress_interval)
         report, status = sweep.summarize_local(outcomes)
         print(report)
         return status

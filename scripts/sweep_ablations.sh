@@ -2,7 +2,8 @@
 # Ablations on the state datasets, each at every alpha of its method's sweep, with the paper's seed counts:
 #  - BYOL-gamma ablations (paper Table "BYOL-gamma ablations"): -a, f_l2, -psi_b, gamma=0, -psi_b & gamma=0; 4 seeds;
 #  - n-step BYOL^a, n = 1, 3, 5 (appendix "N-step BYOL"); 4 seeds;
-#  - GCBC-phi (appendix "GCBC Encoder Ablation"); 4 seeds;
+#  - GCBC-phi (appendix "GCBC Encoder Ablation"), for which the paper gives no seed count: 4 seeds, like the other
+#    ablations, and on antsoccer-arena-stitch too, a row the paper's GCBC-phi table does not have;
 #  - FB, an RL method, at the paper's learning rates (appendix "Forward-Backward Algorithm"); 4 seeds;
 #  - action conditioning (appendix "Ablations"): TRA^a and TD-SR (no action); 10 seeds.
 # The paper's reference columns (BYOL-gamma^a, TRA, TD-SR^a, GCBC) come from the state sweep (10 seeds;

@@ -380,6 +380,18 @@ STUB_MAIN = textwrap.dedent('''
         open(os.path.join(run_dir, 'STARTED'), 'w').close()
         while True:
             time.sleep(0.05)
+    if os.environ.get('STUB_PROGRESS'):  # main.py's flags.json, then train.csv rows as training goes on
+        pause = float(os.environ['STUB_PROGRESS'])
+        with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
+            json.dump(dict(train_steps=int(args['train_steps'])), f)
+        print(args['env_name'] + ': 1530/5500 (28%) in 0m30s, 51 ep/s', flush=True)  # a dataset's progress, not training's
+        time.sleep(pause)  # loading and compiling: no row yet
+        with open(os.path.join(run_dir, 'train.csv'), 'w') as f:
+            f.write('step,training/total_loss\\n' + str(int(args['train_steps']) // 2) + ',0.5\\n999')  # 999: cut off
+        time.sleep(pause)
+        steps = int(args['train_steps'])  # main.py's progress bar, in the log, ahead of train.csv's last row
+        print(f"{args['run_name']}: {3 * steps // 4}/{steps} (75%) in 0m02s, 10 it/s", flush=True)
+        time.sleep(pause)
     if os.environ.get('STUB_TIME_LIMIT') and (os.environ['STUB_TIME_LIMIT'] == 'always'
                                               or not os.path.exists(os.path.join(run_dir, 'checkpoint'))):
         open(os.path.join(run_dir, 'checkpoint'), 'w').close()

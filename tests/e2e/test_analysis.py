@@ -4,6 +4,7 @@ on hand-made inputs, and their errors on bad inputs."""
 import csv
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -243,3 +244,19 @@ def test_bad_inputs(tmp_path, dataset_dir, medium_env):
         rep_heatmap.main(['--run_dir', str(tmp_path / 'missing')])
     with pytest.raises(SystemExit):  # argparse: the threshold must fall between two bars
         horizon.main(['--run_dir', gcbc_dir, '--bucket_size=3'])
+
+
+def test_help_examples_name_a_run_directory_main_makes_and_write_under_runs():
+    """Each analysis's --help example reads the run directory main.py makes without flags (runs/default/<its run
+    name>), and any output folder it names lies under runs/, which .gitignore keeps out of the repository."""
+    from main import request_of
+
+    made = 'runs/default/' + request_of(['main.py']).run_names[0]
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           '.gitignore')) as f:
+        assert 'runs/' in f.read().split()
+    for script in (horizon, rep_heatmap, sp_correlation):
+        examples = [line.strip() for line in script.__doc__.splitlines() if line.strip().startswith('python scripts/')]
+        named = [path for line in examples for path in re.findall(r'--run_dir=(runs/default/\S+)', line)]
+        assert named == [made], (script.__name__, named, made)
+        assert all(path.startswith('runs/') for line in examples for path in re.findall(r'--out_dir=(\S+)', line))

@@ -35,7 +35,8 @@ account or hours, each covered by another test where one exists.
 * Python scripts and `main.py` get the flags of TOY_FLAGS appended after the documented ones (later flags win); every
   entry there is used by some documented command (test_every_toy_flag_entry_is_used);
 * sweeps (`scripts/sweep.py`, `scripts/*.sh`) get `--dry_run`, which prints their main.py commands after checking
-  each with main.py's own request check;
+  each with main.py's own request check; those of RUN_SWEEPS run for real, their main.py flags followed by TINY_MAIN,
+  so that what a running sweep prints is checked;
 * AS_DOCUMENTED names the scripts that are already quick as written; a command whose script is in none of these
   fails the suite (a new long command needs its toy flags here).
 
@@ -141,6 +142,12 @@ TOY_FLAGS = {
 # Scripts that are quick as the pages write them.
 AS_DOCUMENTED = ('scripts/results.py', 'scripts/plot_curves.py', 'scripts/plot_difference.py')
 DRY_RUN = re.compile(r'scripts/(sweep\.py|\w+\.sh)$')
+# The sweeps that run for real, at toy size, so that what a running sweep prints (each job's start and end, the steps
+# its running jobs reached) is checked against the page: the launcher's flags of SWEEP_TOY_FLAGS (a progress line
+# every second instead of every minute) and TINY_MAIN after the documented main.py flags. Every other sweep is a dry
+# run.
+RUN_SWEEPS = (r'scripts/sweep\.py --name=demo_alpha ',)
+SWEEP_TOY_FLAGS = ['--progress_interval=1']
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,12 +308,20 @@ def script_of(command):
     return next((w for w in words if w.endswith(('.py', '.sh'))), None)
 
 
+def runs_sweep(command):
+    return any(re.search(pattern, command) for pattern in RUN_SWEEPS)
+
+
 def toy_version(command):
     """The command as the suite runs it: its toy flags appended before any pipe (a sweep: `--dry_run`, before its
-    `--`)."""
+    `--`; a sweep of RUN_SWEEPS: SWEEP_TOY_FLAGS before its `--` and TINY_MAIN at the end)."""
     head, pipe, tail = command.partition(' | ')
     script = script_of(command)
-    if script is not None and DRY_RUN.search(script):
+    if runs_sweep(command):
+        before, dashes, after = head.partition(' -- ')
+        head = ' '.join([before, *SWEEP_TOY_FLAGS, '--', after, *TINY_MAIN] if dashes else [before, *SWEEP_TOY_FLAGS, '--',
+                                                                                          *TINY_MAIN])
+    elif script is not None and DRY_RUN.search(script):
         if '--dry_run' not in head.split():
             before, dashes, after = head.partition(' -- ')
             head = before + ' --dry_run' + (dashes + after if dashes else '')
@@ -322,6 +337,8 @@ def toy_rule(command):
     script = script_of(command)
     if script is None:
         return 'as documented'
+    if runs_sweep(command):
+        return 'sweep at toy size'
     if DRY_RUN.search(script):
         return 'dry run'
     return next((name for name in TOY_FLAGS if script.endswith(name)), None) or (
@@ -400,6 +417,9 @@ def test_every_toy_flag_entry_is_used():
     assert set(TOY_FLAGS) <= used, f'TOY_FLAGS entries no documented command uses: {sorted(set(TOY_FLAGS) - used)}'
     assert set(AS_DOCUMENTED) <= {script_of(c) for group in GROUPS for c in group[0].runnable()
                                   if group[0].language == 'shell'}
+    for pattern in RUN_SWEEPS:
+        assert any(re.search(pattern, c) for group in GROUPS for c in group[0].runnable()), \
+            f'RUN_SWEEPS entry {pattern!r} matches no documented command: remove it'
 
 
 REPO_PATH = re.compile(r'(?<![\w./-])((?:agents|benchmarks|configs|datagen|docs|experiments|runtime|scripts|tests|utils'
@@ -577,8 +597,6 @@ def make_sandbox(root, pointmaze_data_dir):
     write_runs(root / 'runs', FAKE_RUNS)
     # The stitching benchmark's other cells, at the protocol of the cell trained above (a table compares one).
     write_runs(root / 'runs', STITCH_FAKE_RUNS, protocol=STITCH_TOY_PROTOCOL)
-    for done in (root / 'runs' / 'demo_alpha').glob('*/DONE'):  # experiments.md's demo sweep: not yet run
-        done.unlink()
     write_runs(root / 'runs', [('spr', 'cosine_spr', {'alpha': 6.0}, ANTMAZES[:1], range(4))], example_config)
 
 
@@ -586,7 +604,6 @@ def make_sandbox(root, pointmaze_data_dir):
 # commands read them): (sweep, preset, overrides, datasets, seeds).
 ANTMAZES = ('antmaze-medium-stitch-v0', 'antmaze-large-stitch-v0')
 FAKE_RUNS = [
-    *(('demo_alpha', 'byol_gamma_a', {'alpha': alpha}, ('pointmaze-medium-stitch-v0',), range(2)) for alpha in (1.0, 6.0)),
     *(('state', preset, overrides, ANTMAZES, range(4)) for preset, overrides in (
         ('byol_gamma_a', {'alpha': 1.0}), ('byol_gamma_a', {'alpha': 6.0}), ('byol', {'alpha': 1.0}),
         ('tra', {'alpha': 10.0}), ('tdsr_a', {'alpha': 0.01}), ('gcbc', {}))),

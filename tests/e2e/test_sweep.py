@@ -192,6 +192,58 @@ def test_local_pool_reports_failures_and_resumes(tmp_path, stub_main, capsys, po
     assert again.count('stub failure for seed 13') == 1 and again.count('stub started') == 1
 
 
+def test_a_local_sweep_prints_each_start_and_end_and_the_steps_its_running_jobs_reached(
+        tmp_path, stub_main, pointmaze_data_dir, capsys, monkeypatch):
+    """Between its dataset line and its first finished job a sweep is not silent: a line per job start, a line every
+    --progress_interval seconds with each running job's step (the furthest of its train.csv's last row, a last line
+    cut off mid-write not read, and main.py's progress bar in its log; 'starting' before either), and a line per job
+    end. --progress_interval=0: no progress lines."""
+    def sweep_output(name, interval):
+        result = subprocess.run(
+            [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), f'--name={name}', f'--envs={ENV}',
+             '--method=gcbc', '--seeds=0-1', f'--save_dir={tmp_path}', '--workers=2', f'--main={stub_main}',
+             f'--progress_interval={interval}', '--', '--train_steps=40', f'--dataset_dir={pointmaze_data_dir}',
+             '--nodownload'], cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, STUB_PROGRESS='1.2'))
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout.splitlines()
+
+    lines = sweep_output('progress', 0.4)
+    jobs = [f'gcbc_{ENV}_sd{seed}' for seed in (0, 1)]
+    started = [line for line in lines if line.startswith('[started ')]
+    assert sorted(started) == sorted(f'[started {k}/2] {job}, log {tmp_path}/progress/{job}.log' for k, job in
+                                     zip((1, 2), jobs)) or sorted(started) == sorted(
+        f'[started {k}/2] {job}, log {tmp_path}/progress/{job}.log' for k, job in zip((2, 1), jobs)), lines
+    progress = [line for line in lines if line.startswith('[progress ')]
+    assert any(f'{jobs[0]}: starting' in line and f'{jobs[1]}: starting' in line for line in progress), lines
+    assert any(f'{jobs[0]}: step 20/40 (50%)' in line for line in progress), lines  # train.csv's last row
+    assert any(f'{jobs[0]}: step 30/40 (75%)' in line for line in progress), lines  # the progress bar in its log
+    assert not any('1530' in line for line in progress), lines  # a dataset's progress line is not the run's
+    assert all(', 0/2 done] ' in line for line in progress) and not any('999' in line for line in progress), lines
+    ends = [i for i, line in enumerate(lines) if line.startswith(('[1/2] ', '[2/2] '))]
+    assert len(ends) == 2 and all(lines[i].endswith(': ok') for i in ends), lines
+    assert lines.index(started[0]) < lines.index(progress[0]) < ends[0], lines
+    monkeypatch.setenv('STUB_PROGRESS', '0.2')
+    status, out, _ = run_cli(capsys, '--name=quiet', f'--envs={ENV}', '--method=gcbc', '--seeds=0', f'--save_dir={tmp_path}',
+                             f'--main={stub_main}', '--progress_interval=0', '--', '--train_steps=40',
+                             f'--dataset_dir={pointmaze_data_dir}', '--nodownload')
+    assert status == 0 and f'[started 1/1] gcbc_{ENV}_sd0' in out and '[progress ' not in out, out
+    # The reader of train.csv takes the last whole row from the file's end, however long the file.
+    run_dir = tmp_path / 'long'
+    run_dir.mkdir()
+    (run_dir / 'train.csv').write_text('step,loss\n' + ''.join(f'{step},0.1\n' for step in range(1, 20001)) + '200')
+    assert sweep.last_logged_step(str(run_dir)) == 20000 and sweep.last_logged_step(str(tmp_path / 'none')) is None
+    # The progress bar is read from this attempt's part of the job's log: an earlier attempt's line is not its step.
+    job = sweep.build_jobs(sweep.build_runs('again', [sweep.parse_method('gcbc')], [ENV], [0], str(tmp_path)))[0]
+    os.makedirs(os.path.dirname(job.log_path))
+    earlier = f'=== earlier attempt\n{job.runs[0].name}: 900/1000 (90%) in 9m00s, 1.7 it/s\n=== this attempt\n'
+    with open(job.log_path, 'w') as f:
+        f.write(earlier + f'{job.runs[0].name}: 100/1000 (10%) in 1m00s, 1.7 it/s\n')
+    assert sweep.progress_bar_step(job, 0) == (100, 1000) and sweep.progress_bar_step(job, len(earlier)) == (100, 1000)
+    with open(job.log_path, 'w') as f:
+        f.write(earlier)
+    assert sweep.progress_bar_step(job, len(earlier)) is None and sweep.job_progress(job, len(earlier)).endswith(': starting')
+
+
 def test_interrupt_stops_runs_with_sigterm(tmp_path, stub_main, pointmaze_data_dir):
     env = dict(os.environ, STUB_WAIT='1')
     process = subprocess.Popen(

@@ -144,6 +144,11 @@ def test_license_and_citation_agree_with_the_package():
     assert license_text.startswith('MIT License\n') and 'Permission is hereby granted, free of charge' in license_text
     assert re.search(r'^license: MIT$', citation, re.M), 'CITATION.cff: license'
     assert re.search(rf'^version: {re.escape(project["version"])}$', citation, re.M), 'CITATION.cff: version'
+    assert re.search(r'^date-released: "\d{4}-\d{2}-\d{2}"$', citation, re.M), 'CITATION.cff: date-released'
+    # OGBench is an ICLR paper, not an article; each cited work names its code.
+    ogbench = citation[citation.index('OGBench: Benchmarking'):]
+    assert re.search(r'- type: conference-paper\n    title: "OGBench', citation) and 'conference:' in ogbench
+    assert citation.count('repository-code: "https://github.com/') == 2
     with open(os.path.join(ROOT, 'README.md')) as f:
         readme = f.read()
     for needle in ('arXiv:2506.10137', '@inproceedings{park2025ogbench', 'MIT ([LICENSE](LICENSE))', '## Credits'):

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from experiments import paper
 from experiments import results as R
 from scripts import plot_curves
 from scripts import results as results_cli
@@ -221,6 +222,20 @@ def test_plot_curves(sweep_dir, tmp_path, capsys):
     assert os.path.exists(tmp_path / 'antmaze-medium-stitch-all.png')
 
 
+def test_every_setting_of_a_method_has_a_band_of_its_own(sweep_dir, monkeypatch):
+    """--all_settings: BYOL-gamma^a's two alphas share its colour; their bands differ by hatching (the first plain), and
+    their lines by style."""
+    drawn = []
+    monkeypatch.setattr(plot_curves, 'save_figure', lambda figure, path: drawn.append(figure))
+    monkeypatch.setattr(plot_curves.plt, 'close', lambda figure: None)
+    assert plot_curves.main([f'--runs={sweep_dir}', '--out=unused_{env}.png', '--all_settings', '--band=ci']) == 0
+    axes = drawn[0].axes[0]  # antmaze-medium-stitch: BYOL-gamma^a at alpha 1 and 6, TRA, GCBC, FB
+    bands = [(band.get_hatch(), tuple(np.round(band.get_facecolor()[0][:3], 3))) for band in axes.collections]
+    lines = [(line.get_linestyle(), line.get_color()) for line in axes.get_lines()]
+    assert len(bands) == len(set(bands)) == len(lines) == len(set(lines)) == 5, (bands, lines)
+    assert [hatch for hatch, _ in bands[:2]] == [None, '///'] and bands[0][1] == bands[1][1]
+
+
 def test_mean_curve_with_unequal_seeds(tmp_path):
     root = str(tmp_path)
     write_run(root, MAZE, 'gcbc', 0, [0.2, 0.4])
@@ -255,7 +270,7 @@ def test_a_cut_off_last_line_is_skipped_with_a_warning(tmp_path, capsys):
     assert results_cli.main([f'--runs={tmp_path}']) == 0
     captured = capsys.readouterr()
     assert f'Warning: {os.path.join(run_dir, "eval.csv")}: its last line is incomplete' in captured.err
-    assert '| antmaze-medium-stitch | **20** ± 0 |' in captured.out
+    assert '| antmaze-medium-stitch | **20** ± 0 (n=1) |' in captured.out
 
 
 def test_runs_without_their_final_evaluation_are_marked(tmp_path, capsys):
@@ -295,7 +310,7 @@ def test_data_sources_per_row_and_mixed_cells(tmp_path, capsys):
     assert results_cli.main([f'--runs={root}']) == 0
     out = capsys.readouterr().out
     rows = markdown_rows(out.split('\n\n')[0])  # the table (the settings table follows)
-    assert rows['antmaze-medium-stitch'] == ['**50** ± 0 ‡', '**50** ± 0']
+    assert rows['antmaze-medium-stitch'] == ['**50** ± 0 (n=2) ‡', '**50** ± 0 (n=2)']
     assert 'antmaze-medium-stitch: MIXED SOURCES: OGBench (3 seed runs); generated (this project\'s SAC ant expert, ' \
            'v0.3.0, seed 0, 1000+100 episodes) (1 seed runs)' in out
     assert '  humanoidmaze-medium-stitch: unrecorded' in out
@@ -378,6 +393,38 @@ def test_welch_interval_covers_the_true_difference():
     assert power_large > 0.9 > power_small, (power_small, power_large)
 
 
+def test_paired_interval_is_the_t_interval_of_the_seed_wise_differences():
+    """Paired by seed: mean(d) ± t_{0.975, n-1} s_d / sqrt(n) over d_i = a_i - b_i, against hand-computed values:
+    differences 1, 3, 5, 7 have mean 4 and s_d = sqrt(20 / 3), so 4 ± 3.182 * sqrt(20 / 3) / 2."""
+    a, b = np.array([11.0, 23, 35, 47]), np.array([10.0, 20, 30, 40])
+    half = T_975[3] * np.sqrt(20 / 3) / 2
+    assert R.paired_interval(a, b) == pytest.approx((4 - half, 4 + half), abs=1e-6)
+    # A constant shift has no spread: the interval is the shift itself, however far apart the two methods' seeds lie.
+    assert R.paired_interval([12.0, 52, 92], [10.0, 50, 90]) == (2.0, 2.0)
+    assert all(np.isnan(R.paired_interval([1.0], [2.0])))
+    with pytest.raises(ValueError, match='one baseline score per seed'):
+        R.paired_interval([1.0, 2.0, 3.0], [1.0, 2.0])
+
+
+@pytest.mark.parametrize('seeds', [4, 8])
+def test_paired_interval_covers_the_true_difference_with_correlated_pairs(seeds):
+    """Statistical check: pairs (a_i, b_i) with correlation -0.5 or +0.5 (the two methods' seed i share batches and
+    evaluation resets), true difference 5, 4000 experiments: the 95% paired interval covers 5 at its level at 4 and 8
+    seeds, whichever the sign. Welch's interval, which treats the pairs as independent, covers below its level when
+    they are negatively correlated (about 91% at 4 seeds, 89% at 8) and above it when positively (about 99%)."""
+    rng = np.random.default_rng(seeds)
+    for correlation in (-0.5, 0.5):
+        covariance = 100.0 * np.array([[1.0, correlation], [correlation, 1.0]])
+        pairs = rng.multivariate_normal([55.0, 50.0], covariance, size=(4000, seeds))
+        a, b = pairs[..., 0], pairs[..., 1]
+        paired = np.array([R.paired_interval(x, y) for x, y in zip(a, b)])
+        welch = np.array([R.welch_interval(x, y) for x, y in zip(a, b)])
+        covered = np.mean((paired[:, 0] <= 5.0) & (5.0 <= paired[:, 1]))
+        welch_covered = np.mean((welch[:, 0] <= 5.0) & (5.0 <= welch[:, 1]))
+        assert 0.935 <= covered <= 0.965, (seeds, correlation, covered)
+        assert (welch_covered < 0.925) if correlation < 0 else (welch_covered > 0.98), (seeds, correlation, welch_covered)
+
+
 def write_task_run(root, seed, task_rows):
     """A run whose eval.csv has per-task columns; task_rows: per evaluation, one success per task."""
     run_dir = write_run(root, MAZE, 'gcbc', seed, [float(np.mean(r)) for r in task_rows])
@@ -398,7 +445,7 @@ def test_per_task_table_and_ci_in_the_cli(tmp_path, capsys):
     assert results_cli.main([f'--runs={root}', '--ci', '--per_task']) == 0
     out = capsys.readouterr().out
     low, high = R.t_interval([60.0, 50.0])
-    assert f'| antmaze-medium-stitch | **55** [{low:.0f}, {high:.0f}] |' in out
+    assert f'| antmaze-medium-stitch | **55** [{low:.0f}, {high:.0f}] (n=2) |' in out
     assert f'| antmaze-medium-stitch | GCBC | - | 2 | 55 | [{low:.0f}, {high:.0f}] | 30 | 80 |' in out
     assert '95% Student-t interval of the mean over seeds' in out
 
@@ -415,6 +462,9 @@ def test_plot_curves_with_ci_bands(sweep_dir, tmp_path, capsys):
 
 
 def test_comparison_against_a_baseline_in_the_cli(tmp_path, capsys):
+    """--baseline: every setting of every method, its difference from the baseline's best setting with the paired
+    interval over seeds and Welch's beside it; a setting that did not score the baseline's seeds gets Welch's interval,
+    marked unpaired, naming the seeds."""
     root = str(tmp_path)
     gcbc = [0.10, 0.20, 0.15, 0.25]
     byol = {1: [0.30, 0.40, 0.35, 0.45], 6: [0.10, 0.20, 0.20, 0.10]}
@@ -423,19 +473,28 @@ def test_comparison_against_a_baseline_in_the_cli(tmp_path, capsys):
     for alpha, values in byol.items():
         for seed, value in enumerate(values):
             write_run(root, MAZE, 'byol_gamma_a', seed, [value] * 3, alpha=alpha)
+    for seed, value in ((0, 0.2), (1, 0.3), (4, 0.25)):  # seeds 2 and 3 missing, seed 4 extra: no pairs
+        write_run(root, MAZE, 'byol_gamma_a', seed, [value] * 3, alpha=40)
     assert results_cli.main([f'--runs={root}', '--baseline=gcbc']) == 0
     out = capsys.readouterr().out
+    assert '| − GCBC | 95% paired interval | 95% Welch interval |' in out and 'paired t-interval over seeds' in out
     reference = 100 * np.array(gcbc)
     gcbc_low, gcbc_high = R.t_interval(reference)
-    assert f'| antmaze-medium-stitch | GCBC | - | 4 | 18 | [{gcbc_low:.0f}, {gcbc_high:.0f}] | (baseline) | |' in out
+    assert f'| antmaze-medium-stitch | GCBC | - | 4 | 18 | [{gcbc_low:.0f}, {gcbc_high:.0f}] | (baseline) | | |' in out
     for alpha, values in byol.items():  # every alpha is listed, not only the best one
         scores = 100 * np.array(values)
-        low, high = R.welch_interval(scores, reference)
+        low, high = R.paired_interval(scores, reference)
+        welch_low, welch_high = R.welch_interval(scores, reference)
         difference = scores.mean() - reference.mean()
         ci_low, ci_high = R.t_interval(scores)
         assert (f'| antmaze-medium-stitch | BYOL-γ^a | α={alpha} | 4 | {scores.mean():.0f} | [{ci_low:.0f}, {ci_high:.0f}] | '
-                f'{difference:+.0f} | [{low:+.0f}, {high:+.0f}] |') in out
-    assert R.welch_interval(100 * np.array(byol[1]), reference)[0] > 0  # alpha 1 separates from GCBC
+                f'{difference:+.0f} | [{low:+.0f}, {high:+.0f}] | [{welch_low:+.0f}, {welch_high:+.0f}] |') in out
+    assert R.paired_interval(100 * np.array(byol[1]), reference)[0] > 0  # alpha 1 separates from GCBC
+    unpaired = 100 * np.array([0.2, 0.3, 0.25])
+    welch_low, welch_high = R.welch_interval(unpaired, reference)
+    welch = f'[{welch_low:+.0f}, {welch_high:+.0f}]'
+    assert (f'| α=40 | 3 | 25 | [{R.t_interval(unpaired)[0]:.0f}, {R.t_interval(unpaired)[1]:.0f}] | +8 | '
+            f'{welch} (unpaired: seeds 2, 3, 4 in one only; Welch) | {welch} |') in out
     with pytest.raises(SystemExit, match="Baseline 'tra' has no runs here; methods found: byol_gamma_a, gcbc"):
         results_cli.main([f'--runs={root}', '--baseline=tra'])
 
@@ -450,9 +509,21 @@ def test_hierarchical_bc_alpha_is_not_a_setting(tmp_path, capsys):
     assert [cell.setting for cell in cells[('antmaze-medium-stitch', 'hbyol_gamma_a')]] == [(('alpha', 1.0),)]
 
 
-def test_signed_differences_never_print_minus_zero():
-    assert [R._signed(v, 0) for v in (-0.2, 0.2, 0.6, -1.4)] == ['0', '0', '+1', '-1']
-    assert R._signed(-0.04, 1) == '0.0' and R._signed(0.06, 1) == '+0.1'
+def test_signed_numbers_show_their_sign_even_when_they_round_to_zero():
+    """A bound of -0.39 or -0.03 printed as '0' hides which side of 0 it lies on: one that rounds to zero gets one
+    more decimal, and only an exact zero prints unsigned."""
+    assert [R._signed(v, 0) for v in (-0.39, -0.03, 0.2, 0.6, -1.4, 0.0)] == ['-0.4', '-0.0', '+0.2', '+1', '-1', '0']
+    assert R._signed(-0.04, 1) == '-0.04' and R._signed(0.06, 1) == '+0.1' and R._signed(-0.0, 1) == '0.0'
+    assert R.format_signed_interval(-0.44, 13.94, 0) == '[-0.4, +14]' and R._signed(float('nan'), 0) == 'nan'
+
+
+def test_a_cell_of_fewer_than_3_seeds_says_so_even_when_no_cell_has_more(tmp_path):
+    for method in ('gcbc', 'gcbc_phi'):
+        for seed, value in enumerate((0.2, 0.9)):
+            write_run(str(tmp_path), MAZE, method, seed, [value] * 3)
+    _, table = table_for(str(tmp_path))
+    text = R.format_markdown(table, ci=R.Intervals())
+    assert text.count('(n=2)') == 2, text
 
 
 def test_runs_at_different_protocols_are_never_compared(tmp_path):
@@ -478,7 +549,7 @@ def test_runs_at_different_protocols_are_never_compared(tmp_path):
     assert '--train_steps=' in refused.stderr
     selected = results('--train_steps=2000', '--per_seed')
     assert selected.returncode == 0, selected.stderr
-    assert '| antmaze-medium-stitch | **90** ± 0 |' in selected.stdout and '| 1: 90 |' in selected.stdout
+    assert '| antmaze-medium-stitch | **90** ± 0 (n=1) |' in selected.stdout and '| 1: 90 |' in selected.stdout
     # A row: GCBC at 2000 steps and 50 episodes against GCBC-phi at 1000 steps: refused, --baseline alike.
     os.makedirs(tmp_path / 'aside')
     for name in ('gcbc_sd0', 'gcbc_sd0_longer'):
@@ -487,3 +558,46 @@ def test_runs_at_different_protocols_are_never_compared(tmp_path):
     for args in ((), ('--baseline=gcbc',)):
         refused = results(*args)
         assert refused.returncode == 1 and 'gcbc_phi seed 0' in refused.stderr and 'gcbc seed 1' in refused.stderr
+
+
+def test_the_difference_figure_pairs_by_seed_and_sets_the_paper_beside_it(tmp_path, capsys):
+    """scripts/plot_difference.py: a row per dataset naming budget, evaluations, seeds and data; the paired interval
+    with Welch's beside it, Welch's alone marked unpaired where the seeds differ; the paper's difference where its main
+    table has the dataset, and 'no cell in the paper' where not."""
+    from scripts import plot_difference
+
+    root = str(tmp_path / 'runs')
+    gcbc, byol = [0.40, 0.50, 0.45, 0.55], [0.52, 0.60, 0.58, 0.70]
+    for seed in range(4):
+        write_run(root, MAZE, 'gcbc', seed, [gcbc[seed]] * 3)
+        write_run(root, MAZE, 'byol_gamma_a', seed, [byol[seed]] * 3, alpha=1)
+        write_run(root, 'pointmaze-medium-stitch-v0', 'gcbc', seed, [gcbc[seed]] * 3)
+        if seed != 3:  # BYOL-gamma^a's seed 3 missing on pointmaze: the seeds do not pair
+            write_run(root, 'pointmaze-medium-stitch-v0', 'byol_gamma_a', seed, [byol[seed]] * 3, alpha=1)
+    assert plot_difference.main([f'--runs=T={root}', f'--out={tmp_path}/difference.png']) == 0
+    out = capsys.readouterr().out.splitlines()
+    scores, reference = 100 * np.array(byol), 100 * np.array(gcbc)
+    paired, welch = R.paired_interval(scores, reference), R.welch_interval(scores, reference)
+    assert out[0] == (f'T: antmaze-medium-stitch; 1k steps, score = mean of 3 evaluations, α=1; n = 4 vs 4 seeds, paired; '
+                      f'data: unrecorded: +{scores.mean() - reference.mean():.1f} [+{paired[0]:.1f}, +{paired[1]:.1f}] '
+                      f'paired, Welch [+{welch[0]:.1f}, +{welch[1]:.1f}]; the paper +13 ({paper.MAIN_TABLE_SETTING})')
+    unpaired = R.welch_interval(scores[:3], reference)
+    assert out[1] == ('T: pointmaze-medium-stitch; 1k steps, score = mean of 3 evaluations, α=1; n = 3 vs 4 seeds, '
+                             f'unpaired; data: unrecorded: +{scores[:3].mean() - reference.mean():.1f} '
+                             f'[{unpaired[0]:+.1f}, {unpaired[1]:+.1f}] Welch (unpaired); no cell in the paper')
+    assert out[2] == f'{tmp_path}/difference.png' and os.path.getsize(out[2]) > 10_000
+    assert plot_difference.data_origin("generated (this project's SAC ant expert (not OGBench's expert), v0.4.0, seed 0, "
+                                       "5000+500 episodes)") == "data generated by this project's SAC ant expert (not OGBench's expert)"
+    assert plot_difference.data_origin('OGBench') == "OGBench's data"
+
+
+def test_the_paper_table_in_code_is_the_one_method_md_prints():
+    with open(os.path.join(ROOT, 'docs', 'method.md')) as f:
+        text = f.read()
+    table = text[text.index('| dataset | BYOL-gamma^a | BYOL | TRA | TD-SR^a | GCBC |'):].split('\n\n')[0].splitlines()[2:]
+    printed = {cells[0]: tuple(int(c) for c in cells[1:]) for cells in ([c.strip() for c in line.strip('|').split('|')]
+                                                                         for line in table)}
+    assert printed == paper.MAIN_TABLE and paper.MAIN_TABLE_METHODS == ('byol_gamma_a', 'byol', 'tra', 'tdsr_a', 'gcbc')
+    assert paper.main_table_difference('antmaze-medium-stitch', 'byol_gamma_a', 'gcbc') == 13.0
+    assert paper.main_table_difference('pointmaze-large-stitch', 'byol_gamma_a', 'gcbc') is None
+    assert paper.main_table_difference('antmaze-medium-stitch', 'hgcbc', 'gcbc') is None
