@@ -238,8 +238,9 @@ def compiled_create(agent_class, ex_observations, ex_actions, config):
 def with_fused_networks(agents, data: Data, seed: int):
     """The agents with every ensemble network the fused kernel computes exactly (checked on a batch of the run's own
     data against the network's flax module) computed by it; the others stay on XLA, each named with why."""
-    batch = sample_batch(stream_key(seed, 'network_check'), data.train, batch_config(agents[0]))
-    verdicts = fused_mlp.check_networks(agents[0], lambda agent: agent.metrics(batch, stream_key(seed, 'network_check')))
+    batch_key, noise_key = jax.random.split(stream_key(seed, 'network_check'))
+    batch = sample_batch(batch_key, data.train, batch_config(agents[0]))
+    verdicts = fused_mlp.check_networks(agents[0], lambda agent: agent.metrics(batch, noise_key))
     fused = sorted(name for name, problem in verdicts.items() if problem is None)
     if fused:
         where = 'on the GPU' if not fused_mlp.interpret_mode() else 'interpreted by Pallas on this CPU (slow)'
