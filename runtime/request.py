@@ -295,10 +295,10 @@ def check_episode_length(values, episode_length: int):
 
 def check_evaluation_memory(values, num_tasks_evaluated: int, observation_bytes: int):
     """ConfigError if one evaluation of this request would not fit in the host's available memory."""
-    from utils.datasets import _host_available_bytes
-    from utils.evaluation.episodes import check_memory
+    from runtime.memory import check_evaluation_fits, host_available_bytes
 
-    check_memory(values['num_seeds'], num_tasks_evaluated, values['eval_episodes'], observation_bytes, _host_available_bytes())
+    check_evaluation_fits(values['num_seeds'], num_tasks_evaluated, values['eval_episodes'], observation_bytes,
+                          host_available_bytes())
 
 
 def config_label(config, config_defaults: Optional[Mapping] = None) -> str:

@@ -15,9 +15,10 @@ from agents import get_agent_class
 from configs.presets import PRESETS, get_config
 from datagen import visual
 from datagen.pointmaze import _save_npz_atomic
+from runtime.memory import check_dataset_fits
 from tests.helpers import ROOT, optimized_xla, sampler_config, skip_without_rendering
 from utils.config_checks import validate_config
-from utils.datasets import check_dataset_fits, load_dataset
+from utils.datasets import load_dataset
 from utils.errors import ConfigError, DatasetError
 from utils.evaluation import FrameStackPolicy, evaluate, make_eval_envs
 from utils.image_encoders import visual_encoder

@@ -37,37 +37,6 @@ from utils.progress import progress_bar
 
 # Episodes stepped together at most; an evaluation with more rows runs in successive batches of this size.
 MAX_ROWS_PER_BATCH = 4096
-# Memory of one episode being stepped: 180-230 KB for a point, ant or humanoid maze (MuJoCo 4.0, measured), rounded up.
-EPISODE_BYTES = 256 << 10
-# What an evaluation keeps per episode until it ends, besides its final observation (success, return, length, seeds).
-RESULT_BYTES_PER_EPISODE = 64
-
-
-def memory_needed(num_rows: int, observation_bytes: int, in_batches: bool = True) -> int:
-    """Host memory an evaluation of `num_rows` episodes needs: the episodes stepping together (at most
-    MAX_ROWS_PER_BATCH of them) and every episode's results until the evaluation ends."""
-    stepping = min(num_rows, MAX_ROWS_PER_BATCH) if in_batches else num_rows
-    return stepping * EPISODE_BYTES + num_rows * (observation_bytes + RESULT_BYTES_PER_EPISODE)
-
-
-def check_memory(num_seeds: int, num_tasks: int, episodes_per_task: int, observation_bytes: int, available_bytes):
-    """ConfigError before any training if an evaluation of these sizes would not fit in `available_bytes` of host
-    memory (None: unknown, not checked), naming the largest --eval_episodes that fits."""
-    rows = num_seeds * num_tasks * episodes_per_task
-    needed = memory_needed(rows, observation_bytes)
-    budget = None if available_bytes is None else 0.8 * available_bytes
-    if budget is None or needed <= budget:
-        return
-    per_episode = num_seeds * num_tasks * (observation_bytes + RESULT_BYTES_PER_EPISODE)
-    largest = int((budget - MAX_ROWS_PER_BATCH * EPISODE_BYTES) // per_episode)
-    from utils.errors import ConfigError
-
-    raise ConfigError(
-        f'--eval_episodes={episodes_per_task} does not fit in host memory: an evaluation of {rows:,} episodes '
-        f'({num_seeds} seed(s) x {num_tasks} task(s)) needs about {needed / 1e9:.1f} GB, and {available_bytes / 1e9:.1f} '
-        f'GB are available (80% may be used). Pass --eval_episodes={max(largest, 1)} or fewer '
-        f'(or fewer --eval_tasks / --num_seeds), or use a machine with more memory. Nothing was written.'
-    )
 
 
 class EvaluationCancelled(Exception):
