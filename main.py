@@ -34,6 +34,7 @@ from agents import config_listing, get_agent_class
 from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
+from runtime.evaluations import Evaluations
 from runtime.exits import EXIT_INTERRUPTED, named_error
 from runtime.memory import check_dataset_fits
 from runtime.request import (HelpRequested, Request, check_jax_backend, check_request, define_dataclass_flags, flag,
@@ -46,7 +47,6 @@ from utils import fused_mlp
 from utils.datasets import load_dataset
 from utils.errors import NonFiniteLossError
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
-from utils.evaluation.scheduler import Evaluations
 from utils.optimizers import with_optimizer
 from utils.pixel_batches import example_observations
 from utils.progress import progress_bar

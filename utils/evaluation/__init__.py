@@ -6,10 +6,10 @@
 
 Modules, by job: `envs` (one env, spaces, cores), `steppers` (what steps an evaluation's episodes), `episodes` (the
 lockstep batch: seeding, bookkeeping, metrics), `native` (per-episode MuJoCo states stepped by threads, for the maze
-envs it supports), `workers` and `worker_process` (a pool of processes stepping gym envs, for the others),
-`scheduler` (evaluation in or beside the training loop), `videos`, `frame_stack` and `policies` (agents' evaluation
-policies). Their imports form no cycle: `envs` and `videos` import nothing of the package, `steppers` and
-`policies` nothing that imports them.
+envs it supports), `workers` and `worker_process` (a pool of processes stepping gym envs, for the others), `videos`,
+`frame_stack` and `policies` (agents' evaluation policies). Their imports form no cycle: `envs` and `videos` import
+nothing of the package, `steppers` and `policies` nothing that imports them. When main.py evaluates (in the training
+loop or beside it) is the run machinery's: runtime/evaluations.py.
 """
 
 from utils.evaluation.envs import env_spaces, make_env, one_env, usable_cpus
