@@ -24,7 +24,7 @@ from typing import Callable, List, Optional, Tuple
 import jax
 import jax.numpy as jnp
 
-from utils.errors import EvaluationError
+from runtime.errors import EvaluationError
 from utils.evaluation.episodes import EvaluationCancelled
 
 

@@ -8,8 +8,9 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from runtime.errors import DeviceMemoryError
 from utils.datasets import array_shapes
-from utils.errors import ConfigError, DatasetError, DeviceMemoryError
+from utils.errors import ConfigError, DatasetError
 from utils.evaluation.episodes import MAX_ROWS_PER_BATCH
 
 # Memory of one episode being stepped: 180-230 KB for a point, ant or humanoid maze (MuJoCo 4.0, measured), rounded up.

@@ -20,11 +20,12 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
+from runtime.errors import StorageError
 from runtime.loggers import effective_wandb_mode
 from runtime.run_dir import name_too_long, not_one_name
 from utils.config_checks import (check_override_keys, check_types, check_unread_settings, load_config_file,
                                  validate_config)
-from utils.errors import ConfigError, StorageError
+from utils.errors import ConfigError
 from utils.render_backend import unavailable_message
 from utils.training import SamplerConfig
 
