@@ -38,7 +38,8 @@ import numpy as np
 
 from runtime.checkout import require_own_checkout
 from utils.evaluation import evaluate_seeds, make_env, make_eval_envs, native, usable_cpus
-from utils.evaluation.episodes import episode_seed, reset_episode
+from utils.evaluation.envs import reset_episode
+from utils.evaluation.episodes import episode_seed
 from utils.evaluation.native import NativeEpisodes
 from utils.maze import pointmaze_oracle_policy
 

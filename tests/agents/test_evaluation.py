@@ -24,7 +24,7 @@ from utils.evaluation import (
     tile_videos,
     videos_to_wandb,
 )
-from utils.evaluation.episodes import GymEpisodes
+from utils.evaluation.envs import GymEpisodes
 from utils.evaluation.native import NativeEpisodes
 from utils.evaluation.workers import EnvWorkers
 from utils.maze import pointmaze_oracle_policy

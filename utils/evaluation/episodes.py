@@ -8,10 +8,11 @@ call (`utils.evaluation.policies.seeds_policy`). Rows of finished episodes stay 
 observation, and their actions are ignored, so a jitted policy compiles for one batch size only.
 
 What steps the episodes (`make_eval_envs`): a native pool (`native.py`: one MuJoCo state per episode, stepped by
-threads) holds any number of rows, of which at most MAX_ROWS_PER_BATCH step together (about 220 KB of memory each). The gym paths (a list of envs stepped here, or an `EnvWorkers` pool of processes)
-hold one env per row; given fewer envs than rows, the evaluation runs in waves: the per-seed rows are cut into
-blocks of at most len(envs) // N, and each wave runs one block of every seed (still seed-major, so a seeds policy
-sees N equal slices). Stateful policies are reset at the start of every wave.
+threads) holds any number of rows, of which at most MAX_ROWS_PER_BATCH step together (about 220 KB of memory each).
+The gym paths (a list of envs stepped here, or an `EnvWorkers` pool of processes, `workers.py`) hold one env per
+row; given fewer envs than rows, the evaluation runs in waves: the per-seed rows are cut into blocks of at most
+len(envs) // N, and each wave runs one block of every seed (still seed-major, so a seeds policy sees N equal
+slices). Stateful policies are reset at the start of every wave.
 
 Randomness. An OGBench maze episode draws from three generators:
   * `env.np_random` (gymnasium): qpos/qvel reset noise; seeded by `env.reset(seed=...)`;
@@ -31,12 +32,41 @@ agree statistically, not bitwise. The caller's global `np.random` state is resto
 
 import numpy as np
 
-from utils.evaluation.envs import one_env
-from utils.evaluation.videos import Renderer
+from utils.evaluation import native as native_stepping
+from utils.evaluation.envs import GymEpisodes, make_env, one_env
+from utils.evaluation.workers import EnvWorkers
 from utils.progress import progress_bar
 
 # Episodes stepped together at most; an evaluation with more rows runs in successive batches of this size.
 MAX_ROWS_PER_BATCH = 4096
+
+
+def make_eval_envs(env_name, num_envs, num_workers=1, native=True):
+    """What an evaluation of `env_name` steps. Make it once and reuse it across evaluations.
+
+    Args:
+        num_envs: env copies for the gym paths, i.e. the rows one lockstep batch can hold there; an evaluation with
+            more episodes runs them in successive batches ("waves", see `evaluate_seeds`). A native pool holds any
+            number of episodes and ignores it.
+        num_workers: parallelism: threads of a native pool, or processes (this one and `num_workers - 1` workers)
+            of an `EnvWorkers` pool; 1 steps everything in this thread.
+        native: step the episodes on per-episode MuJoCo states with a thread pool (`native.py`) where the env
+            supports it (`native.supports`); other envs, or native=False, are stepped as gym envs.
+
+    Returns a `NativeEpisodes` pool, an `EnvWorkers` pool of `num_envs` copies (when num_workers > 1, capped at
+    `num_envs`), or a plain list of `num_envs` gym envs stepped in this process. `one_env` and `env_spaces` read any
+    of them.
+    """
+    if num_envs < 1 or num_workers < 1:
+        raise ValueError(f'make_eval_envs needs num_envs >= 1 and num_workers >= 1, got {num_envs} and {num_workers}.')
+    env = make_env(env_name)
+    if native and native_stepping.supports(env):
+        return native_stepping.NativeEpisodes(env, num_threads=num_workers)
+    num_workers = min(num_workers, num_envs)
+    if num_workers > 1:
+        env.close()
+        return EnvWorkers(env_name, num_envs, num_workers)
+    return [env] + [make_env(env_name) for _ in range(num_envs - 1)]
 
 
 class EvaluationCancelled(Exception):
@@ -123,15 +153,6 @@ def evaluate_seeds(
 def episode_seed(seed, task_key, episode):
     """The seed of episode `episode` of the task keyed `task_key` under evaluation seed `seed`."""
     return int(np.random.SeedSequence([seed, task_key, episode]).generate_state(1)[0])
-
-
-def reset_episode(env, task, seed):
-    """Reset `env` to the episode of `task` (a task id or a `task_info` dict) with episode seed `seed`, seeding the
-    three generators a maze episode draws from (module docstring). Returns (observation, info)."""
-    np.random.seed(seed)
-    env.action_space.seed(seed)
-    options = dict(task_info=task) if isinstance(task, dict) else dict(task_id=task)
-    return env.reset(seed=seed, options=dict(options, render_goal=False))
 
 
 class _Plan:
@@ -252,86 +273,3 @@ class _Outcome:
             values[rows] = results[key]
         self.frames.update((r, frames) for r, frames in zip(rows, results['frames']) if frames is not None)
         self.render_ok = self.render_ok and results['render_ok']
-
-
-class EpisodeBatch:
-    """What every stepper of a lockstep batch keeps per episode row and reports back: `start` calls `_begin`, `step`
-    advances the live rows' envs and hands each step's outcome to `_end_step`, the one rule of an episode's end and
-    success for every stepper; `results` returns them (the contract `_run_batch` and the worker processes read)."""
-
-    def _begin(self, n, frames, limit, frame_skip):
-        self.frames = frames
-        self.success = np.zeros(n)
-        self.returns = np.zeros(n)
-        self.lengths = np.zeros(n, dtype=np.int64)
-        self.live = np.ones(n, dtype=bool)
-        self.limit, self.frame_skip = limit, frame_skip
-
-    def _end_step(self, rows, rewards, terminated, success, render):
-        """The step just taken by live `rows`: each adds its reward and one step; an episode ends when its env
-        terminates it or at the time limit, and its success is its last step's. A recorded episode gets a frame
-        (`render(row)`) every `frame_skip` steps and at its end."""
-        self.returns[rows] += rewards
-        self.lengths[rows] += 1
-        done = np.asarray(terminated, dtype=bool) | (self.lengths[rows] >= self.limit)
-        for i, finished in zip(rows, done):
-            if self.frames[i] is not None and (finished or self.lengths[i] % self.frame_skip == 0):
-                self.frames[i].append(render(i))
-        finished = rows[done]
-        self.success[finished] = np.asarray(success, dtype=np.float64)[done]
-        self.live[finished] = False
-
-    def results(self):
-        return {
-            'success': self.success,
-            'return': self.returns,
-            'length': self.lengths,
-            'final_observation': self.observations,
-            'frames': self.frames,
-            'render_ok': self.renderer.ok,
-        }
-
-
-class GymEpisodes(EpisodeBatch):
-    """The bookkeeping of episodes that advance together through gym envs, one per env: resets with per-episode
-    seeds, clipped steps of the live ones, success read at each episode's last step. Evaluation in this process and
-    every `EnvWorkers` process run this same code, which is what makes their episodes identical."""
-
-    def __init__(self, envs, renderer=None):
-        self.envs = envs
-        self.capacity = len(envs)
-        # Step the raw envs and count the time limit here: the gymnasium wrappers cost a sizeable part of a step.
-        self.raw_envs = [env.unwrapped for env in envs]
-        self.low, self.high = envs[0].action_space.low, envs[0].action_space.high
-        self.renderer = renderer or Renderer()
-        # Only the teleport maze draws from the global np.random inside `step`; re-seeding everywhere would cost.
-        self.reseed_each_step = getattr(self.raw_envs[0], '_teleport_info', None) is not None
-        self.live = np.zeros(0, dtype=bool)
-
-    def start(self, tasks, seeds, record, max_steps, frame_skip):
-        """Reset the first len(seeds) envs to their episodes (row i: task `tasks[i]`, episode seed `seeds[i]`);
-        returns (observations, goals)."""
-        n = len(seeds)
-        if n > len(self.envs):
-            raise ValueError(f'{n} episodes need {n} envs, got {len(self.envs)}.')
-        first_steps = [reset_episode(env, task, seed) for env, task, seed in zip(self.envs, tasks, seeds)]
-        self.seeds = list(seeds)
-        self.observations = np.stack([ob for ob, _ in first_steps])
-        goals = np.stack([info['goal'] for _, info in first_steps])
-        frames = [[self.renderer(env)] if rec else None for env, rec in zip(self.envs, record)]
-        self._begin(n, frames, max_steps or self.envs[0].spec.max_episode_steps, frame_skip)
-        return self.observations, goals
-
-    def step(self, actions):
-        """Advance every live episode by its row of `actions` (rows of finished episodes are ignored); returns the
-        observations, finished episodes' rows frozen at their last observation."""
-        actions = np.clip(actions, self.low, self.high)
-        live = np.flatnonzero(self.live)
-        rewards, terminated, success = np.zeros(len(live)), np.zeros(len(live), bool), np.zeros(len(live))
-        for k, i in enumerate(live):
-            if self.reseed_each_step:
-                np.random.seed((self.seeds[i] + self.lengths[i]) % 2**32)
-            self.observations[i], rewards[k], terminated[k], _, info = self.raw_envs[i].step(actions[i])
-            success[k] = info['success']
-        self._end_step(live, rewards, terminated, success, lambda i: self.renderer(self.envs[i]))
-        return self.observations
