@@ -1,4 +1,8 @@
-"""OGBench goal-reaching evaluation: every episode of every (seed, task) in one lockstep batch.
+"""OGBench goal-reaching evaluation: every episode of every (seed, task) in one lockstep batch, one record per episode.
+
+    envs = make_eval_envs('pointmaze-medium-v0', 50)
+    episodes = evaluate(policy_fn, envs, task_ids=(1, 2, 3), episodes_per_task=50, seed=0)  # [Episode] x 150
+    metrics = evaluation_metrics(episodes)    # {'evaluation/task1_success': ..., 'evaluation/overall_success': ...}
 
 An evaluation of N seeds x T tasks x E episodes per task is one batch of N * T * E rows, ordered seed-major (row
 k * T * E + t * E + j is episode j of the t-th task for the k-th seed). All episodes start together and advance
@@ -13,6 +17,10 @@ The gym paths (a list of envs stepped here, or an `EnvWorkers` pool of processes
 row; given fewer envs than rows, the evaluation runs in waves: the per-seed rows are cut into blocks of at most
 len(envs) // N, and each wave runs one block of every seed (still seed-major, so a seeds policy sees N equal
 slices). Stateful policies are reset at the start of every wave.
+
+What an evaluation returns: one `Episode` record per episode (its seed, task, index, success, return, length, final
+observation and video). The metrics main.py logs are `evaluation_metrics` of one seed's records, a pure function of
+them, so that an analysis or a test computes the same numbers from the same records.
 
 Randomness. An OGBench maze episode draws from three generators:
   * `env.np_random` (gymnasium): qpos/qvel reset noise; seeded by `env.reset(seed=...)`;
@@ -30,6 +38,8 @@ size, so a row's action can change in the last bit, after which the two trajecto
 agree statistically, not bitwise. The caller's global `np.random` state is restored on return.
 """
 
+from typing import Dict, NamedTuple, Optional, Sequence, Union
+
 import numpy as np
 
 from utils.evaluation import native as native_stepping
@@ -39,6 +49,38 @@ from utils.progress import progress_bar
 
 # Episodes stepped together at most; an evaluation with more rows runs in successive batches of this size.
 MAX_ROWS_PER_BATCH = 4096
+
+
+class Episode(NamedTuple):
+    """The record of one evaluation episode: what `evaluate` returns per episode, and what every logged metric is
+    computed from (`evaluation_metrics`)."""
+
+    seed: int  # the evaluation seed it ran under
+    task: Union[int, str]  # its task id, or 'info{k}' for the k-th entry of task_ids given as a task_info dict
+    episode: int  # its index among its task's episodes (its episode seed derives from seed, task and this)
+    success: float  # 1.0 if the env reported success at its last step, else 0.0
+    return_: float  # the sum of its rewards
+    length: int  # the steps it took
+    final_observation: np.ndarray  # its observation after its last step
+    video: Optional[np.ndarray]  # uint8 [frames, H, W, 3] if it was recorded and rendering worked, else None
+
+
+def evaluation_metrics(episodes: Sequence[Episode]) -> Dict[str, float]:
+    """The metrics main.py logs for one evaluation, from the records of one seed's episodes:
+    `evaluation/task{t}_success` per task (the mean success of its episodes; tasks in the order the records give
+    them), `evaluation/overall_success` (the mean over tasks of their success), and `evaluation/overall_return` and
+    `evaluation/overall_length` (means over all episodes). Records of several seeds are pooled: each task's success
+    is then the mean of all its episodes."""
+    if not episodes:
+        raise ValueError('evaluation_metrics needs the records of at least one episode.')
+    successes = {}
+    for record in episodes:
+        successes.setdefault(record.task, []).append(record.success)
+    metrics = {f'evaluation/task{task}_success': float(np.mean(values)) for task, values in successes.items()}
+    metrics['evaluation/overall_success'] = float(np.mean(list(metrics.values())))
+    metrics['evaluation/overall_return'] = float(np.mean([record.return_ for record in episodes]))
+    metrics['evaluation/overall_length'] = float(np.mean([record.length for record in episodes]))
+    return metrics
 
 
 def make_eval_envs(env_name, num_envs, num_workers=1, native=True):
@@ -85,7 +127,7 @@ def evaluate(
     video_frame_skip=3,
     progress=False,
 ):
-    """Run `episodes_per_task` episodes of every task and report success rates: `evaluate_seeds` for one seed.
+    """Run `episodes_per_task` episodes of every task: `evaluate_seeds` for one seed.
 
     Args:
         policy_fn: deterministic batched policy, `(observations [B, ...], goals [B, ...]) -> actions [B, action_dim]`.
@@ -93,7 +135,7 @@ def evaluate(
         envs: from `make_eval_envs` (or a list of gym envs, stepped here).
         task_ids: OGBench task ids (1..num_tasks), each of which may instead be a task given as a dict the env's reset
             accepts as `options['task_info']` (mazes: `dict(init_ij=..., goal_ij=...)`); the k-th entry of `task_ids`
-            given that way is reported as task `info{k}` (`evaluation/taskinfo{k}_success`, `per_episode['info{k}']`).
+            given that way is recorded as task `info{k}` (metrics: `evaluation/taskinfo{k}_success`).
         lockstep: if False, run one episode at a time with batch-1 calls (same seeds, same episodes).
         max_steps: episode length cap that replaces the env's own time limit (`env.spec.max_episode_steps`).
         num_video_episodes: render the first this many episodes of each task, one frame every `video_frame_skip`
@@ -101,15 +143,14 @@ def evaluate(
             the evaluation warns and goes on without videos.
 
     Returns:
-        `evaluation/overall_success`, `evaluation/task{t}_success`, `evaluation/overall_return` and
-        `evaluation/overall_length` (means over episodes), `per_episode` {task_id: 0/1 success per episode},
-        `final_observations` {task_id: [episodes, ...]}, and `videos` (list of uint8 [T, H, W, 3]) when requested.
+        The `Episode` records of the evaluation, task by task in the order of `task_ids`, each task's episodes in
+        order; `evaluation_metrics` of them are the metrics main.py logs.
     """
-    (metrics,) = evaluate_seeds(
+    (episodes,) = evaluate_seeds(
         policy_fn, envs, [seed], task_ids, episodes_per_task, lockstep, max_steps, num_video_episodes,
         video_frame_skip, progress,
     )
-    return metrics
+    return episodes
 
 
 def evaluate_seeds(
@@ -129,8 +170,9 @@ def evaluate_seeds(
 
     `policy_fn` gets the rows seed-major: rows [k * R, (k + 1) * R) of every call belong to the k-th entry of
     `seeds` (R = rows per seed in the batch). Other arguments as in `evaluate`; `cancel`, a threading.Event, ends the
-    evaluation with EvaluationCancelled at the next environment step once it is set. Returns one metrics dict per
-    seed, each exactly what `evaluate(..., seed=seeds[k])` returns for a policy whose rows do not depend on the batch.
+    evaluation with EvaluationCancelled at the next environment step once it is set. Returns one list of `Episode`
+    records per seed, each exactly what `evaluate(..., seed=seeds[k])` returns for a policy whose rows do not depend
+    on the batch.
     """
     plan = _Plan(seeds, task_ids, episodes_per_task, num_video_episodes, one_env(envs))
     stepper = envs if hasattr(envs, 'start') else GymEpisodes(list(envs))
@@ -147,7 +189,7 @@ def evaluate_seeds(
         raise
     finally:
         np.random.set_state(caller_rng_state)
-    return [plan.metrics(outcome, k, num_video_episodes > 0) for k in range(len(plan.seeds))]
+    return [plan.records(outcome, k) for k in range(len(plan.seeds))]
 
 
 def episode_seed(seed, task_key, episode):
@@ -198,24 +240,19 @@ class _Plan:
             for start in range(0, self.per_seed, block)
         ]
 
-    def metrics(self, outcome, k, with_videos):
-        """Seed `k`'s metrics, as a one-seed evaluation reports them."""
-        results = {}
-        for position, label in enumerate(self.labels):
-            rows = slice(k * self.per_seed + position * self.episodes, k * self.per_seed + (position + 1) * self.episodes)
-            results[label] = {key: values[rows] for key, values in outcome.arrays.items()}
-        task_success = {t: float(r['success'].mean()) for t, r in results.items()}
-        metrics = {f'evaluation/task{t}_success': s for t, s in task_success.items()}
-        metrics['evaluation/overall_success'] = float(np.mean(list(task_success.values())))
-        metrics['evaluation/overall_return'] = float(np.mean([r['return'] for r in results.values()]))
-        metrics['evaluation/overall_length'] = float(np.mean([r['length'] for r in results.values()]))
-        metrics['per_episode'] = {t: r['success'] for t, r in results.items()}
-        metrics['final_observations'] = {t: r['final_observation'] for t, r in results.items()}
-        if with_videos:
-            seed_rows = range(k * self.per_seed, (k + 1) * self.per_seed)
-            frames = [outcome.frames[r] for r in seed_rows if r in outcome.frames]
-            metrics['videos'] = [np.stack(f) for f in frames] if outcome.render_ok else []
-        return metrics
+    def records(self, outcome, k):
+        """The records of seed `k`'s episodes, in row order (task, then episode)."""
+        records = []
+        for row in range(k * self.per_seed, (k + 1) * self.per_seed):
+            position, episode = divmod(row - k * self.per_seed, self.episodes)
+            frames = outcome.frames.get(row) if outcome.render_ok else None
+            records.append(Episode(
+                seed=self.seeds[k], task=self.labels[position], episode=episode,
+                success=float(outcome.arrays['success'][row]), return_=float(outcome.arrays['return'][row]),
+                length=int(outcome.arrays['length'][row]), final_observation=outcome.arrays['final_observation'][row],
+                video=None if frames is None else np.stack(frames),
+            ))
+        return records
 
 
 def _check_tasks(task_ids, env):

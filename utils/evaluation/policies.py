@@ -9,7 +9,7 @@ import functools
 import numpy as np
 
 from utils.acting import EVALUATION_TEMPERATURE
-from utils.evaluation.episodes import evaluate_seeds
+from utils.evaluation.episodes import evaluate_seeds, evaluation_metrics
 from utils.evaluation.videos import videos_to_wandb
 
 
@@ -119,17 +119,19 @@ class _PerSeedPolicies:
 
 
 def evaluate_agents(agent_stack, num_seeds, envs, seed_keys, step, frame_stack=1, **evaluate_kwargs):
-    """The scalar evaluation metrics of each of `num_seeds` agents trained together (`seeds_policy`), at `step`: all
-    seeds' episodes in one lockstep batch (`evaluate_seeds`; `evaluate_kwargs` are its), each seed's results those of
-    its own evaluation, videos as wandb objects. Seed k's evaluation seed is drawn from fold_in(seed_keys[k], step),
-    so an evaluation depends only on the run's seed and the step."""
+    """What main.py logs for each of `num_seeds` agents trained together (`seeds_policy`) at `step`: all seeds'
+    episodes in one lockstep batch (`evaluate_seeds`; `evaluate_kwargs` are its), each seed's metrics
+    `evaluation_metrics` of its own episodes, and its videos, if any, as one wandb object (`evaluation/video`). Seed
+    k's evaluation seed is drawn from fold_in(seed_keys[k], step), so an evaluation depends only on the run's seed and
+    the step."""
     import jax
 
     eval_seeds = [int(jax.random.randint(jax.random.fold_in(seed_keys[k], step), (), 0, 2**31 - 1)) for k in range(num_seeds)]
     per_seed = []
-    for results in evaluate_seeds(seeds_policy(agent_stack, num_seeds, frame_stack), envs, eval_seeds, **evaluate_kwargs):
-        metrics = {key: float(v) for key, v in results.items() if key.startswith('evaluation/')}
-        if results.get('videos'):
-            metrics['evaluation/video'] = videos_to_wandb(results['videos'])
+    for episodes in evaluate_seeds(seeds_policy(agent_stack, num_seeds, frame_stack), envs, eval_seeds, **evaluate_kwargs):
+        metrics = evaluation_metrics(episodes)
+        videos = [record.video for record in episodes if record.video is not None]
+        if videos:
+            metrics['evaluation/video'] = videos_to_wandb(videos)
         per_seed.append(metrics)
     return per_seed
