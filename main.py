@@ -34,7 +34,10 @@ from agents import config_listing, get_agent_class
 from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
+from runtime.errors import NonFiniteLossError
+from runtime.evaluations import Evaluations
 from runtime.exits import EXIT_INTERRUPTED, named_error
+from runtime.memory import check_dataset_fits
 from runtime.request import (HelpRequested, Request, check_jax_backend, check_request, define_dataclass_flags, flag,
                              parse_command_line)
 from runtime.run_writer import RunSet
@@ -42,10 +45,8 @@ from runtime.schedule import Schedule
 from runtime.stops import StopNow, StopRequests, Stopped, exit_at_once_on_sigterm
 from runtime.training_metrics import TrainingMetrics, first_nonfinite
 from utils import fused_mlp
-from utils.datasets import check_dataset_fits, load_dataset
-from utils.errors import NonFiniteLossError
+from utils.datasets import load_dataset
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
-from utils.evaluation.scheduler import Evaluations
 from utils.optimizers import with_optimizer
 from utils.pixel_batches import example_observations
 from utils.progress import progress_bar

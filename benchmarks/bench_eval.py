@@ -37,8 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from runtime.checkout import require_own_checkout
-from utils.evaluation import evaluate_seeds, make_env, make_eval_envs, native, usable_cpus
-from utils.evaluation.episodes import episode_seed, reset_episode
+from utils.evaluation import evaluate_seeds, evaluation_metrics, make_env, make_eval_envs, native, usable_cpus
+from utils.evaluation.envs import reset_episode
+from utils.evaluation.episodes import episode_seed
 from utils.evaluation.native import NativeEpisodes
 from utils.maze import pointmaze_oracle_policy
 
@@ -168,7 +169,7 @@ def time_seeds_evaluation(policy_fn, envs, seeds, task_ids=(1, 2, 3, 4, 5), epis
                           lockstep=True):
     """Wall time of one `evaluate_seeds` call of `len(seeds)` seeds, after an untimed one-step evaluation that
     compiles the policy for the evaluation's batch shapes (and warms the envs). Returns dict(wall_s, env_steps,
-    steps_per_s, results)."""
+    steps_per_s, results: each seed's episode records)."""
     kwargs = dict(task_ids=tuple(task_ids), episodes_per_task=episodes_per_task, lockstep=lockstep)
     evaluate_seeds(policy_fn, envs, seeds, max_steps=1, **kwargs)
     if isinstance(envs, RecordingStepper):
@@ -176,7 +177,7 @@ def time_seeds_evaluation(policy_fn, envs, seeds, task_ids=(1, 2, 3, 4, 5), epis
     start = time.perf_counter()
     results = evaluate_seeds(policy_fn, envs, seeds, max_steps=max_steps, **kwargs)
     wall = time.perf_counter() - start
-    env_steps = sum(r['evaluation/overall_length'] for r in results) * len(task_ids) * episodes_per_task
+    env_steps = sum(record.length for episodes in results for record in episodes)
     return dict(wall_s=wall, env_steps=env_steps, steps_per_s=env_steps / wall, results=results)
 
 
@@ -218,7 +219,7 @@ def beside_training(preset, env, make_envs, policy, seeds, args):
 def print_row(label, timing, workers, one_env_rate):
     """One row of the modes table: wall time, env steps/s, the env-only limit and the share of it, success."""
     limit = workers * one_env_rate
-    success = np.mean([r['evaluation/overall_success'] for r in timing['results']])
+    success = np.mean([evaluation_metrics(episodes)['evaluation/overall_success'] for episodes in timing['results']])
     print(f'| {label} | {timing["wall_s"]:.1f} | {timing["steps_per_s"]:.0f} | {limit:.0f} ({workers} x '
           f'{one_env_rate:.0f}) | {100 * timing["steps_per_s"] / limit:.0f}% | {success:.3f} |', flush=True)
 
@@ -319,8 +320,8 @@ def main():
         timings.append((label, timing, workers))
     first_label, first, workers = timings[0]
     for label, timing, _ in timings[1:]:
-        same = all(np.array_equal(a['per_episode'][t], b['per_episode'][t])
-                   for a, b in zip(first['results'], timing['results']) for t in args.tasks)
+        same = all([record.success for record in a] == [record.success for record in b]
+                   for a, b in zip(first['results'], timing['results']))
         print(f'per-episode outcomes of {label} identical to {first_label}: {same}')
     if recorded is not None:
         print('\nThe physics limit: the native evaluation\'s episodes stepped again with no policy\n')

@@ -209,7 +209,7 @@ def measure_evaluation(num_seeds, envs, raw, args):
     results = evaluate_seeds(policy, envs, seeds, task_ids=tasks, episodes_per_task=args.eval_episodes,
                              max_steps=args.eval_max_steps or None)
     wall = time.perf_counter() - start
-    steps = sum(r['evaluation/overall_length'] for r in results) * args.eval_episodes * len(tasks)
+    steps = sum(record.length for episodes in results for record in episodes)
     return wall, steps
 
 

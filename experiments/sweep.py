@@ -320,8 +320,7 @@ def check_job_commands(jobs: Sequence[Job], request_of: Callable) -> Tuple[List[
     """main.py's own request check (`request_of`, main.request_of, which starts nothing) of every job's command:
     (the problems that would stop a job at start, one line per distinct paragraph; the Requests of the jobs that
     pass). Commands that differ only in their seed and run name are checked once."""
-    from utils.errors import StorageError
-
+    from runtime.errors import StorageError
     from runtime.run_dir import name_too_long
 
     problems, requests, checked = [], [], {}

@@ -1,5 +1,6 @@
-"""The run machinery of main.py and the scripts: the checked request, run directories and their locks, writers and
-checkpoints, dataset files and their provenance, stop requests and exit statuses. No learning code lives here."""
+"""The run machinery of main.py and the scripts: the checked request and the memory it needs, run directories and their
+locks, writers and checkpoints, dataset files and their provenance, when evaluations run, stop requests, named errors
+and exit statuses. No learning code lives here."""
 
 from utils.render_backend import check_before_import
 

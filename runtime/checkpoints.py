@@ -9,10 +9,11 @@ import flax.serialization
 import numpy as np
 
 from runtime.atomic_io import NotRegularFileError, atomic_write_bytes, open_regular
+from runtime.errors import ResumeMismatchError, RunDirError
 from runtime.provenance import project_version
 from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX, OLD_SUFFIX
 from utils.checkpoint_format import agent_state_dict, checkpoint_file, restore_agent, same_structure, state_from_bytes
-from utils.errors import ConfigError, ResumeMismatchError, RunDirError
+from utils.errors import ConfigError
 from utils.random_streams import NAMED_STREAMS_SINCE
 
 

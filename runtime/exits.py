@@ -1,6 +1,6 @@
 """How main.py ends: its exit statuses, and the one-paragraph message it prints for an error that is not a bug (a
-named error type of utils/errors.py, a failed write, an out-of-memory error), where a traceback would only hide the fix.
-And how the absl scripts end when asked for help."""
+named error type of utils/errors.py or runtime/errors.py, a failed write, an out-of-memory error), where a traceback
+would only hide the fix. And how the absl scripts end when asked for help."""
 
 import atexit
 import errno
@@ -8,7 +8,8 @@ import logging
 import os
 import sys
 
-from utils.errors import ConfigError, DatasetError, DeviceMemoryError, EvaluationError, NonFiniteLossError, StorageError
+from runtime.errors import DeviceMemoryError, EvaluationError, NonFiniteLossError, StorageError
+from utils.errors import ConfigError, DatasetError
 
 NAMED_ERRORS = (ConfigError, DatasetError, NonFiniteLossError, EvaluationError, StorageError, DeviceMemoryError)
 

@@ -20,11 +20,12 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
+from runtime.errors import StorageError
 from runtime.loggers import effective_wandb_mode
 from runtime.run_dir import name_too_long, not_one_name
 from utils.config_checks import (check_override_keys, check_types, check_unread_settings, load_config_file,
                                  validate_config)
-from utils.errors import ConfigError, StorageError
+from utils.errors import ConfigError
 from utils.render_backend import unavailable_message
 from utils.training import SamplerConfig
 
@@ -295,10 +296,10 @@ def check_episode_length(values, episode_length: int):
 
 def check_evaluation_memory(values, num_tasks_evaluated: int, observation_bytes: int):
     """ConfigError if one evaluation of this request would not fit in the host's available memory."""
-    from utils.datasets import _host_available_bytes
-    from utils.evaluation.episodes import check_memory
+    from runtime.memory import check_evaluation_fits, host_available_bytes
 
-    check_memory(values['num_seeds'], num_tasks_evaluated, values['eval_episodes'], observation_bytes, _host_available_bytes())
+    check_evaluation_fits(values['num_seeds'], num_tasks_evaluated, values['eval_episodes'], observation_bytes,
+                          host_available_bytes())
 
 
 def config_label(config, config_defaults: Optional[Mapping] = None) -> str:

@@ -30,10 +30,10 @@ from typing import Dict, List, Optional
 
 from runtime.atomic_io import (NotRegularFileError, atomic_write_bytes, open_regular, read_json, temp_name_pattern,
                                with_path, write_json)
+from runtime.errors import RunDirError, RunLockedError
 from runtime.lock_owner import describe_owner, owner_record, read_owner
 from runtime.loggers import read_csv_rows
 from utils.checkpoint_format import CHECKPOINT_NAME  # JAX-free: reading a layout imports no JAX
-from utils.errors import RunDirError, RunLockedError
 
 FLAGS_FILE = 'flags.json'
 CONFIG_FILE = 'config.json'

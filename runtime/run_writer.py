@@ -25,11 +25,11 @@ import tqdm
 from runtime import provenance
 from runtime.checkpoints import check_resumable, checkpoint_header, checkpoint_step, save_checkpoint
 from runtime.checkpoints import damaged as damaged_checkpoint
+from runtime.errors import ResumeMismatchError, RunDirError
 from runtime.loggers import CsvLogger, WandbLogger
 from runtime.request import Request, flag_defaults, numeric_mode, plain, resume_may_differ
 from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten, lock_all, only_lock_left
 from utils.config_checks import LABELS
-from utils.errors import ResumeMismatchError, RunDirError
 
 _ABSENT = '(absent)'
 

@@ -21,8 +21,8 @@ rerun starts with the same evaluation (a sweep counts such requeues against its 
 import logging
 import time
 
+from runtime.evaluations import EvaluationFailed, Evaluations
 from runtime.stops import Stopped, StopRequests
-from utils.evaluation.scheduler import EvaluationFailed, Evaluations
 
 
 def due(step: int, interval: int, last: int) -> bool:

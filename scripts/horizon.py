@@ -30,7 +30,7 @@ from experiments import analysis
 from runtime.atomic_io import atomic_open, save_figure, write_json
 from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError
-from utils.evaluation import evaluate, make_eval_envs
+from utils.evaluation import evaluate, evaluation_metrics, make_eval_envs
 
 
 def parse_args(argv):
@@ -155,13 +155,13 @@ def horizon(args):
         # One evaluate call per task: a goal's episodes then depend on (seed, task, distance) only, not on the
         # other tasks or on --max_distance.
         task_seed = int(np.random.SeedSequence([args.seed, task]).generate_state(1)[0])
-        results = evaluate(
+        metrics = evaluation_metrics(evaluate(
             policy, envs, task_ids=[dict(init_ij=tuple(init_ij), goal_ij=cell) for _, cell in goals],
             episodes_per_task=args.episodes, seed=task_seed, max_steps=args.max_steps or None,
-        )
+        ))
         task_results = [
             dict(task=task, distance=distance, init_ij=list(init_ij), goal_ij=list(cell),
-                 success=float(results['per_episode'][f'info{k}'].mean()), episodes=args.episodes)
+                 success=metrics[f'evaluation/taskinfo{k}_success'], episodes=args.episodes)
             for k, (distance, cell) in enumerate(goals)
         ]
         print(f'task {task}: ' + ' '.join(f'd{r["distance"]}={r["success"]:.2f}' for r in task_results))

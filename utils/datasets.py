@@ -6,13 +6,12 @@ Files are OGBench's own `.npz` layout (docs/method.md, section 2), so downloaded
 
 import difflib
 import errno
-import os
 import zipfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 
-from utils.errors import ConfigError, DatasetError, DeviceMemoryError
+from utils.errors import ConfigError, DatasetError
 
 REQUIRED_KEYS = ('observations', 'actions', 'terminals')
 
@@ -266,98 +265,3 @@ def array_shapes(path: str) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
                     f'{corrupt_fix(path)}')
             shapes[key] = (shape, dtype)
     return shapes
-
-
-def _host_available_bytes():
-    try:
-        with open('/proc/meminfo') as f:
-            for line in f:
-                if line.startswith('MemAvailable:'):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def check_dataset_fits(paths, device=None, host_bytes=None, device_bytes=None):
-    """DatasetError before loading if the observations of `paths` cannot fit, with what fits where.
-
-    Observations are loaded into host memory once, then copied to the accelerator, where they stay
-    (uint8 for images: 1M x 64 x 64 x 3 = 12.3 GB). On a CPU backend the device copy is host memory
-    too, so the host needs room for both. `host_bytes` / `device_bytes` override the measured free
-    memory (for tests)."""
-    import jax
-
-    device = device or jax.devices()[0]
-    needed = 0
-    for path in paths:
-        try:
-            shape, dtype = array_shapes(path).get('observations', ((0,), np.dtype(np.uint8)))
-        except DatasetError:
-            raise  # declared sizes the file does not hold: corrupt, not too big for this machine
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError):
-            continue  # unreadable: load_dataset reports it with the fix
-        needed += int(np.prod(shape)) * np.dtype(dtype).itemsize
-    on_cpu = device.platform == 'cpu'
-    host_bytes = _host_available_bytes() if host_bytes is None else host_bytes
-    if device_bytes is None and not on_cpu:
-        stats = device.memory_stats() or {}
-        device_bytes = stats.get('bytes_limit', 0) - stats.get('bytes_in_use', 0) if 'bytes_limit' in stats else None
-    problems = []
-    host_needed = 2 * needed if on_cpu else needed
-    if host_bytes is not None and host_needed > host_bytes:
-        problems.append(f'host memory: {host_needed / 1e9:.1f} GB needed ({"dataset and its CPU-device copy" if on_cpu else "the loaded dataset"}), {host_bytes / 1e9:.1f} GB available')
-    if not on_cpu and device_bytes is not None and needed > 0.8 * device_bytes:
-        problems.append(f'{device.device_kind} memory: {needed / 1e9:.1f} GB of observations stay on it, {device_bytes / 1e9:.1f} GB free (training needs ~20% of it besides)')
-    if problems:
-        raise DatasetError(
-            f'The observations of {", ".join(os.path.basename(p) for p in paths)} ({needed / 1e9:.1f} GB) do not fit: '
-            f'{"; ".join(problems)}. A 1M-row 64x64x3 visual dataset and its val split are 13.5 GB of frames, kept on '
-            f'the accelerator (a GPU with 24 GB or more) and loaded through host RAM (about 16 GB; about 27 GB when '
-            f'training on the CPU, which holds both copies). Use a machine with more memory, '
-            f'or generate fewer episodes (scripts/generate_dataset.py --num_episodes=N) for a smaller dataset.'
-        )
-    check_address_space(host_needed)
-    return needed
-
-
-# Address space a run takes after its data are checked, besides the data: JAX's compiler starts threads (each with
-# its stack) and maps its code, mujoco allocates the evaluation environments, the agents' arrays. A toy run on a 2-core
-# CPU maps about 0.5 GB more from here on (runtime/exits.py names what happens without it); twice that is asked for.
-RUN_ADDRESS_SPACE_BYTES = 1 << 30
-
-
-def address_space() -> Tuple[Optional[int], int]:
-    """(this process's address-space limit in bytes, RLIMIT_AS, as `ulimit -v` sets it, or None without one; the bytes
-    it maps now)."""
-    import resource
-
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    mapped = 0
-    try:
-        with open('/proc/self/status') as f:
-            mapped = next((int(line.split()[1]) * 1024 for line in f if line.startswith('VmSize:')), 0)
-    except OSError:
-        pass
-    return (None if limit == resource.RLIM_INFINITY else limit), mapped
-
-
-def check_address_space(data_bytes: int):
-    """DeviceMemoryError, before the data are loaded, if the address-space limit (`ulimit -v`) leaves this process less
-    room than `data_bytes` of data and RUN_ADDRESS_SPACE_BYTES need. Without it, mujoco fails to make the evaluation
-    environments ("Could not allocate memory"), or JAX's compiler aborts the process when it cannot start a thread
-    (SIGABRT, no error to catch), leaving a run directory that holds only run.lock."""
-    limit, mapped = address_space()
-    needed = data_bytes + RUN_ADDRESS_SPACE_BYTES
-    if limit is None or limit - mapped >= needed:
-        return
-    shortfall = needed - (limit - mapped)
-    raise DeviceMemoryError(
-        f'This process may map at most {limit / 2**30:.2f} GiB of address space (ulimit -v {limit // 1024}), and '
-        f'{mapped / 2**30:.2f} GiB of it are mapped already (Python, JAX, the simulators): the run needs about '
-        f'{needed / 2**30:.2f} GiB more ({data_bytes / 2**30:.2f} GiB of data, and about '
-        f'{RUN_ADDRESS_SPACE_BYTES / 2**30:.0f} GiB for compiling the agent, whose compiler threads each reserve a stack '
-        f'and abort the process when they cannot, and for the evaluation environments). Nothing was written. Lift the '
-        f'limit (ulimit -v unlimited), or raise it by {shortfall / 2**30:.2f} GiB at the very least (ulimit -v '
-        f'{-(-(limit + shortfall) // 1024)}), more where Python and JAX map more once they have room.'
-    )

@@ -16,6 +16,7 @@ from utils.evaluation import (
     FrameStackPolicy,
     evaluate,
     evaluate_seeds,
+    evaluation_metrics,
     make_env,
     make_eval_envs,
     native,
@@ -24,7 +25,7 @@ from utils.evaluation import (
     tile_videos,
     videos_to_wandb,
 )
-from utils.evaluation.episodes import GymEpisodes
+from utils.evaluation.envs import GymEpisodes
 from utils.evaluation.native import NativeEpisodes
 from utils.evaluation.workers import EnvWorkers
 from utils.maze import pointmaze_oracle_policy
@@ -53,18 +54,22 @@ def teleport_envs():
 straight_to_goal = jax.jit(lambda observations, goals: jnp.clip(goals - observations, -1.0, 1.0))
 
 
-def _outcomes(result):
-    return np.concatenate(list(result['per_episode'].values()))
+def _outcomes(episodes):
+    return np.array([record.success for record in episodes])
+
+
+def _of_task(episodes, task, field):
+    """`field` of the records of `task`'s episodes, in order, as one array."""
+    return np.array([getattr(record, field) for record in episodes if record.task == task])
 
 
 def _assert_same_evaluation(got, expected):
-    assert got.keys() == expected.keys()
-    for t in expected['per_episode']:
-        np.testing.assert_array_equal(got['per_episode'][t], expected['per_episode'][t])
-        np.testing.assert_array_equal(got['final_observations'][t], expected['final_observations'][t])
-    for key in expected:
-        if key.startswith('evaluation/'):
-            assert got[key] == expected[key], key
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert a[:6] == b[:6]  # seed, task, episode, success, return, length
+        np.testing.assert_array_equal(a.final_observation, b.final_observation)
+        assert (a.video is None) == (b.video is None)
+    assert evaluation_metrics(got) == evaluation_metrics(expected)
 
 
 # The choice of stepping: native where supported, gym envs (here or in worker processes) elsewhere.
@@ -281,13 +286,18 @@ def test_seeds_in_one_batch_equal_each_seeds_own_evaluation(request, num_seeds, 
         # Seed k's rows of the seeds policy act as this single-seed policy.
         expected = _reference_evaluation(env, lambda k=k: _single_seed_policy(env, k, frame_stack), seed, task_ids,
                                          episodes, max_steps)
-        result = got[k]
+        records = got[k]
+        assert [(r.seed, r.task, r.episode) for r in records] == [
+            (seed, label, j) for label in expected for j in range(episodes)]
         for label, (success, returns, lengths, final) in expected.items():
-            np.testing.assert_array_equal(result['per_episode'][label], success)
-            np.testing.assert_array_equal(result['final_observations'][label], final)
-        assert result['evaluation/overall_length'] == np.mean([e[2] for e in expected.values()])
-        assert result['evaluation/overall_return'] == np.mean([e[1] for e in expected.values()])
-        assert result['evaluation/overall_success'] == np.mean([e[0].mean() for e in expected.values()])
+            np.testing.assert_array_equal(_of_task(records, label, 'success'), success)
+            np.testing.assert_array_equal(_of_task(records, label, 'return_'), returns)
+            np.testing.assert_array_equal(_of_task(records, label, 'length'), lengths)
+            np.testing.assert_array_equal(_of_task(records, label, 'final_observation'), final)
+        metrics = evaluation_metrics(records)
+        assert metrics['evaluation/overall_length'] == np.mean([e[2] for e in expected.values()])
+        assert metrics['evaluation/overall_return'] == np.mean([e[1] for e in expected.values()])
+        assert metrics['evaluation/overall_success'] == np.mean([e[0].mean() for e in expected.values()])
     outcomes = np.concatenate([_outcomes(r) for r in got])
     assert 0 < outcomes.mean() < 1  # task 3 needs ~100 steps at full speed: episodes both succeed and fail
 
@@ -361,28 +371,33 @@ def test_lockstep_equals_sequential_antmaze():
     kwargs = dict(task_ids=(1,), episodes_per_task=2, seed=0, max_steps=20)
     lockstep = evaluate(elementwise, envs, lockstep=True, **kwargs)
     sequential = evaluate(elementwise, envs, lockstep=False, **kwargs)
-    np.testing.assert_array_equal(lockstep['final_observations'][1], sequential['final_observations'][1])
+    np.testing.assert_array_equal(_of_task(lockstep, 1, 'final_observation'),
+                                  _of_task(sequential, 1, 'final_observation'))
 
 
 @pytest.mark.parametrize('env_fixture', ['medium_native', 'medium_envs'])
 def test_metrics_are_means_of_episodes(request, env_fixture):
     envs = request.getfixturevalue(env_fixture)
-    result = evaluate(straight_to_goal, envs, task_ids=(1, 2), episodes_per_task=EPISODES, max_steps=MAX_STEPS)
+    episodes = evaluate(straight_to_goal, envs, task_ids=(1, 2), episodes_per_task=EPISODES, seed=4,
+                        max_steps=MAX_STEPS)
+    assert [(r.seed, r.task, r.episode) for r in episodes] == [(4, t, j) for t in (1, 2) for j in range(EPISODES)]
+    metrics = evaluation_metrics(episodes)
+    assert list(metrics) == ['evaluation/task1_success', 'evaluation/task2_success', 'evaluation/overall_success',
+                             'evaluation/overall_return', 'evaluation/overall_length']
     for t in (1, 2):
-        assert result[f'evaluation/task{t}_success'] == result['per_episode'][t].mean()
-        assert result['per_episode'][t].shape == (EPISODES,)
-    assert result['evaluation/overall_success'] == _outcomes(result).mean()
+        assert metrics[f'evaluation/task{t}_success'] == _of_task(episodes, t, 'success').mean()
+    assert metrics['evaluation/overall_success'] == _outcomes(episodes).mean()
     # Rewards are 1 at the success step only, and a success ends the episode.
-    assert result['evaluation/overall_return'] == _outcomes(result).mean()
-    assert 0 < result['evaluation/overall_length'] <= MAX_STEPS
+    assert metrics['evaluation/overall_return'] == _outcomes(episodes).mean()
+    assert 0 < metrics['evaluation/overall_length'] <= MAX_STEPS
 
 
 def test_oracle_reaches_goal_of_task3(medium_native):
     # (5, 3) -> (4, 2) are diagonal neighbours with walls on both sides of the corner: about six cells by BFS.
     oracle = pointmaze_oracle_policy(one_env(medium_native))
-    result = evaluate(oracle, medium_native, task_ids=(3,), episodes_per_task=EPISODES, max_steps=200)
-    np.testing.assert_array_equal(result['per_episode'][3], 1.0)
-    assert result['evaluation/overall_length'] < 200
+    episodes = evaluate(oracle, medium_native, task_ids=(3,), episodes_per_task=EPISODES, max_steps=200)
+    np.testing.assert_array_equal(_outcomes(episodes), [1.0] * EPISODES)
+    assert evaluation_metrics(episodes)['evaluation/overall_length'] < 200
 
 
 @pytest.mark.parametrize('native_stepping', [True, False])
@@ -404,9 +419,9 @@ def test_success_is_read_at_the_last_step(native_stepping):
 
     def run(max_steps):
         calls.clear()
-        result = evaluate(reach_then_leave, envs, task_ids=(3,), episodes_per_task=EPISODES, max_steps=max_steps)
-        assert result['evaluation/overall_length'] == max_steps
-        return result['per_episode'][3]
+        episodes = evaluate(reach_then_leave, envs, task_ids=(3,), episodes_per_task=EPISODES, max_steps=max_steps)
+        assert [record.length for record in episodes] == [max_steps] * EPISODES
+        return _outcomes(episodes)
 
     np.testing.assert_array_equal(run(LEAVE), 1.0)
     np.testing.assert_array_equal(run(LEAVE + 40), 0.0)
@@ -489,17 +504,21 @@ def test_oracle_matches_ogbench(medium_native):
 def _videos_or_skip(policy, envs, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        result = evaluate(policy, envs, **kwargs)
+        episodes = evaluate(policy, envs, **kwargs)
     render_failures = [w for w in caught if 'env.render() failed' in str(w.message)]
     if render_failures:
         skip_without_rendering(f'rendering unavailable here: {render_failures[0].message}')
-    return result['videos']
+    return _videos(episodes)
+
+
+def _videos(episodes):
+    return [record.video for record in episodes if record.video is not None]
 
 
 def test_videos(medium_native, medium_envs):
     kwargs = dict(task_ids=(1, 2), episodes_per_task=EPISODES, max_steps=7, num_video_episodes=2, video_frame_skip=3)
     videos = _videos_or_skip(straight_to_goal, medium_envs, **kwargs)
-    assert len(videos) == 4  # two per task
+    assert len(videos) == 4  # two per task: the first two episodes of each
     for video in videos:
         assert video.dtype == np.uint8
         assert video.shape[0] == 4  # steps 0, 3, 6 and the last one, 7
@@ -522,10 +541,9 @@ def test_render_failure_warns_and_evaluation_goes_on(native_stepping):
     for env in ([one_env(envs)] if native_stepping else envs):
         env.render = broken_render
     with pytest.warns(UserWarning, match='no GL'):
-        result = evaluate(straight_to_goal, envs, task_ids=(1, 2), episodes_per_task=2, max_steps=5,
-                          num_video_episodes=1)
-    assert result['videos'] == []
-    assert result['per_episode'][2].shape == (2,)
+        episodes = evaluate(straight_to_goal, envs, task_ids=(1, 2), episodes_per_task=2, max_steps=5,
+                            num_video_episodes=1)
+    assert len(episodes) == 4 and all(record.video is None for record in episodes)
 
 
 def test_tile_videos():
@@ -619,7 +637,8 @@ def test_parallel_lockstep_equals_lockstep(medium_envs, medium_envs_5, medium_po
     sequential = evaluate(oracle, medium_pool, task_ids=(3,), episodes_per_task=2, lockstep=False, seed=7,
                           max_steps=MAX_STEPS)
     reference = evaluate(oracle, medium_envs, task_ids=(3,), episodes_per_task=2, seed=7, max_steps=MAX_STEPS)
-    np.testing.assert_array_equal(sequential['final_observations'][3], reference['final_observations'][3])
+    np.testing.assert_array_equal(_of_task(sequential, 3, 'final_observation'),
+                                  _of_task(reference, 3, 'final_observation'))
 
 
 def test_parallel_lockstep_teleport(teleport_envs):
@@ -629,8 +648,8 @@ def test_parallel_lockstep_teleport(teleport_envs):
     oracle = pointmaze_oracle_policy(one_env(teleport_envs))
     kwargs = dict(task_ids=(3,), episodes_per_task=EPISODES, seed=3, max_steps=MAX_STEPS)
     try:
-        np.testing.assert_array_equal(evaluate(oracle, pool, **kwargs)['final_observations'][3],
-                                      evaluate(oracle, teleport_envs, **kwargs)['final_observations'][3])
+        np.testing.assert_array_equal(_of_task(evaluate(oracle, pool, **kwargs), 3, 'final_observation'),
+                                      _of_task(evaluate(oracle, teleport_envs, **kwargs), 3, 'final_observation'))
     finally:
         pool.close()
     assert [p.poll() for p in pool._processes] == [0]  # one worker; this process stepped the other slice
@@ -704,7 +723,7 @@ def test_workers_stop_with_their_owner(how):
 def test_parallel_lockstep_videos(medium_envs, medium_pool):
     kwargs = dict(task_ids=(1, 2), episodes_per_task=EPISODES, max_steps=7, num_video_episodes=1, video_frame_skip=3)
     expected = _videos_or_skip(straight_to_goal, medium_envs, **kwargs)
-    parallel = evaluate(straight_to_goal, medium_pool, **kwargs)['videos']
+    parallel = _videos(evaluate(straight_to_goal, medium_pool, **kwargs))
     assert len(parallel) == 2
     for got, want in zip(parallel, expected):
         np.testing.assert_array_equal(got, want)

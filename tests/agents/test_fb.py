@@ -16,7 +16,7 @@ from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, small, to
 from utils import losses
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
-from utils.evaluation import env_spaces, evaluate, make_eval_envs
+from utils.evaluation import env_spaces, evaluate, evaluation_metrics, make_eval_envs
 from utils.random_streams import stream_key
 from utils.training import DeviceDataset, sample_batch, train, validation_metrics
 
@@ -321,12 +321,13 @@ def test_short_pointmaze_evaluation_runs():
     ex_obs = np.zeros((1, observation_space.shape[0]), np.float32)
     ex_act = np.zeros((1, action_space.shape[0]), np.float32)
     agent = get_agent_class('fb').create(0, ex_obs, ex_act, config)
-    results = evaluate(
+    episodes = evaluate(
         lambda o, g: np.asarray(agent.sample_actions(o, g, temperature=0.0)), envs, task_ids=(1,), episodes_per_task=2, max_steps=20
     )
-    assert results['per_episode'][1].shape == (2,)
-    assert results['evaluation/overall_success'] == np.mean(results['per_episode'][1])
-    assert results['evaluation/overall_length'] == 20
+    assert [(record.task, record.episode) for record in episodes] == [(1, 0), (1, 1)]
+    metrics = evaluation_metrics(episodes)
+    assert metrics['evaluation/overall_success'] == np.mean([record.success for record in episodes])
+    assert metrics['evaluation/overall_length'] == 20
 
 
 # ---- config -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from runtime.checkpoints import load_checkpoint, save_checkpoint
 from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, toy_dataset
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
-from utils.evaluation import env_spaces, evaluate, make_eval_envs
+from utils.evaluation import env_spaces, evaluate, evaluation_metrics, make_eval_envs
 from utils.training import DeviceDataset, sample_batch, stack_trees, train
 
 # The loss that must go down for each agent (its value function's).
@@ -183,9 +183,9 @@ def test_hiql_acts_in_pointmaze():
     ex_obs = np.zeros((1, observation_space.shape[0]), np.float32)
     ex_act = np.zeros((1, action_space.shape[0]), np.float32)
     agent = get_agent_class('hiql').create(0, ex_obs, ex_act, config)
-    results = evaluate(lambda o, g: np.asarray(agent.sample_actions(o, g, temperature=0.0)), envs, task_ids=(1,),
-                       episodes_per_task=1, max_steps=10)
-    assert results['evaluation/overall_length'] == 10 and 0.0 <= results['evaluation/overall_success'] <= 1.0
+    metrics = evaluation_metrics(evaluate(lambda o, g: np.asarray(agent.sample_actions(o, g, temperature=0.0)), envs,
+                                          task_ids=(1,), episodes_per_task=1, max_steps=10))
+    assert metrics['evaluation/overall_length'] == 10 and 0.0 <= metrics['evaluation/overall_success'] <= 1.0
 
 
 def test_family_presets_carry_ogbench_hyperparameters():

@@ -15,11 +15,12 @@ from agents import get_agent_class
 from configs.presets import PRESETS, get_config
 from datagen import visual
 from datagen.pointmaze import _save_npz_atomic
+from runtime.memory import check_dataset_fits
 from tests.helpers import ROOT, optimized_xla, sampler_config, skip_without_rendering
 from utils.config_checks import validate_config
-from utils.datasets import check_dataset_fits, load_dataset
+from utils.datasets import load_dataset
 from utils.errors import ConfigError, DatasetError
-from utils.evaluation import FrameStackPolicy, evaluate, make_eval_envs
+from utils.evaluation import FrameStackPolicy, evaluate, evaluation_metrics, make_eval_envs
 from utils.image_encoders import visual_encoder
 from utils.networks import MLP
 from utils.pixel_batches import CROP_PADDING, augment_batch, crop_images, example_observations, stacked_observations
@@ -366,10 +367,11 @@ def test_gcbc_trains_on_rendered_pixels_and_evaluates_on_the_visual_env(visual_d
     assert np.all(np.isfinite(errors)) and errors[-10:].mean() < 0.8 * errors[:10].mean()
 
     policy = FrameStackPolicy(lambda obs, goals: np.asarray(agent.sample_actions(obs, goals, temperature=0.0)), 2)
-    results = evaluate(policy, env, task_ids=(1,), episodes_per_task=2, max_steps=3, num_video_episodes=1)
-    assert results['evaluation/overall_length'] == 3
-    assert results['final_observations'][1].shape == (2, 64, 64, 3)
-    assert len(results['videos']) == 1 and results['videos'][0].shape[1:] == (64, 64, 3)
+    episodes = evaluate(policy, env, task_ids=(1,), episodes_per_task=2, max_steps=3, num_video_episodes=1)
+    assert evaluation_metrics(episodes)['evaluation/overall_length'] == 3
+    assert [record.final_observation.shape for record in episodes] == [(64, 64, 3)] * 2
+    videos = [record.video for record in episodes if record.video is not None]
+    assert len(videos) == 1 and videos[0].shape[1:] == (64, 64, 3)
 
 
 def test_visual_sweep_launches_the_visual_presets(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from experiments import analysis
 from scripts import horizon, rep_heatmap, sp_correlation
-from utils.evaluation import evaluate, make_env, make_eval_envs, one_env
+from utils.evaluation import evaluate, evaluation_metrics, make_env, make_eval_envs, one_env
 from utils.maze import pointmaze_oracle_policy
 
 pytestmark = pytest.mark.xdist_group('test_analysis')  # its module fixtures are built once, in one worker
@@ -71,17 +71,20 @@ def test_evaluate_accepts_task_info():
             first_calls.append((observations.copy(), goals.copy()))
         return oracle(observations, goals)
 
-    result = evaluate(recording_oracle, envs, task_ids=[info, 3], episodes_per_task=3, max_steps=200)
+    episodes = evaluate(recording_oracle, envs, task_ids=[info, 3], episodes_per_task=3, max_steps=200)
     maze_oracle = analysis.maze_oracle(one_env(envs))
     observations, goals = (rows[:3] for rows in first_calls[0])  # the batch's first task: rows 0-2
     assert all(maze_oracle.cell(xy) == (1, 1) for xy in observations)
     assert all(maze_oracle.cell(xy) == (2, 2) for xy in goals)
-    np.testing.assert_array_equal(result['per_episode']['info0'], 1.0)
-    assert result['evaluation/taskinfo0_success'] == 1.0
+    assert [(record.task, record.success) for record in episodes[:3]] == [('info0', 1.0)] * 3
+    metrics = evaluation_metrics(episodes)
+    assert metrics['evaluation/taskinfo0_success'] == 1.0
     # An integer task next to a dict task runs exactly as it does alone.
     alone = evaluate(oracle, envs, task_ids=[3], episodes_per_task=3, max_steps=200)
-    np.testing.assert_array_equal(result['final_observations'][3], alone['final_observations'][3])
-    assert result['evaluation/task3_success'] == alone['evaluation/task3_success']
+    for a, b in zip(episodes[3:], alone, strict=True):
+        assert a.task == b.task == 3
+        np.testing.assert_array_equal(a.final_observation, b.final_observation)
+    assert metrics['evaluation/task3_success'] == evaluation_metrics(alone)['evaluation/task3_success']
 
 
 def test_horizon_goals_lie_on_the_bfs_path(medium_env, medium_oracle):

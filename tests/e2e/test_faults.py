@@ -22,6 +22,7 @@ from runtime.subprocesses import set_up_then_exec
 from scripts import results as results_cli
 from tests.helpers import (BUDGET, ENDLESS, ENV, TINY, bound_by_file_modes, error_paragraph, finish, main_command, run,
                            start, wait_until)
+from utils.evaluation.workers import WORKER_COMMAND
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAIN = os.path.join(ROOT, 'main.py')
@@ -36,8 +37,8 @@ def csv_steps(path):
 
 
 def evaluation_workers(pid):
-    """Pids of the evaluation worker processes of main.py `pid` (`python -m utils.evaluation...`; other
-    short-lived children exist, e.g. the library probes that importing glfw starts)."""
+    """Pids of the evaluation worker processes of main.py `pid` (`python -c <utils.evaluation.workers.WORKER_COMMAND>`;
+    other short-lived children exist, e.g. the library probes that importing glfw starts)."""
     found = []
     for entry in os.listdir('/proc'):
         if entry.isdigit():
@@ -48,7 +49,7 @@ def evaluation_workers(pid):
                     command = f.read().split(b'\0')
             except OSError:
                 continue
-            if parent == pid and any(part.startswith(b'utils.evaluation') for part in command):
+            if parent == pid and WORKER_COMMAND.encode() in command:
                 found.append(int(entry))
     return found
 

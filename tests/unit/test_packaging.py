@@ -74,6 +74,31 @@ def test_each_layer_imports_only_layers_below_it():
     assert not offenders, offenders
 
 
+# What runs a run, not what it computes: run-directory errors and the other errors only the run machinery raises, when
+# evaluations run, and whether a run fits the machine's memory. They live in runtime/.
+RUN_MACHINERY = {'RunDirError', 'RunLockedError', 'ResumeMismatchError', 'NonFiniteLossError', 'EvaluationError',
+                 'StorageError', 'DeviceMemoryError', 'Evaluations', 'EvaluationFailed', 'check_evaluation_fits',
+                 'check_dataset_fits', 'check_address_space', 'host_available_bytes'}
+
+
+def test_the_library_defines_no_run_machinery():
+    offenders = []
+    for name in tracked_text_files():
+        if name.startswith('utils/') and name.endswith('.py'):
+            with open(os.path.join(ROOT, name)) as f:
+                tree = ast.parse(f.read(), filename=name)
+            offenders += [f'{name}: {node.name}' for node in ast.walk(tree)
+                          if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in RUN_MACHINERY]
+    defined = set()
+    for name in tracked_text_files():
+        if name.startswith('runtime/') and name.endswith('.py'):
+            with open(os.path.join(ROOT, name)) as f:
+                defined |= {node.name for node in ast.walk(ast.parse(f.read(), filename=name))
+                            if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    assert not offenders, offenders
+    assert RUN_MACHINERY <= defined, RUN_MACHINERY - defined  # the names still say what runtime/ holds
+
+
 def test_test_modules_import_helpers_not_each_other():
     """Shared test code lives in tests/helpers.py: a test module that imports another would run that module's tests'
     import-time work, and hide a dependency between tiers."""

@@ -12,7 +12,7 @@ import pytest
 
 from agents.base import update_keys
 from runtime.checkpoints import CHECKPOINT_NAME, check_resumable, checkpoint_header
-from utils.errors import ResumeMismatchError
+from runtime.errors import ResumeMismatchError
 from utils.random_streams import NAMED_STREAMS_SINCE, STREAMS, run_streams, stream_key
 
 SEEDS = range(4)

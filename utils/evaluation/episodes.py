@@ -1,4 +1,8 @@
-"""OGBench goal-reaching evaluation: every episode of every (seed, task) in one lockstep batch.
+"""OGBench goal-reaching evaluation: every episode of every (seed, task) in one lockstep batch, one record per episode.
+
+    envs = make_eval_envs('pointmaze-medium-v0', 50)
+    episodes = evaluate(policy_fn, envs, task_ids=(1, 2, 3), episodes_per_task=50, seed=0)  # [Episode] x 150
+    metrics = evaluation_metrics(episodes)    # {'evaluation/task1_success': ..., 'evaluation/overall_success': ...}
 
 An evaluation of N seeds x T tasks x E episodes per task is one batch of N * T * E rows, ordered seed-major (row
 k * T * E + t * E + j is episode j of the t-th task for the k-th seed). All episodes start together and advance
@@ -8,10 +12,15 @@ call (`utils.evaluation.policies.seeds_policy`). Rows of finished episodes stay 
 observation, and their actions are ignored, so a jitted policy compiles for one batch size only.
 
 What steps the episodes (`make_eval_envs`): a native pool (`native.py`: one MuJoCo state per episode, stepped by
-threads) holds any number of rows, of which at most MAX_ROWS_PER_BATCH step together (about 220 KB of memory each). The gym paths (a list of envs stepped here, or an `EnvWorkers` pool of processes)
-hold one env per row; given fewer envs than rows, the evaluation runs in waves: the per-seed rows are cut into
-blocks of at most len(envs) // N, and each wave runs one block of every seed (still seed-major, so a seeds policy
-sees N equal slices). Stateful policies are reset at the start of every wave.
+threads) holds any number of rows, of which at most MAX_ROWS_PER_BATCH step together (about 220 KB of memory each).
+The gym paths (a list of envs stepped here, or an `EnvWorkers` pool of processes, `workers.py`) hold one env per
+row; given fewer envs than rows, the evaluation runs in waves: the per-seed rows are cut into blocks of at most
+len(envs) // N, and each wave runs one block of every seed (still seed-major, so a seeds policy sees N equal
+slices). Stateful policies are reset at the start of every wave.
+
+What an evaluation returns: one `Episode` record per episode (its seed, task, index, success, return, length, final
+observation and video). The metrics main.py logs are `evaluation_metrics` of one seed's records, a pure function of
+them, so that an analysis or a test computes the same numbers from the same records.
 
 Randomness. An OGBench maze episode draws from three generators:
   * `env.np_random` (gymnasium): qpos/qvel reset noise; seeded by `env.reset(seed=...)`;
@@ -29,45 +38,77 @@ size, so a row's action can change in the last bit, after which the two trajecto
 agree statistically, not bitwise. The caller's global `np.random` state is restored on return.
 """
 
+from typing import Dict, NamedTuple, Optional, Sequence, Union
+
 import numpy as np
 
-from utils.evaluation.envs import one_env
-from utils.evaluation.videos import Renderer
+from utils.evaluation import native as native_stepping
+from utils.evaluation.envs import GymEpisodes, make_env, one_env
+from utils.evaluation.workers import EnvWorkers
 from utils.progress import progress_bar
 
 # Episodes stepped together at most; an evaluation with more rows runs in successive batches of this size.
 MAX_ROWS_PER_BATCH = 4096
-# Memory of one episode being stepped: 180-230 KB for a point, ant or humanoid maze (MuJoCo 4.0, measured), rounded up.
-EPISODE_BYTES = 256 << 10
-# What an evaluation keeps per episode until it ends, besides its final observation (success, return, length, seeds).
-RESULT_BYTES_PER_EPISODE = 64
 
 
-def memory_needed(num_rows: int, observation_bytes: int, in_batches: bool = True) -> int:
-    """Host memory an evaluation of `num_rows` episodes needs: the episodes stepping together (at most
-    MAX_ROWS_PER_BATCH of them) and every episode's results until the evaluation ends."""
-    stepping = min(num_rows, MAX_ROWS_PER_BATCH) if in_batches else num_rows
-    return stepping * EPISODE_BYTES + num_rows * (observation_bytes + RESULT_BYTES_PER_EPISODE)
+class Episode(NamedTuple):
+    """The record of one evaluation episode: what `evaluate` returns per episode, and what every logged metric is
+    computed from (`evaluation_metrics`)."""
+
+    seed: int  # the evaluation seed it ran under
+    task: Union[int, str]  # its task id, or 'info{k}' for the k-th entry of task_ids given as a task_info dict
+    episode: int  # its index among its task's episodes (its episode seed derives from seed, task and this)
+    success: float  # 1.0 if the env reported success at its last step, else 0.0
+    return_: float  # the sum of its rewards
+    length: int  # the steps it took
+    final_observation: np.ndarray  # its observation after its last step
+    video: Optional[np.ndarray]  # uint8 [frames, H, W, 3] if it was recorded and rendering worked, else None
 
 
-def check_memory(num_seeds: int, num_tasks: int, episodes_per_task: int, observation_bytes: int, available_bytes):
-    """ConfigError before any training if an evaluation of these sizes would not fit in `available_bytes` of host
-    memory (None: unknown, not checked), naming the largest --eval_episodes that fits."""
-    rows = num_seeds * num_tasks * episodes_per_task
-    needed = memory_needed(rows, observation_bytes)
-    budget = None if available_bytes is None else 0.8 * available_bytes
-    if budget is None or needed <= budget:
-        return
-    per_episode = num_seeds * num_tasks * (observation_bytes + RESULT_BYTES_PER_EPISODE)
-    largest = int((budget - MAX_ROWS_PER_BATCH * EPISODE_BYTES) // per_episode)
-    from utils.errors import ConfigError
+def evaluation_metrics(episodes: Sequence[Episode]) -> Dict[str, float]:
+    """The metrics main.py logs for one evaluation, from the records of one seed's episodes:
+    `evaluation/task{t}_success` per task (the mean success of its episodes; tasks in the order the records give
+    them), `evaluation/overall_success` (the mean over tasks of their success), and `evaluation/overall_return` and
+    `evaluation/overall_length` (means over all episodes). Records of several seeds are pooled: each task's success
+    is then the mean of all its episodes."""
+    if not episodes:
+        raise ValueError('evaluation_metrics needs the records of at least one episode.')
+    successes = {}
+    for record in episodes:
+        successes.setdefault(record.task, []).append(record.success)
+    metrics = {f'evaluation/task{task}_success': float(np.mean(values)) for task, values in successes.items()}
+    metrics['evaluation/overall_success'] = float(np.mean(list(metrics.values())))
+    metrics['evaluation/overall_return'] = float(np.mean([record.return_ for record in episodes]))
+    metrics['evaluation/overall_length'] = float(np.mean([record.length for record in episodes]))
+    return metrics
 
-    raise ConfigError(
-        f'--eval_episodes={episodes_per_task} does not fit in host memory: an evaluation of {rows:,} episodes '
-        f'({num_seeds} seed(s) x {num_tasks} task(s)) needs about {needed / 1e9:.1f} GB, and {available_bytes / 1e9:.1f} '
-        f'GB are available (80% may be used). Pass --eval_episodes={max(largest, 1)} or fewer '
-        f'(or fewer --eval_tasks / --num_seeds), or use a machine with more memory. Nothing was written.'
-    )
+
+def make_eval_envs(env_name, num_envs, num_workers=1, native=True):
+    """What an evaluation of `env_name` steps. Make it once and reuse it across evaluations.
+
+    Args:
+        num_envs: env copies for the gym paths, i.e. the rows one lockstep batch can hold there; an evaluation with
+            more episodes runs them in successive batches ("waves", see `evaluate_seeds`). A native pool holds any
+            number of episodes and ignores it.
+        num_workers: parallelism: threads of a native pool, or processes (this one and `num_workers - 1` workers)
+            of an `EnvWorkers` pool; 1 steps everything in this thread.
+        native: step the episodes on per-episode MuJoCo states with a thread pool (`native.py`) where the env
+            supports it (`native.supports`); other envs, or native=False, are stepped as gym envs.
+
+    Returns a `NativeEpisodes` pool, an `EnvWorkers` pool of `num_envs` copies (when num_workers > 1, capped at
+    `num_envs`), or a plain list of `num_envs` gym envs stepped in this process. `one_env` and `env_spaces` read any
+    of them.
+    """
+    if num_envs < 1 or num_workers < 1:
+        raise ValueError(f'make_eval_envs needs num_envs >= 1 and num_workers >= 1, got {num_envs} and {num_workers}.')
+    env = make_env(env_name)
+    if native and native_stepping.supports(env):
+        return native_stepping.NativeEpisodes(env, num_threads=num_workers)
+    num_workers = min(num_workers, num_envs)
+    if num_workers > 1:
+        env.close()
+        return EnvWorkers(env_name, num_envs, num_workers)
+    return [env] + [make_env(env_name) for _ in range(num_envs - 1)]
 
 
 class EvaluationCancelled(Exception):
@@ -86,7 +127,7 @@ def evaluate(
     video_frame_skip=3,
     progress=False,
 ):
-    """Run `episodes_per_task` episodes of every task and report success rates: `evaluate_seeds` for one seed.
+    """Run `episodes_per_task` episodes of every task: `evaluate_seeds` for one seed.
 
     Args:
         policy_fn: deterministic batched policy, `(observations [B, ...], goals [B, ...]) -> actions [B, action_dim]`.
@@ -94,7 +135,7 @@ def evaluate(
         envs: from `make_eval_envs` (or a list of gym envs, stepped here).
         task_ids: OGBench task ids (1..num_tasks), each of which may instead be a task given as a dict the env's reset
             accepts as `options['task_info']` (mazes: `dict(init_ij=..., goal_ij=...)`); the k-th entry of `task_ids`
-            given that way is reported as task `info{k}` (`evaluation/taskinfo{k}_success`, `per_episode['info{k}']`).
+            given that way is recorded as task `info{k}` (metrics: `evaluation/taskinfo{k}_success`).
         lockstep: if False, run one episode at a time with batch-1 calls (same seeds, same episodes).
         max_steps: episode length cap that replaces the env's own time limit (`env.spec.max_episode_steps`).
         num_video_episodes: render the first this many episodes of each task, one frame every `video_frame_skip`
@@ -102,15 +143,14 @@ def evaluate(
             the evaluation warns and goes on without videos.
 
     Returns:
-        `evaluation/overall_success`, `evaluation/task{t}_success`, `evaluation/overall_return` and
-        `evaluation/overall_length` (means over episodes), `per_episode` {task_id: 0/1 success per episode},
-        `final_observations` {task_id: [episodes, ...]}, and `videos` (list of uint8 [T, H, W, 3]) when requested.
+        The `Episode` records of the evaluation, task by task in the order of `task_ids`, each task's episodes in
+        order; `evaluation_metrics` of them are the metrics main.py logs.
     """
-    (metrics,) = evaluate_seeds(
+    (episodes,) = evaluate_seeds(
         policy_fn, envs, [seed], task_ids, episodes_per_task, lockstep, max_steps, num_video_episodes,
         video_frame_skip, progress,
     )
-    return metrics
+    return episodes
 
 
 def evaluate_seeds(
@@ -130,8 +170,9 @@ def evaluate_seeds(
 
     `policy_fn` gets the rows seed-major: rows [k * R, (k + 1) * R) of every call belong to the k-th entry of
     `seeds` (R = rows per seed in the batch). Other arguments as in `evaluate`; `cancel`, a threading.Event, ends the
-    evaluation with EvaluationCancelled at the next environment step once it is set. Returns one metrics dict per
-    seed, each exactly what `evaluate(..., seed=seeds[k])` returns for a policy whose rows do not depend on the batch.
+    evaluation with EvaluationCancelled at the next environment step once it is set. Returns one list of `Episode`
+    records per seed, each exactly what `evaluate(..., seed=seeds[k])` returns for a policy whose rows do not depend
+    on the batch.
     """
     plan = _Plan(seeds, task_ids, episodes_per_task, num_video_episodes, one_env(envs))
     stepper = envs if hasattr(envs, 'start') else GymEpisodes(list(envs))
@@ -148,21 +189,12 @@ def evaluate_seeds(
         raise
     finally:
         np.random.set_state(caller_rng_state)
-    return [plan.metrics(outcome, k, num_video_episodes > 0) for k in range(len(plan.seeds))]
+    return [plan.records(outcome, k) for k in range(len(plan.seeds))]
 
 
 def episode_seed(seed, task_key, episode):
     """The seed of episode `episode` of the task keyed `task_key` under evaluation seed `seed`."""
     return int(np.random.SeedSequence([seed, task_key, episode]).generate_state(1)[0])
-
-
-def reset_episode(env, task, seed):
-    """Reset `env` to the episode of `task` (a task id or a `task_info` dict) with episode seed `seed`, seeding the
-    three generators a maze episode draws from (module docstring). Returns (observation, info)."""
-    np.random.seed(seed)
-    env.action_space.seed(seed)
-    options = dict(task_info=task) if isinstance(task, dict) else dict(task_id=task)
-    return env.reset(seed=seed, options=dict(options, render_goal=False))
 
 
 class _Plan:
@@ -208,24 +240,19 @@ class _Plan:
             for start in range(0, self.per_seed, block)
         ]
 
-    def metrics(self, outcome, k, with_videos):
-        """Seed `k`'s metrics, as a one-seed evaluation reports them."""
-        results = {}
-        for position, label in enumerate(self.labels):
-            rows = slice(k * self.per_seed + position * self.episodes, k * self.per_seed + (position + 1) * self.episodes)
-            results[label] = {key: values[rows] for key, values in outcome.arrays.items()}
-        task_success = {t: float(r['success'].mean()) for t, r in results.items()}
-        metrics = {f'evaluation/task{t}_success': s for t, s in task_success.items()}
-        metrics['evaluation/overall_success'] = float(np.mean(list(task_success.values())))
-        metrics['evaluation/overall_return'] = float(np.mean([r['return'] for r in results.values()]))
-        metrics['evaluation/overall_length'] = float(np.mean([r['length'] for r in results.values()]))
-        metrics['per_episode'] = {t: r['success'] for t, r in results.items()}
-        metrics['final_observations'] = {t: r['final_observation'] for t, r in results.items()}
-        if with_videos:
-            seed_rows = range(k * self.per_seed, (k + 1) * self.per_seed)
-            frames = [outcome.frames[r] for r in seed_rows if r in outcome.frames]
-            metrics['videos'] = [np.stack(f) for f in frames] if outcome.render_ok else []
-        return metrics
+    def records(self, outcome, k):
+        """The records of seed `k`'s episodes, in row order (task, then episode)."""
+        records = []
+        for row in range(k * self.per_seed, (k + 1) * self.per_seed):
+            position, episode = divmod(row - k * self.per_seed, self.episodes)
+            frames = outcome.frames.get(row) if outcome.render_ok else None
+            records.append(Episode(
+                seed=self.seeds[k], task=self.labels[position], episode=episode,
+                success=float(outcome.arrays['success'][row]), return_=float(outcome.arrays['return'][row]),
+                length=int(outcome.arrays['length'][row]), final_observation=outcome.arrays['final_observation'][row],
+                video=None if frames is None else np.stack(frames),
+            ))
+        return records
 
 
 def _check_tasks(task_ids, env):
@@ -283,86 +310,3 @@ class _Outcome:
             values[rows] = results[key]
         self.frames.update((r, frames) for r, frames in zip(rows, results['frames']) if frames is not None)
         self.render_ok = self.render_ok and results['render_ok']
-
-
-class EpisodeBatch:
-    """What every stepper of a lockstep batch keeps per episode row and reports back: `start` calls `_begin`, `step`
-    advances the live rows' envs and hands each step's outcome to `_end_step`, the one rule of an episode's end and
-    success for every stepper; `results` returns them (the contract `_run_batch` and the worker processes read)."""
-
-    def _begin(self, n, frames, limit, frame_skip):
-        self.frames = frames
-        self.success = np.zeros(n)
-        self.returns = np.zeros(n)
-        self.lengths = np.zeros(n, dtype=np.int64)
-        self.live = np.ones(n, dtype=bool)
-        self.limit, self.frame_skip = limit, frame_skip
-
-    def _end_step(self, rows, rewards, terminated, success, render):
-        """The step just taken by live `rows`: each adds its reward and one step; an episode ends when its env
-        terminates it or at the time limit, and its success is its last step's. A recorded episode gets a frame
-        (`render(row)`) every `frame_skip` steps and at its end."""
-        self.returns[rows] += rewards
-        self.lengths[rows] += 1
-        done = np.asarray(terminated, dtype=bool) | (self.lengths[rows] >= self.limit)
-        for i, finished in zip(rows, done):
-            if self.frames[i] is not None and (finished or self.lengths[i] % self.frame_skip == 0):
-                self.frames[i].append(render(i))
-        finished = rows[done]
-        self.success[finished] = np.asarray(success, dtype=np.float64)[done]
-        self.live[finished] = False
-
-    def results(self):
-        return {
-            'success': self.success,
-            'return': self.returns,
-            'length': self.lengths,
-            'final_observation': self.observations,
-            'frames': self.frames,
-            'render_ok': self.renderer.ok,
-        }
-
-
-class GymEpisodes(EpisodeBatch):
-    """The bookkeeping of episodes that advance together through gym envs, one per env: resets with per-episode
-    seeds, clipped steps of the live ones, success read at each episode's last step. Evaluation in this process and
-    every `EnvWorkers` process run this same code, which is what makes their episodes identical."""
-
-    def __init__(self, envs, renderer=None):
-        self.envs = envs
-        self.capacity = len(envs)
-        # Step the raw envs and count the time limit here: the gymnasium wrappers cost a sizeable part of a step.
-        self.raw_envs = [env.unwrapped for env in envs]
-        self.low, self.high = envs[0].action_space.low, envs[0].action_space.high
-        self.renderer = renderer or Renderer()
-        # Only the teleport maze draws from the global np.random inside `step`; re-seeding everywhere would cost.
-        self.reseed_each_step = getattr(self.raw_envs[0], '_teleport_info', None) is not None
-        self.live = np.zeros(0, dtype=bool)
-
-    def start(self, tasks, seeds, record, max_steps, frame_skip):
-        """Reset the first len(seeds) envs to their episodes (row i: task `tasks[i]`, episode seed `seeds[i]`);
-        returns (observations, goals)."""
-        n = len(seeds)
-        if n > len(self.envs):
-            raise ValueError(f'{n} episodes need {n} envs, got {len(self.envs)}.')
-        first_steps = [reset_episode(env, task, seed) for env, task, seed in zip(self.envs, tasks, seeds)]
-        self.seeds = list(seeds)
-        self.observations = np.stack([ob for ob, _ in first_steps])
-        goals = np.stack([info['goal'] for _, info in first_steps])
-        frames = [[self.renderer(env)] if rec else None for env, rec in zip(self.envs, record)]
-        self._begin(n, frames, max_steps or self.envs[0].spec.max_episode_steps, frame_skip)
-        return self.observations, goals
-
-    def step(self, actions):
-        """Advance every live episode by its row of `actions` (rows of finished episodes are ignored); returns the
-        observations, finished episodes' rows frozen at their last observation."""
-        actions = np.clip(actions, self.low, self.high)
-        live = np.flatnonzero(self.live)
-        rewards, terminated, success = np.zeros(len(live)), np.zeros(len(live), bool), np.zeros(len(live))
-        for k, i in enumerate(live):
-            if self.reseed_each_step:
-                np.random.seed((self.seeds[i] + self.lengths[i]) % 2**32)
-            self.observations[i], rewards[k], terminated[k], _, info = self.raw_envs[i].step(actions[i])
-            success[k] = info['success']
-        self._end_step(live, rewards, terminated, success, lambda i: self.renderer(self.envs[i]))
-        return self.observations

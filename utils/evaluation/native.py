@@ -7,7 +7,7 @@ is what caps Python threads looping over `mj_step`), and without the gym env's p
 The batch is persistent: it keeps one `MjData` per episode, so each episode's whole state is there to render.
 
 Every episode stays the gym env's episode, step for step. The env still does each reset (task set-up and the seeding
-of `episodes.reset_episode`); the episode's simulation then starts from the env's post-reset integration state
+of `envs.reset_episode`); the episode's simulation then starts from the env's post-reset integration state
 (`mjSTATE_INTEGRATION`: time, qpos, qvel, act, the solver's warm start, controls, ...), the whole input of a
 MuJoCo step. Each env step then does to that state exactly what the env's `step` does to its data:
   * point: qpos += 0.2 * action, qvel = 0, then `frame_skip` mj_steps; observation qpos;
@@ -34,7 +34,7 @@ from ogbench.locomaze.ant import AntEnv
 from ogbench.locomaze.humanoid import HumanoidEnv
 from ogbench.locomaze.point import PointEnv
 
-from utils.evaluation.episodes import EpisodeBatch, reset_episode
+from utils.evaluation.envs import EpisodeBatch, reset_episode
 from utils.evaluation.videos import Renderer
 
 

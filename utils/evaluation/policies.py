@@ -1,4 +1,5 @@
-"""Evaluation policies of trained agents: one seed's, and N seeds' over one seed-major batch.
+"""Evaluation policies of trained agents: one seed's, and N seeds' over one seed-major batch; frame-stacked acting, as
+the training sampler stacks frames.
 
 JAX is imported inside the functions: the `EnvWorkers` processes import this package and must not load JAX.
 """
@@ -8,9 +9,33 @@ import functools
 import numpy as np
 
 from utils.acting import EVALUATION_TEMPERATURE
-from utils.evaluation.episodes import evaluate_seeds
-from utils.evaluation.frame_stack import FrameStackPolicy
+from utils.evaluation.episodes import evaluate_seeds, evaluation_metrics
 from utils.evaluation.videos import videos_to_wandb
+
+
+class FrameStackPolicy:
+    """`policy_fn` on frame-stacked inputs: each step it sees the channel-wise stack of the last `frame_stack`
+    observations of every episode (the first observation repeated at an episode's start, as the training sampler
+    stacks frames before an episode's first row) and the goal repeated `frame_stack` times. The evaluation resets it
+    whenever episodes start."""
+
+    def __init__(self, policy_fn, frame_stack: int):
+        self.policy_fn, self.frame_stack = policy_fn, frame_stack
+        self.reset()
+
+    def reset(self):
+        self.history = None
+        if hasattr(self.policy_fn, 'reset'):
+            self.policy_fn.reset()
+
+    def __call__(self, observations, goals):
+        current = np.array(observations)  # a copy: the evaluator updates its observation buffer in place
+        if self.history is None:
+            self.history = [current] * self.frame_stack
+        else:
+            self.history = self.history[1:] + [current]
+        stacked_goals = np.concatenate([np.asarray(goals)] * self.frame_stack, axis=-1)
+        return self.policy_fn(np.concatenate(self.history, axis=-1), stacked_goals)
 
 
 def agent_policy(agent, frame_stack=1):
@@ -94,17 +119,19 @@ class _PerSeedPolicies:
 
 
 def evaluate_agents(agent_stack, num_seeds, envs, seed_keys, step, frame_stack=1, **evaluate_kwargs):
-    """The scalar evaluation metrics of each of `num_seeds` agents trained together (`seeds_policy`), at `step`: all
-    seeds' episodes in one lockstep batch (`evaluate_seeds`; `evaluate_kwargs` are its), each seed's results those of
-    its own evaluation, videos as wandb objects. Seed k's evaluation seed is drawn from fold_in(seed_keys[k], step),
-    so an evaluation depends only on the run's seed and the step."""
+    """What main.py logs for each of `num_seeds` agents trained together (`seeds_policy`) at `step`: all seeds'
+    episodes in one lockstep batch (`evaluate_seeds`; `evaluate_kwargs` are its), each seed's metrics
+    `evaluation_metrics` of its own episodes, and its videos, if any, as one wandb object (`evaluation/video`). Seed
+    k's evaluation seed is drawn from fold_in(seed_keys[k], step), so an evaluation depends only on the run's seed and
+    the step."""
     import jax
 
     eval_seeds = [int(jax.random.randint(jax.random.fold_in(seed_keys[k], step), (), 0, 2**31 - 1)) for k in range(num_seeds)]
     per_seed = []
-    for results in evaluate_seeds(seeds_policy(agent_stack, num_seeds, frame_stack), envs, eval_seeds, **evaluate_kwargs):
-        metrics = {key: float(v) for key, v in results.items() if key.startswith('evaluation/')}
-        if results.get('videos'):
-            metrics['evaluation/video'] = videos_to_wandb(results['videos'])
+    for episodes in evaluate_seeds(seeds_policy(agent_stack, num_seeds, frame_stack), envs, eval_seeds, **evaluate_kwargs):
+        metrics = evaluation_metrics(episodes)
+        videos = [record.video for record in episodes if record.video is not None]
+        if videos:
+            metrics['evaluation/video'] = videos_to_wandb(videos)
         per_seed.append(metrics)
     return per_seed

@@ -1,5 +1,10 @@
-"""A pool of processes stepping gym envs, for the envs the native stepper does not support. Each worker process runs
-`python -m utils.evaluation.worker_process <socket fd>` (that module's `serve`)."""
+"""A pool of processes stepping gym envs, for the envs the native stepper does not support: `EnvWorkers`, and `serve`,
+the life of each of its worker processes.
+
+A worker process runs WORKER_COMMAND, which imports this module and calls `serve`; it loads no JAX. (Run as
+`python -m utils.evaluation.workers`, this module would execute twice in the worker: once imported by the package,
+once as __main__.)
+"""
 
 import multiprocessing.connection
 import os
@@ -7,12 +12,14 @@ import signal
 import socket
 import subprocess
 import sys
+import traceback
 import weakref
 
 import numpy as np
 
-from utils.evaluation.envs import make_env
-from utils.evaluation.episodes import GymEpisodes
+from utils.evaluation.envs import GymEpisodes, make_env
+
+WORKER_COMMAND = 'import sys; from utils.evaluation.workers import serve; serve(int(sys.argv[1]))'
 
 
 class EnvWorkers:
@@ -164,7 +171,7 @@ def _start_worker():
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get('PYTHONPATH')])))
     process = subprocess.Popen(
-        [sys.executable, '-m', 'utils.evaluation.worker_process', str(fd)], pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env
+        [sys.executable, '-c', WORKER_COMMAND, str(fd)], pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env
     )
     child_socket.close()
     return process, multiprocessing.connection.Connection(parent_socket.detach())
@@ -183,3 +190,39 @@ def _stop_workers(processes, connections):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def serve(fd):
+    """A worker's life: build its envs, then answer start / step / results requests until told to close or until
+    the main process goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal: main.py checkpoints and ends its workers
+    connection = multiprocessing.connection.Connection(fd)
+    episodes = None
+    while True:
+        try:
+            request = connection.recv()
+        except (EOFError, OSError):
+            return  # the main process closed the socket or died
+        kind, args = request[0], request[1:]
+        if kind == 'close':
+            return
+        try:
+            if kind == 'make':
+                env_name, count = args
+                episodes = GymEpisodes([make_env(env_name) for _ in range(count)])
+                continue  # no reply: the first 'start' waits for the envs anyway
+            # Replies are (True, result) or (False, traceback).
+            if kind == 'start':
+                reply = True, episodes.start(*args)
+            elif kind == 'step':
+                reply = True, (episodes.step(*args), episodes.live)
+            else:
+                reply = True, episodes.results()
+        except Exception:
+            reply = False, traceback.format_exc()
+        try:
+            connection.send(reply)
+        except (EOFError, OSError):
+            return

@@ -21,6 +21,12 @@ import threading
 import time
 from typing import Callable, List, Optional, Tuple
 
+import jax
+import jax.numpy as jnp
+
+from runtime.errors import EvaluationError
+from utils.evaluation.episodes import EvaluationCancelled
+
 
 class EvaluationFailed(Exception):
     """The evaluation of `step` raised `__cause__`; `snapshot` holds the parameters it evaluated."""
@@ -31,8 +37,6 @@ class EvaluationFailed(Exception):
 
     def error(self, run_dirs: List[str], current_step: int):
         """The EvaluationError paragraph, once the checkpoint of `step` is saved in `run_dirs`."""
-        from utils.errors import EvaluationError
-
         cause = self.__cause__
         text = str(cause).strip().splitlines()[0] if str(cause).strip() else ''
         since = (f' (training went on to step {current_step} meanwhile; those steps are not saved)'
@@ -89,16 +93,11 @@ class Evaluations:
             self.pending = _Pending(step, agent, self.should_stop)
             self._run(self.pending)
             return
-        import jax
-        import jax.numpy as jnp
-
         self.pending = _Pending(step, jax.tree_util.tree_map(jnp.copy, agent), self.should_stop)
         self.pending.thread = threading.Thread(target=self._run, args=(self.pending,), name=f'evaluation-{step}', daemon=True)
         self.pending.thread.start()
 
     def _run(self, pending: _Pending):
-        from utils.evaluation.episodes import EvaluationCancelled
-
         try:
             pending.results = self.run_evaluation(pending.snapshot, pending.step, pending.cancel)
         except EvaluationCancelled:
