@@ -108,9 +108,13 @@ NOT_RUN = [
     (r'tests\.agents\.test_regression --record', "rewrites the checkout's tests/data/agent_metrics.json: "
                                                  'tests/agents/test_adding_a_method.py runs it in a copy of the '
                                                  'repository with the worked example applied'),
-    (r'class CosineSPRAgent|cosine_spr.: Method\(|from agents\.cosine_spr import',
-     "a file of docs/adding_a_method.md's worked example: tests/agents/test_adding_a_method.py writes it where the "
-     'page says and runs its tests'),
+    (r'class CosineSPRAgent|cosine_spr.: Method\(|from agents\.cosine_spr import|class TDValueAgent|td_value.: Method\('
+     r'|from agents\.td_value import',
+     "a file of one of docs/adding_a_method.md's worked examples: tests/agents/test_adding_a_method.py writes it where "
+     'the page says and runs its tests'),
+    (r"'encoder_activation': EncoderField|activation=getattr\(nn, config\.encoder_activation\)",
+     "a fragment of agents/base.py that docs/adding_a_method.md adds: tests/agents/test_adding_a_method.py puts it "
+     'where the page says and checks what the page promises of it'),
     (r"--out='?docs/figures/", "rewrites a figure of the checkout: tests/e2e/test_published_figures.py runs it into a "
                              'temporary folder and compares the picture with the committed one'),
     (r'^\. \.venv/bin/activate$', "changes the reader's own shell; the pages' commands name .venv/bin/ instead"),

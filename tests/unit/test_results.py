@@ -514,7 +514,7 @@ def test_signed_numbers_show_their_sign_even_when_they_round_to_zero():
     more decimal, and only an exact zero prints unsigned."""
     assert [R._signed(v, 0) for v in (-0.39, -0.03, 0.2, 0.6, -1.4, 0.0)] == ['-0.4', '-0.0', '+0.2', '+1', '-1', '0']
     assert R._signed(-0.04, 1) == '-0.04' and R._signed(0.06, 1) == '+0.1' and R._signed(-0.0, 1) == '0.0'
-    assert R.format_signed_interval(-0.44, 13.94, 0) == '[-0.4, +14]' and R._signed(float('nan'), 0) == 'nan'
+    assert R.format_signed_interval(-0.44, 13.94, 0) == '[-0.4, +14]' and R._signed(float('nan'), 0) == 'NaN'
 
 
 def test_a_cell_of_fewer_than_3_seeds_says_so_even_when_no_cell_has_more(tmp_path):
