@@ -2,11 +2,7 @@
 named error type of utils/errors.py or runtime/errors.py, a failed write, an out-of-memory error), where a traceback
 would only hide the fix. And how the absl scripts end when asked for help."""
 
-import atexit
 import errno
-import logging
-import os
-import sys
 
 from runtime.errors import DeviceMemoryError, EvaluationError, NonFiniteLossError, StorageError
 from utils.errors import ConfigError, DatasetError
@@ -74,27 +70,6 @@ EXIT_TIME_LIMIT = 75  # --time_limit reached (75 is EX_TEMPFAIL: "try again late
 EXIT_HANGUP = 129  # SIGHUP (the terminal closed, an ssh connection dropped): handled as SIGTERM
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 EXIT_PREEMPTED = 143  # SIGTERM (e.g. Slurm preemption or a job's time limit)
-
-
-def exit_without_teardown(code) -> None:
-    """End the process as `sys.exit(code)` would, less the interpreter's teardown. Once main.py has returned every file
-    it wrote is closed (appended rows are written with a file of their own, the rest atomically, the run locks
-    released by their `with`), so what teardown adds is freeing every compiled program and array one by one: about a
-    third of a second, a tenth of a short run. The exit handlers still run (multiprocessing's, wandb's, JAX's,
-    `weakref.finalize` cleanups), then the logs and the standard streams are flushed."""
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):  # sys.exit('message'): printed, status 1
-        print(code, file=sys.stderr)
-        code = 1
-    atexit._run_exitfuncs()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed or broken pipe: nothing more can reach it
-            pass
-    os._exit(code)
 
 
 def parse_absl_flags(argv):

@@ -1,10 +1,11 @@
-"""Python's cyclic garbage collector, set for a process that imports JAX, flax and the agents, then traces programs.
+"""Python's cyclic garbage collector, set for a process that imports JAX, flax and the agents once, then runs many short
+programs: the test workers (tests/conftest.py).
 
 Those imports leave about 230,000 objects that live as long as the process. With the collector's defaults every full
-collection walks all of them again, and importing and tracing allocate fast enough to trigger hundreds of collections.
-main.py collects nothing while it imports, then calls `freeze_imported_objects`: what the imports made is never walked
-again, and collections go on over the objects made since. A toy BYOL-gamma^a run of main.py: 4.41 CPU s with Python's
-settings, 3.97 with these (benchmarks/bench_startup.py; docs/performance.md, "Start-up").
+collection walks all of them again, and tracing allocates fast enough to trigger hundreds of collections. Once the
+imports are done, `freeze_imported_objects` moves what they made out of the collector's reach, and collections go on
+over the objects made since. main.py keeps Python's settings: over README's command 1 the freeze changes too little
+to be worth a line of the run's own code (benchmarks/bench_startup.py; docs/performance.md, "Start-up").
 """
 
 import gc

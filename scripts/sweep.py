@@ -16,11 +16,6 @@ starts and ends, and every --progress_interval seconds (default 60) the step eac
 its train.csv. See docs/experiments.md.
 """
 
-import gc
-
-if __name__ == '__main__':  # as main.py: no garbage collection while the imports build what lives as long as it does
-    gc.disable()
-
 import argparse
 import math
 import os
@@ -33,7 +28,6 @@ from experiments import sweep
 from main import request_of
 from runtime import exits
 from runtime.checkout import require_own_checkout
-from runtime.garbage_collection import freeze_imported_objects
 from utils.errors import ConfigError, DatasetError
 
 
@@ -124,9 +118,12 @@ def seeds_per_job(text: str):
     if text == 'all':
         return None
     try:
-        return int(text)
+        count = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f'{text!r} is neither a number of seeds nor "all"') from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f'{count} is not a positive number of seeds: give 1 or more, or "all"')
+    return count
 
 
 def main(argv=None):
@@ -136,7 +133,7 @@ def main(argv=None):
         envs = [env.strip() for env in args.envs.split(',') if env.strip()]
         seeds = sweep.parse_seeds(args.seeds)
         runs = sweep.build_runs(args.name, methods, envs, seeds, args.save_dir)
-        jobs = sweep.build_jobs(runs, main_flags, args.seeds_per_job or len(seeds), main_path=os.path.abspath(args.main))
+        jobs = sweep.build_jobs(runs, main_flags, len(seeds) if args.seeds_per_job is None else args.seeds_per_job, main_path=os.path.abspath(args.main))
         problems, requests = sweep.check_grid(methods, envs, main_flags), []
         if not problems:
             problems, requests = sweep.check_job_commands(jobs, request_of)
@@ -233,5 +230,4 @@ def submit(args, jobs):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    freeze_imported_objects()  # main.py's imports: runtime/garbage_collection.py
-    exits.exit_without_teardown(main())  # sys.exit(main()), less freeing main.py's imports one by one
+    sys.exit(main())

@@ -54,7 +54,7 @@ def pytest_configure(config):
 
 def pytest_collection_finish(session):
     # Every test module is imported: what they imported lives as long as the process; the collector then walks
-    # only what the tests make (as main.py's runs do, runtime/garbage_collection.py).
+    # only what the tests make (runtime/garbage_collection.py).
     from runtime.garbage_collection import freeze_imported_objects
 
     freeze_imported_objects()

@@ -28,6 +28,9 @@ OPTIMIZED_XLA_ENV = {'JAX_DISABLE_MOST_OPTIMIZATIONS': '0'}
 # ---------------------------------------------------------------------------------------------
 
 MAIN = os.path.join(ROOT, 'main.py')
+# main.py's process as the toy runs start it (tests/main_process.py says what it saves). -P: the script's folder is not
+# put first on the import path (tests/agents/ would hide agents/); main.py's modules come from the installed checkout.
+MAIN_PROCESS = [sys.executable, '-P', os.path.join(ROOT, 'tests', 'main_process.py')]
 ENV = POINTMAZE
 TINY = ['--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--eval_episodes=2', '--eval_tasks=1',
         '--eval_max_steps=5', '--wandb_mode=disabled', '--nodownload', '--eval_workers=1']
@@ -38,7 +41,7 @@ ENDLESS = ['--train_steps=100000000', '--log_interval=20', '--steps_per_call=20'
 
 
 def main_command(data_dir, save_dir, *extra, env=ENV):
-    return [sys.executable, MAIN, f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={data_dir}',
+    return [*MAIN_PROCESS, f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={data_dir}',
             f'--save_dir={save_dir}', *TINY, *extra]
 
 

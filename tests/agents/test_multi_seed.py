@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs.presets import get_config as preset_config
-from tests.helpers import make_agent, small, toy_dataset
+from tests.helpers import MAIN_PROCESS, make_agent, small, toy_dataset
 from utils.training import stack_trees, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,7 +36,7 @@ def test_vmapped_seeds_match_single_runs(preset):
 
 def test_main_num_seeds_writes_one_run_dir_per_seed(tmp_path, pointmaze_data_dir):
     env = 'pointmaze-medium-stitch-v0'
-    common = [sys.executable, os.path.join(ROOT, 'main.py'), f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={pointmaze_data_dir}', '--nodownload', '--wandb_mode=disabled',
+    common = [*MAIN_PROCESS, f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={pointmaze_data_dir}', '--nodownload', '--wandb_mode=disabled',
               '--agent.actor_hidden_dims=(32,32)', '--agent.batch_size=32', '--train_steps=60', '--log_interval=20',
               '--eval_interval=60', '--save_interval=60', '--eval_episodes=2', '--eval_max_steps=5', '--run_name=r']
     for extra in ([f'--save_dir={tmp_path / "multi"}', '--num_seeds=2', '--seed=7'], [f'--save_dir={tmp_path / "single"}', '--seed=8']):

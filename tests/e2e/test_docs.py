@@ -136,12 +136,12 @@ TOY_FLAGS = {
     'benchmarks/bench_train.py': ['--steps=2', '--rounds=1', '--batch_sizes=16', '--presets=gcbc'],
     'benchmarks/bench_seeds.py': ['--steps=2', '--rounds=1', '--num_seeds=1,2', '--batch_size=16', '--preset=gcbc'],
     'benchmarks/bench_init.py': ['--rounds=1', '--presets=gcbc'],
-    'benchmarks/bench_startup.py': ['--rounds=1', '--presets=gcbc'],
+    'benchmarks/bench_startup.py': ['--rounds=1', '--presets=gcbc', '--run=toy'],
     'benchmarks/bench_eval.py': ['--episodes=2', '--tasks', '1', '--max_steps=50', '--env_seconds=0.2',
                                  '--train_batch_size=16', '--steps_per_call=2'],
     'benchmarks/bench_datagen.py': ['--num_episodes=2', '--repeats=1'],
     'benchmarks/hlo_kernels.py': ['--presets', 'gcbc', '--num_seeds', '1', '--batch_size=16', '--steps_per_call=2',
-                                  '--layout', 'flat'],
+                                  '--layout', 'one_vector'],
 }
 # Scripts that are quick as the pages write them.
 AS_DOCUMENTED = ('scripts/results.py', 'scripts/plot_curves.py', 'scripts/plot_difference.py')

@@ -25,7 +25,6 @@ from tests.helpers import (BUDGET, ENDLESS, ENV, TINY, bound_by_file_modes, erro
 from utils.evaluation.workers import WORKER_COMMAND
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MAIN = os.path.join(ROOT, 'main.py')
 
 
 def checkpoint_step(run_dir):

@@ -14,8 +14,8 @@ import pytest
 from runtime import checkpoints
 from runtime.loggers import read_csv_rows
 from runtime.subprocesses import set_up_then_exec
-from tests.helpers import (BUDGET, ENDLESS, ENV, MAIN, ROOT, error_paragraph, finish, main_command, run, start,
-                           wait_until)
+from tests.helpers import (BUDGET, ENDLESS, ENV, MAIN, MAIN_PROCESS, ROOT, error_paragraph, finish, main_command, run,
+                           start, wait_until)
 
 
 # main.py with the wall clock stepped 2 hours ahead as training starts (NTP, a laptop's suspend), as time.time sees it.
@@ -37,7 +37,7 @@ app.run(main.main, flags_parser=main.keep_argv)
 
 def test_a_wall_clock_step_does_not_fire_the_time_limit(tmp_path, pointmaze_data_dir):
     command = main_command(pointmaze_data_dir, tmp_path, *BUDGET, '--time_limit=3600', '--run_name=r')
-    returncode, _, err = run([sys.executable, '-c', CLOCK_STEP, *command[2:]])
+    returncode, _, err = run([sys.executable, '-c', CLOCK_STEP, *command[len(MAIN_PROCESS):]])
     assert returncode == 0 and 'time_limit' not in err, err[-3000:]
     assert (tmp_path / 'default' / 'r' / 'DONE').exists()
 
@@ -78,8 +78,8 @@ BAD_AGENT_FILES = {
 
 def test_agent_config_files_that_cannot_give_a_config_are_named(tmp_path, pointmaze_data_dir):
     """--agent naming a directory, a file with a syntax error or one that raises while it runs, one without
-    get_config, a get_config returning a dict or None, and `:arg` for a get_config that takes none: each was a
-    traceback; now one paragraph naming the file and what to fix, before anything is written."""
+    get_config, a get_config returning a dict or None, and `:arg` for a get_config that takes none: each is one
+    paragraph naming the file and what to fix (not a traceback), before anything is written."""
     processes = {}
     for case, (content, suffix, _) in BAD_AGENT_FILES.items():
         path = tmp_path / 'configs' / (case if content is None else f'{case}.py')
@@ -117,10 +117,10 @@ def test_an_empty_folder_flag_is_refused_not_read_as_the_working_directory(tmp_p
 
 def test_an_address_space_limit_too_small_for_a_run_is_one_paragraph_before_anything_is_written(tmp_path,
                                                                                               pointmaze_data_dir):
-    """A host address-space limit (ulimit -v) of 1 GB made mujoco fail making the evaluation environments (a
-    traceback); at 1.5 GB XLA aborted the process while compiling (SIGABRT), leaving a run directory holding only
-    run.lock. Both are now one paragraph naming the limit and what to do, before the data are loaded: nothing is
-    written, no run directory made."""
+    """A host address-space limit (ulimit -v) of 1 GB, unchecked, makes mujoco fail making the evaluation
+    environments (a traceback); at 1.5 GB XLA aborts the process while compiling (SIGABRT), leaving a run directory
+    holding only run.lock. Both are one paragraph naming the limit and what to do, before the data are loaded: nothing
+    is written, no run directory made."""
     processes = {}
     for gigabytes in (1.0, 1.5):
         limit = f'import resource; resource.setrlimit(resource.RLIMIT_AS, ({int(gigabytes * 1e9)}, {int(gigabytes * 1e9)}))'

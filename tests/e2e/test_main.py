@@ -16,7 +16,7 @@ import pytest
 from main import request_of
 from runtime.checkpoints import CHECKPOINT_NAME, checkpoint_step
 from runtime.exits import EXIT_TIME_LIMIT
-from tests.helpers import OPTIMIZED_XLA_ENV
+from tests.helpers import MAIN_PROCESS, OPTIMIZED_XLA_ENV
 
 pytestmark = pytest.mark.xdist_group('test_main')  # its module fixtures are built once, in one worker
 
@@ -31,7 +31,7 @@ def dataset_dir(pointmaze_data_dir):
 
 
 def main_args(dataset_dir, save_dir, *extra):
-    return [sys.executable, os.path.join(ROOT, 'main.py'), f'--env_name={ENV}', f'--dataset_dir={dataset_dir}',
+    return [*MAIN_PROCESS, f'--env_name={ENV}', f'--dataset_dir={dataset_dir}',
             f'--save_dir={save_dir}', '--wandb_mode=disabled', '--nodownload', *extra]
 
 

@@ -161,6 +161,16 @@ def test_bad_grid_is_refused_but_dry_run_warns(tmp_path, capsys):
     assert status == 1 and 'the sweep sets --seed itself' in err
 
 
+def test_seeds_per_job_takes_a_positive_count_or_all(tmp_path, capsys):
+    """--seeds_per_job=0 (or a negative count) is refused by name; "all" puts every seed of a setting in one job."""
+    grid = ['--name=jobs', f'--envs={ENV}', '--method=gcbc', '--seeds=0-2', f'--save_dir={tmp_path}', '--dry_run']
+    for count in ('0', '-2'):
+        status, _, err = run_cli(capsys, *grid, f'--seeds_per_job={count}')
+        assert status == 2 and 'is not a positive number of seeds' in err, err
+    status, out, err = run_cli(capsys, *grid, '--seeds_per_job=all')
+    assert status == 0 and out.splitlines()[0].endswith('3 to run in 1 jobs.'), (out, err)
+
+
 def test_a_dataset_listed_twice_is_named_as_such(tmp_path):
     """--envs=A,A: the grid's duplicate run was blamed on the method ("gcbc ... is listed twice"); the refusal names
     --envs and the dataset, before anything is launched. Run as a user runs it."""

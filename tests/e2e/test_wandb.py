@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.helpers import MAIN_PROCESS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = 'pointmaze-medium-stitch-v0'
 BLOCK_BYTES = 32 * 1024  # the log's block size: a record header never straddles two blocks
@@ -78,7 +80,7 @@ def csv_losses(run_dir):
 
 
 def run_main(dataset_dir, save_dir, *extra):
-    args = [sys.executable, os.path.join(ROOT, 'main.py'), '--agent=configs/presets.py:gcbc', f'--env_name={ENV}',
+    args = [*MAIN_PROCESS, '--agent=configs/presets.py:gcbc', f'--env_name={ENV}',
             f'--dataset_dir={dataset_dir}', f'--save_dir={save_dir}', '--nodownload', '--wandb_mode=offline',
             '--agent.batch_size=32', '--agent.actor_hidden_dims=(32,32)', '--log_interval=10', '--eval_interval=40',
             '--eval_episodes=1', '--eval_max_steps=5', '--eval_tasks=1', '--num_seeds=2', '--run_group=wb', *extra]
@@ -125,7 +127,7 @@ def test_each_seed_logs_its_own_wandb_run_and_resume_continues_it(tmp_path, poin
 def test_wandb_mode_from_the_environment_unless_the_flag_is_given(tmp_path, pointmaze_data_dir):
     """wandb's own switch: WANDB_MODE=disabled without --wandb_mode writes no wandb run and says so; the run records
     the mode it used. (An explicit --wandb_mode=offline beside WANDB_MODE=offline is the test above.)"""
-    args = [sys.executable, os.path.join(ROOT, 'main.py'), '--agent=configs/presets.py:gcbc', f'--env_name={ENV}',
+    args = [*MAIN_PROCESS, '--agent=configs/presets.py:gcbc', f'--env_name={ENV}',
             f'--dataset_dir={pointmaze_data_dir}', f'--save_dir={tmp_path}', '--nodownload', '--agent.batch_size=16',
             '--agent.actor_hidden_dims=(32,32)', '--train_steps=10', '--log_interval=10', '--eval_interval=10',
             '--eval_episodes=1', '--eval_max_steps=3', '--eval_tasks=1', '--run_name=r']
@@ -153,7 +155,7 @@ def test_a_killed_runs_wandb_history_is_whole_after_resume(tmp_path, pointmaze_d
     import signal
     import time
 
-    common = [sys.executable, os.path.join(ROOT, 'main.py'), '--agent=configs/presets.py:gcbc', f'--env_name={ENV}',
+    common = [*MAIN_PROCESS, '--agent=configs/presets.py:gcbc', f'--env_name={ENV}',
               f'--dataset_dir={pointmaze_data_dir}', f'--save_dir={tmp_path}', '--nodownload', '--wandb_mode=offline',
               '--agent.batch_size=32', '--agent.actor_hidden_dims=(32,32)', '--log_interval=10', '--save_interval=40',
               '--eval_interval=40', '--eval_episodes=1', '--eval_max_steps=5', '--eval_tasks=1', '--steps_per_call=10',

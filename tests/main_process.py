@@ -1,0 +1,49 @@
+"""main.py as most of the suite's subprocesses start it: `python -P tests/main_process.py <main.py's flags>`
+(tests/helpers.MAIN_PROCESS).
+
+The same main.py (its `main`, as `python main.py` calls it through absl), with two savings for a suite that starts a few
+hundred toy runs: the objects main.py's imports leave are frozen out of the garbage collector's reach
+(runtime/garbage_collection.py), and the process ends without the interpreter's teardown, which would free every
+compiled program and array one by one. Each saves a fraction of a second per toy run (docs/performance.md,
+"Start-up"); neither is worth a line of main.py, whose runs last minutes to days. The exit handlers still run (wandb's,
+multiprocessing's) and the logs and standard streams are flushed, so a run ends with the status and output it would
+have. The pages' commands (tests/e2e/test_docs.py) and the tests of main.py's own start and end run `python main.py`.
+"""
+
+import gc
+
+gc.disable()  # nothing collected while the imports build what lives as long as the process
+
+import atexit  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import main  # noqa: E402
+from runtime.garbage_collection import freeze_imported_objects  # noqa: E402
+
+
+def exit_code(end: SystemExit) -> int:
+    """The status `sys.exit(end.code)` ends with; a message is printed, as Python prints it."""
+    if end.code is None or isinstance(end.code, int):
+        return end.code or 0
+    print(end.code, file=sys.stderr)
+    return 1
+
+
+if __name__ == '__main__':
+    freeze_imported_objects()
+    sys.argv[0] = main.__file__
+    try:
+        main.app.run(main.main, flags_parser=main.keep_argv)
+        code = 0
+    except SystemExit as end:
+        code = exit_code(end)
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more can reach it
+            pass
+    os._exit(code)
