@@ -1,6 +1,6 @@
 """CRL: contrastive RL (Eysenbach et al. 2022), as OGBench's CRL (Park et al. 2024, arXiv:2410.20092).
 
-The critic f_e(s, a, g) = phi_e(s, a) . psi_e(g) / sqrt(d), e = 1, 2 (`utils.networks.BilinearValue`),
+The critic f_e(s, a, g) = phi_e(s, a) . psi_e(g) / sqrt(d), e = 1, 2 (`utils.value_networks.BilinearValue`),
 is a binary classifier of whether g is a future state of (s, a): at the optimum, exp f is the
 discounted future-state density divided by the goal marginal, i.e. Q up to a goal-dependent factor.
 Per gradient step, on one batch and one parameter tree:

@@ -2,7 +2,7 @@
 arXiv:2410.20092).
 
 One goal-conditioned value V(s, g) = V_e(s, phi([s, g])), e = 1, 2, whose goal input is a learned
-subgoal representation phi([s, g]) of length sqrt(rep_dim) (`utils.networks.GoalRepresentation`),
+subgoal representation phi([s, g]) of length sqrt(rep_dim) (`utils.value_networks.GoalRepresentation`),
 and two AWR actors that read it. Per gradient step, on one batch and one parameter tree:
 
 * value: `utils.rl_losses.implicit_v_loss` (as GCIVL), training V and phi; the EMA target Vbar

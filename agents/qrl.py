@@ -1,11 +1,11 @@
 """QRL: quasimetric RL (Wang et al. 2023), as OGBench's QRL (Park et al. 2024, arXiv:2410.20092).
 
 The value is -d(s, g), d an interval quasimetric embedding (IQE) of learned latents z(s)
-(`utils.networks.QuasimetricValue`). Per gradient step, on one batch and one parameter tree:
+(`utils.value_networks.QuasimetricValue`). Per gradient step, on one batch and one parameter tree:
 
 * value: `utils.rl_losses.qrl_value_loss` -- push d(s, g) up for random goals g (the sampler's value
   goals, all random) subject to d(s, s') <= 1 for transitions, by dual ascent on a Lagrange
-  multiplier lambda = exp(w) (`utils.networks.PositiveScalar`) with margin `eps`.
+  multiplier lambda = exp(w) (`utils.value_networks.PositiveScalar`) with margin `eps`.
 * dynamics (DDPG+BC actor only): a latent model zhat' = z + f(z, a), fit by
   `utils.rl_losses.latent_dynamics_loss` (d in both directions between z(s') and zhat'); it trains
   f and the encoder.

@@ -17,7 +17,7 @@ still leaves every finished figure on the screen):
      time per update relative to GCBC's. The data are a synthetic dataset with `--train_env`'s observation and
      action sizes (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not
      depend on the values, so no dataset is needed. `--layouts per_leaf one_vector` also times Adam over one vector
-     (main.py --optimizer_layout, utils/training.py) for `--compare_presets` (GCBC, BYOL-gamma^a) in a last
+     (main.py --optimizer_layout, utils/optimizers.py) for `--compare_presets` (GCBC, BYOL-gamma^a) in a last
      table, in the same process (after the projection, so the time budget cuts it first); `--network_kernel xla fused`
      alike times the representation networks as XLA's kernels and as the fused kernel of utils/fused_mlp.py
      (main.py --network_kernel; each network checked as main.py checks it);

@@ -27,7 +27,7 @@ jax-cuda12-plugin==<jax version> jax-cuda12-pjrt==<jax version> nvidia-cuda-nvcc
 `JAX_PLATFORMS=cpu /tmp/gpuvenv/bin/python benchmarks/hlo_kernels.py --target=h100`.
 
 `--layout` picks the optimizer layout, as main.py's --optimizer_layout (per_leaf: optax's, each parameter array on its
-own, main.py's default on every backend; one_vector: Adam over all parameters as one vector, utils/training.OneVector).
+own, main.py's default on every backend; one_vector: Adam over all parameters as one vector, utils/optimizers.OneVector).
 """
 
 import argparse
@@ -183,7 +183,7 @@ def parse_args(argv=None):
     parser.add_argument('--env', default='antmaze-medium-stitch-v0', choices=sorted(ENV_SIZES), help='observation/action sizes')
     parser.add_argument('--rng', default='unrolled', choices=['compiled', 'unrolled'], help='CPU only: see the docstring')
     parser.add_argument('--layout', nargs='+', default=['per_leaf'], choices=['per_leaf', 'one_vector'],
-                        help='optimizer-state layout(s) to count, side by side (utils/training.py)')
+                        help='optimizer-state layout(s) to count, side by side (utils/optimizers.py)')
     parser.add_argument('--target', default='local', choices=['local', 'h100'], help="'h100': compile-only H100, see the docstring")
     parser.add_argument('--set', nargs='*', default=[], metavar='KEY=VALUE', help='config overrides, e.g. tau=0.99 (Python literals)')
     parser.add_argument('--top', type=int, default=10, help='breakdown entries shown')

@@ -211,7 +211,7 @@ def dataset_lock(dataset_name: str, dataset_dir: str, log=logging.info, blocking
 
 
 def stale_temporaries(dataset_name: str, dataset_dir: str) -> List[str]:
-    """Temporary files of this dataset's writers found in `dataset_dir`: utils/atomic_io's `<file>.<random>.tmp`
+    """Temporary files of this dataset's writers found in `dataset_dir`: runtime/atomic_io's `<file>.<random>.tmp`
     of both files and their provenance sidecars, and OGBench's download's `<file>.tmp`. Stale only if nobody
     holds the dataset's lock."""
     from runtime.atomic_io import temp_name_pattern

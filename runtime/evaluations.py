@@ -75,7 +75,7 @@ class _Pending:
 
 class Evaluations:
     """`run_evaluation(agent, step, cancel) -> results` evaluated at most one at a time, in the caller or beside
-    it. `cancel` is a threading.Event the evaluation checks at every environment step."""
+    it. `cancel` has `is_set()`, which the evaluation checks at every environment step."""
 
     def __init__(self, run_evaluation: Callable, asynchronous: bool, should_stop: Callable[[], bool] = lambda: False):
         self.run_evaluation, self.asynchronous, self.should_stop = run_evaluation, asynchronous, should_stop

@@ -102,7 +102,7 @@ def check_dataset_fits(paths, device=None, host_bytes=None, device_bytes=None):
 
 # Address space a run takes after its data are checked, besides the data: JAX's compiler starts threads (each with
 # its stack) and maps its code, mujoco allocates the evaluation environments, the agents' arrays. A toy run on a 2-core
-# CPU maps about 0.5 GB more from here on (runtime/exits.py names what happens without it); twice that is asked for.
+# CPU maps about 0.5 GB more from here on (check_address_space names what happens without it); twice that is asked for.
 RUN_ADDRESS_SPACE_BYTES = 1 << 30
 
 

@@ -2,7 +2,7 @@
 versions, resume checks) are the run machinery's (runtime/checkpoints.py); an agent that restores a trained network
 while it is created (a hierarchy's `stage1_checkpoint`) reads through this module.
 
-The optimizer state is kept per parameter leaf whatever layout the agent trains with (utils/training.with_optimizer),
+The optimizer state is kept per parameter leaf whatever layout the agent trains with (utils/optimizers.with_optimizer),
 so a checkpoint restores on any backend, and checkpoints of earlier versions (the same layout) still load.
 
 JAX and flax are imported inside the functions: reading a run directory's layout (runtime/run_dir.py, results

@@ -75,7 +75,7 @@ def normalize(u):
 
 
 def member_mlp(x, layers, layer_norm: bool):
-    """One member's MLP on a block of rows: the forward kernel's body, and in plain JAX the self-check's yardstick.
+    """One member's MLP on a block of rows: the forward kernel's body.
     `layers`: per hidden layer (W, b, scale, offset) (no scale / offset without LayerNorm), then (W_out, b_out); biases
     [1, size]."""
     h = x

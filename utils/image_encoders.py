@@ -82,7 +82,7 @@ def is_image_batch(observations) -> bool:
 def check_encoder_fits_observations(config, ex_observations):
     """ConfigError unless the config's observation encoder fits the observations: an image encoder (`encoder` in
     VISUAL_ENCODERS) for images [B, H, W, C], 'none' for state vectors [B, D]; a config without an `encoder` field
-    reads state vectors. Which names exist is a config rule (utils.config_checks.ENCODER_RULES); this is the one check
+    reads state vectors. Which names exist is a config rule (agents.base.ENCODER_FIELDS); this is the one check
     that needs the data, run by `agents.base.Agent.create` for every agent."""
     name = config['encoder'] if 'encoder' in config else None
     images = is_image_batch(ex_observations)

@@ -4,8 +4,8 @@ assembled, never by an agent.
 Agents are built with optax's optimizer, which updates each parameter array on its own. On an accelerator, an update
 of an agent with many small parameter arrays (layer norms, ensemble members, predictors) launches an optimizer kernel
 per array; `OneVector(adam)` runs Adam on all of them concatenated: one elementwise computation
-(benchmarks/hlo_kernels.py counts the kernels; an H100's BYOL-gamma^a update: 201 instead of 242, with the gradient
-norm also over the vector). `with_optimizer` converts an agent between the two; checkpoints hold the per-array layout.
+(benchmarks/hlo_kernels.py counts the kernels of an update in either layout). `with_optimizer` converts an agent
+between the two; checkpoints hold the per-array layout.
 """
 
 from typing import NamedTuple

@@ -8,7 +8,8 @@
     evaluation    the evaluation seed at step t: drawn from fold_in(evaluation, t)
     high/init     a hierarchy's high-level initialisation
     high/acting   a hierarchy's acting seed (the levels' own streams are the flat agent's)
-    network_check the batch on which --network_kernel=fused checks the kernel against the networks' flax modules
+    network_check the batch, and its loss noise, on which --network_kernel=fused checks the kernel against the
+                  networks' flax modules
 
 A stream is fold_in(PRNGKey(seed), id) with `id` a 32-bit hash of its name, so no stream is derived from another
 and no two share bits whatever JAX's PRNG implementation. Deriving them by position would not do that: with JAX's

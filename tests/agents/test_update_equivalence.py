@@ -1,5 +1,5 @@
-"""The optimizer over one vector (utils/training.OneVector, which a run asks for with main.py
---optimizer_layout=one_vector: Adam over all parameters as one flat vector, one gradient-norm reduction) computes what
+"""The optimizer over one vector (utils/optimizers.OneVector, which a run asks for with main.py
+--optimizer_layout=one_vector: Adam over all parameters as one flat vector) computes what
 the per-leaf formulation (optax's own, every run's default on every backend) computes: every metric of 10 updates within the regression test's tolerance (rtol 1e-6, atol 1e-7), parameters,
 optimizer moments and EMA targets to 1e-6, on presets with EMA targets and ensembles (not bit for bit: XLA rounds the
 same elementwise Adam differently for one long vector); and a checkpoint holds the per-leaf layout, so checkpoints

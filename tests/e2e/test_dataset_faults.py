@@ -164,7 +164,7 @@ def test_a_process_whose_generator_was_killed_says_so_and_obtains_the_files_itse
 
 
 def test_stale_temporaries_of_a_killed_writer_are_removed_when_nobody_writes(small_data, tmp_path):
-    """A process SIGKILLed inside utils/atomic_io.atomic_open leaves its 0-byte `<file>.<random>.tmp`. The
+    """A process SIGKILLed inside runtime/atomic_io.atomic_open leaves its 0-byte `<file>.<random>.tmp`. The
     next process that holds the dataset's lock (nobody else can be writing then) removes it, and only the
     temporaries of that dataset's files; while another process holds the lock, nothing is removed."""
     data = copy_data(small_data, tmp_path / 'data')
@@ -228,9 +228,9 @@ CONTENT_FAULTS = {
 
 def test_dataset_contents_no_environment_produces_are_named_before_training(small_data, tmp_path):
     """A train file whose actions are scaled x1000, whose observations are integers, booleans or complex numbers,
-    or whose header declares 10^10 action or observation rows: trained on without a word, a JAX error ("grad requires
-    real-valued outputs"), an uncaught MemoryError, or "use a machine with more memory" for a corrupt file. Each is
-    now one paragraph naming the file and what is wrong, before training or any allocation, nothing written."""
+    or whose header declares 10^10 action or observation rows: unchecked, trained on without a word, a JAX error ("grad
+    requires real-valued outputs"), an uncaught MemoryError, or "use a machine with more memory" for a corrupt file.
+    Each is one paragraph naming the file and what is wrong, before training or any allocation, nothing written."""
     import numpy as np
 
     with np.load(small_data / TRAIN) as f:
@@ -324,8 +324,8 @@ def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path, sig, code, 
 def test_a_disk_filling_during_generation_is_one_paragraph_and_a_rerun_completes_the_pair(small_data, tmp_path):
     """scripts/generate_dataset.py whose writes stop fitting mid-generation (RLIMIT_FSIZE: a write past 100 KB fails
     with EFBIG, as one on a full disk fails with ENOSPC): the val file (written first) fits, the train file does not.
-    Was a raw OSError traceback; now one paragraph naming the file, the cause and what was kept, exit 1, no partial
-    or temporary file; the same command then writes the train file alone, byte-identical to an undisturbed run."""
+    Unhandled, a raw OSError traceback; handled, one paragraph naming the file, the cause and what was kept, exit 1, no
+    partial or temporary file; the same command then writes the train file alone, byte-identical to an undisturbed run."""
     data = tmp_path / 'data'
     command = [sys.executable, 'scripts/generate_dataset.py', f'--env_name={ENV}', f'--dataset_dir={data}',
                '--num_episodes=60', '--num_val_episodes=6']

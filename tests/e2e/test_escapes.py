@@ -52,7 +52,7 @@ def headline(tmp_path, **environment):
 
 
 def test_headline_variables_are_values_never_code(tmp_path):
-    """HEADLINE_SEEDS was pasted into a `python -c` string: a quote in it ran code. Every value now reaches Python
+    """HEADLINE_SEEDS pasted into a `python -c` string would run the code in a quote. Every value reaches Python
     as an argument: code in it is a bad value, named by the sweep's own check; a bad range is named, not a
     traceback; a dataset folder with a space stays one flag."""
     planted = tmp_path / 'PLANTED'

@@ -134,7 +134,7 @@ def test_a_nan_score_is_shown_and_warned_and_a_success_outside_0_1_is_refused(tm
     assert done.returncode == 0, done.stderr
     assert (f'Warning: {eval_csv}: its evaluation/overall_success is NaN at step(s) 4000: a NaN that main.py never '
             f'writes') in done.stderr
-    assert '| pointmaze-large-stitch | NaN ± NaN |' in done.stdout, done.stdout
+    assert '| pointmaze-large-stitch | NaN ± NaN (n=2) |' in done.stdout, done.stdout
     assert '| antmaze-medium-stitch | **52** ± 0 (n=1) (last 2) | · |' in done.stdout, done.stdout
     set_cell(eval_csv, 4000, 'evaluation/overall_success', '7.5')
     refused = script('results.py', f'--runs={runs}')
@@ -146,8 +146,8 @@ def test_a_nan_score_is_shown_and_warned_and_a_success_outside_0_1_is_refused(tm
 def test_an_average_row_never_averages_cells_of_different_protocols(tmp_path):
     """The committed records: BYOL-γ^a and GCBC at 200k steps, batch 1024 and 50 episodes on an H200
     (antmaze-medium-stitch) beside 6k steps, batch 256 and 20 episodes on a CPU (pointmaze-large-stitch). Their
-    `average` row was the mean of the two (42 = mean(61, 24)), unmarked; it says the protocols differ, and a line below
-    the table says how. Both --runs are read (a repeated --runs kept the last one only), by plot_curves.py too."""
+    `average` row, the mean of the two (42 = mean(61, 24)), says the protocols differ, and a line below the table says
+    how. Both --runs are read (not the last one only), by plot_curves.py too."""
     done = script('results.py', f'--runs={CPU_RUNS}', f'--runs={H200_RUNS}')
     assert done.returncode == 0, done.stderr
     assert '| average | protocols differ | protocols differ | · | · |' in done.stdout, done.stdout

@@ -1,7 +1,7 @@
 """benchmarks/hlo_stats.py counts the kernels of one scan iteration by its documented rule: on hand-written HLO text (every
 rule, exact numbers), on a jitted scan with a known number of unfusable ops, and on main.py's training step, where
 BYOL-gamma^a (encoder ensemble, predictors, LayerNorms) launches more kernels than GCBC, and the flat optimizer
-(utils/training.py) fewer than the per-leaf one."""
+(utils/optimizers.py) fewer than the per-leaf one."""
 
 import jax
 import jax.numpy as jnp

@@ -169,7 +169,7 @@ def evaluate_seeds(
     """Evaluate N seeds' policies in one lockstep batch of N x tasks x episodes rows (see the module docstring).
 
     `policy_fn` gets the rows seed-major: rows [k * R, (k + 1) * R) of every call belong to the k-th entry of
-    `seeds` (R = rows per seed in the batch). Other arguments as in `evaluate`; `cancel`, a threading.Event, ends the
+    `seeds` (R = rows per seed in the batch). Other arguments as in `evaluate`; `cancel` (anything with `is_set()`) ends the
     evaluation with EvaluationCancelled at the next environment step once it is set. Returns one list of `Episode`
     records per seed, each exactly what `evaluate(..., seed=seeds[k])` returns for a policy whose rows do not depend
     on the batch.
