@@ -3,7 +3,7 @@
 the per-leaf formulation (optax's own, every run's default on every backend) computes: every metric of 10 updates within the regression test's tolerance (rtol 1e-6, atol 1e-7), parameters,
 optimizer moments and EMA targets to 1e-6, on presets with EMA targets and ensembles (not bit for bit: XLA rounds the
 same elementwise Adam differently for one long vector); and a checkpoint holds the per-leaf layout, so checkpoints
-restore into either layout."""
+restore into either layout. Compiled, the one-vector update launches fewer kernels than the per-leaf one."""
 
 import json
 import os
@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 
+from benchmarks import hlo_kernels
 from configs.presets import get_config as preset_config
 from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from tests.helpers import READING_PATH, ROOT, make_agent, small, toy_dataset
@@ -183,3 +184,23 @@ def test_one_byol_gamma_update_is_read_in_five_files_from_main_pys_loop():
     assert lines < 1500, lines
     one_vector, climbs = files_of_one_step(jax.eval_shape(lambda: with_optimizer(make_agent(config, 0), one_vector=True)))
     assert sorted(one_vector - default) == ['utils/optimizers.py'] and not climbs
+
+
+def test_byol_gamma_counts_more_kernels_than_gcbc_and_the_flat_optimizer_fewer():
+    """benchmarks/hlo_kernels.py on main.py's training step: BYOL-gamma^a (encoder ensemble, predictors, LayerNorms)
+    launches more kernels than GCBC, and the one-vector optimizer fewer than the per-leaf one."""
+    small = dict(batch_size=64, actor_hidden_dims=(32, 32), encoder_hidden_dims=(16, 16), latent_dim=8)
+    counts = {}
+    for preset, overrides in (('gcbc', {k: small[k] for k in ('batch_size', 'actor_hidden_dims')}),
+                              ('byol_gamma_a', dict(small, predictor_hidden_dims=(16, 16)))):
+        for optimizer in ('per_leaf', 'one_vector'):
+            stats, _ = hlo_kernels.train_step_stats(preset, 1, batch_size=64, obs_dim=4, action_dim=2, steps_per_call=3,
+                                                    overrides=overrides, rng='unrolled', optimizer_layout=optimizer)
+            assert stats.trip_count == 3 and stats.flops > 0
+            counts[preset, optimizer] = stats.per_update
+    for optimizer in ('per_leaf', 'one_vector'):
+        assert counts['byol_gamma_a', optimizer].kernels > 2 * counts['gcbc', optimizer].kernels
+        assert counts['byol_gamma_a', optimizer].by_source['LayerNorm'] > 0 == counts['gcbc', optimizer].by_source['LayerNorm']
+    # BYOL-gamma^a's ~50 parameter leaves: Adam per leaf, against one flat update.
+    assert counts['byol_gamma_a', 'one_vector'].kernels < counts['byol_gamma_a', 'per_leaf'].kernels - 50
+    assert counts['byol_gamma_a', 'one_vector'].by_source['optimizer (Adam)'] < counts['byol_gamma_a', 'per_leaf'].by_source['optimizer (Adam)']

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from experiments import finite_mdp as F
-from tests.helpers import optimized_xla
 
 
 @pytest.fixture(scope='module')
@@ -126,16 +125,6 @@ def test_byol_lands_on_rank_d_truncation_of_p(byol_run):
 def test_both_learn_the_same_top_eigenspace(gamma_run, byol_run):
     """For symmetric P the top-d eigenvectors of P and M~ coincide, so both spans agree."""
     assert F.subspace_metrics(gamma_run['phi'], np.linalg.qr(byol_run['phi'])[0])[0] < 2.0
-
-
-def test_sampled_minibatch_training_also_lands_on_sr_truncation(cfg):
-    """The default sampled run (s ~ U(S), s+ ~ M~(s, .), batch 512, 10000 steps, decaying lr)."""
-    with optimized_xla():
-        res = F.run_spectral(F.Config(), cfg.gamma, batch_size=F.Config().sampled_batch)
-    final = res['final']
-    assert final['err_M_d'] < 0.03                        # measured 0.0137 (seeds 0-5: 0.0134-0.0138)
-    assert final['err_P_d'] > 0.15                        # measured 0.173
-    assert final['angle'] < 2.0                           # measured 0.35 degrees (seeds 0-5: <= 0.51)
 
 
 # ----------------------------------------------------------------------------------------------
