@@ -28,6 +28,7 @@ from flax import linen as nn
 from jax.experimental import pallas as pl
 
 from utils.networks import EnsembleEncoder, EnsemblePredictor, ModuleDict
+from utils.optimizers import map_train_states, train_states
 
 LAYER_NORM_EPSILON = 1e-6  # flax.linen.LayerNorm's default
 MIN_DIM = 16  # the smallest matrix side a GPU kernel's dot takes; narrower inputs and outputs are zero-padded
@@ -364,24 +365,17 @@ def check_networks(agent, probe: Callable) -> Dict[str, Optional[str]]:
     return verdicts
 
 
-def _train_states(agent):
-    is_state = lambda x: isinstance(getattr(x, 'model', None), ModuleDict)  # noqa: E731
-    return is_state, [x for x in jax.tree_util.tree_leaves(agent, is_leaf=is_state) if is_state(x)]
-
-
 def ensemble_names(agent):
     """The names of the ensemble networks in `agent`'s train states."""
-    _, states = _train_states(agent)
-    return sorted({name for state in states for name, m in state.model.modules.items() if isinstance(m, ENSEMBLES)})
+    return sorted({name for state in train_states(agent) for name, m in state.model.modules.items()
+                   if isinstance(m, ENSEMBLES)})
 
 
 def with_kernel(agent, names):
     """`agent` with its ensemble networks named `names` computed by the fused kernel (the same parameters)."""
-    is_state, _ = _train_states(agent)
-
     def fuse(state):
         modules = {name: m.clone(kernel=member_kernel) if name in names and isinstance(m, ENSEMBLES) else m
                    for name, m in state.model.modules.items()}
         return state.replace(model=ModuleDict(modules))
 
-    return jax.tree_util.tree_map(lambda x: fuse(x) if is_state(x) else x, agent, is_leaf=is_state)
+    return map_train_states(fuse, agent)

@@ -33,13 +33,23 @@ class OneVector(NamedTuple):
         return unravel_like(flat_updates, grads), state
 
 
-def _is_train_state(x) -> bool:
-    return hasattr(x, 'tx') and hasattr(x, 'opt_state')  # an agents.base.TrainState
+def is_train_state(x) -> bool:
+    """An agents.base.TrainState: one network's model, parameters, optimizer and its state."""
+    return hasattr(x, 'tx') and hasattr(x, 'opt_state')
+
+
+def train_states(agent):
+    """The train states in `agent`'s tree, in tree order."""
+    return [x for x in jax.tree_util.tree_leaves(agent, is_leaf=is_train_state) if is_train_state(x)]
+
+
+def map_train_states(fn, agent):
+    """`agent` with each of its train states replaced by `fn(state)`."""
+    return jax.tree_util.tree_map(lambda x: fn(x) if is_train_state(x) else x, agent, is_leaf=is_train_state)
 
 
 def uses_one_vector(agent) -> bool:
-    states = [x for x in jax.tree_util.tree_leaves(agent, is_leaf=_is_train_state) if _is_train_state(x)]
-    return any(isinstance(state.tx, OneVector) for state in states)
+    return any(isinstance(state.tx, OneVector) for state in train_states(agent))
 
 
 def with_optimizer(agent, one_vector: bool):
@@ -60,7 +70,7 @@ def with_optimizer(agent, one_vector: bool):
         return state.replace(tx=OneVector(inner) if one_vector else inner,
                              opt_state=jax.tree_util.tree_unflatten(treedef, converted))
 
-    return jax.tree_util.tree_map(lambda x: relayout(x) if _is_train_state(x) else x, agent, is_leaf=_is_train_state)
+    return map_train_states(relayout, agent)
 
 
 def ravel_leaves(tree):
