@@ -91,7 +91,7 @@ def ema_update(online, target, tau: float):
 # The rule of `tau`, the EMA rate of the target networks, which the agents that have them include in their CONFIG_RULES.
 TARGET_RULES = {
     'tau': Rule(lambda v: is_finite_number(v) and 0.0 < v <= 1.0,
-                'must lie in (0, 1] (EMA rate of the target network; 1 = the online network, stop-gradient)', 1.0),
+                'must lie in (0, 1] (EMA rate of the target network; 1 = a copy of the online weights the last step read)', 1.0),
 }
 
 
@@ -129,17 +129,20 @@ class Agent(flax.struct.PyTreeNode, RuleOwner):
 
     @jax.jit
     def update(self, batch):
-        """One gradient step of the loss on `batch`, then the target networks' EMA: (the new agent, metrics)."""
+        """One gradient step of the loss on `batch`, and the target networks' EMA towards the online weights this
+        step's loss read (before the step, as OGBench's `target_update` and the paper's authors'): (the new agent,
+        metrics)."""
         new_rng, noise_key = update_keys(self.rng)
         network, info = self.network.apply_loss_fn(self.loss_fn(batch, noise_key))
-        return self.replace(network=network, targets=self.updated_targets(network), rng=new_rng), info
+        return self.replace(network=network, targets=self.updated_targets(self.network), rng=new_rng), info
 
     def target(self, *args, name: str, **kwargs):
         """The target network of online module `name` (never differentiated: targets are not optimised)."""
         return self.network(*args, name=name, params={f'modules_{name}': self.targets[name]}, **kwargs)
 
     def updated_targets(self, network: TrainState) -> Dict[str, Any]:
-        """target <- tau * online + (1 - tau) * target (the paper's convention for tau), after each step."""
+        """target <- tau * online + (1 - tau) * target (the paper's convention for tau) for the online weights of
+        `network`."""
         return {
             name: ema_update(network.params[f'modules_{name}'], target, self.config['tau'])
             for name, target in self.targets.items()

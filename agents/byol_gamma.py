@@ -225,6 +225,7 @@ def get_config():
             tau=1.0,  # Target encoder: 1 = stop-gradient online encoder; < 1 = EMA rate (0.99 visual).
             nstep=0,  # > 0: n-step BYOL (recurrent prediction of s_{t+1..t+n}) instead of geometric.
             discount=0.99,  # gamma: representation targets s_{t+k}, k ~ Geometric(1 - gamma).
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
             **goal_mixture('value', geom_sample=True),  # Representation targets s_{t+k}, k ~ Geometric(1 - gamma).
         )

@@ -102,6 +102,7 @@ def get_config():
             discount=0.99,  # gamma of the geometric future-state goals the critic classifies.
             actor_loss='ddpgbc',  # 'ddpgbc' (DDPG + alpha * BC) or 'awr' (also learns a contrastive V).
             alpha=0.1,  # BC coefficient (ddpgbc) or AWR temperature (awr); OGBench: pointmaze 0.03, antmaze 0.1.
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future.
             **goal_mixture('value', geom_sample=True),  # Critic goals (positives): s_{t+k}, k ~ Geometric(1 - gamma).
         )

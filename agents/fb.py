@@ -292,6 +292,7 @@ def get_config():
             actor_pessimism=0.5,  # Actor's Q = mean_e Q_e - this * mean pairwise |Q_e - Q_e'| (Meta Motivo: 0.5).
             actor_noise=0.2,  # Std of the policy-smoothing noise in actor and TD target (also temperature 1 sampling).
             actor_noise_clip=0.3,  # Clip of that noise.
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('value', p_trajgoal=0.0, p_randomgoal=1.0),  # States seeding z = B(s): random (Meta Motivo: shuffled batch).
         )
     )

@@ -83,6 +83,7 @@ def get_config():
             **encoder_fields(),  # The actor head, and phi for use_phi (agents/base.py, ENCODER_FIELDS).
             use_phi=False,  # GCBC-phi: the actor reads concat(phi(s), phi(g)) of the ensemble encoder phi instead of concat(s, g).
             discount=0.99,  # gamma of geometric actor-goal offsets (read only with actor_geom_sample=True).
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
         )
     )

@@ -95,6 +95,7 @@ def get_config():
             actor_loss='ddpgbc',  # 'ddpgbc' (DDPG + alpha * BC) or 'awr' (temperature alpha).
             alpha=0.3,  # BC coefficient (ddpgbc) or AWR temperature (awr); OGBench: pointmaze 0.003, antmaze 0.3.
             gc_negative=True,  # Rewards -1 until the goal (True) or 1 at the goal (False).
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future.
             **goal_mixture('value', p_curgoal=0.2, p_trajgoal=0.5, p_randomgoal=0.3, geom_sample=True),  # Value goals: OGBench's (a current-state goal: reward 0).
         )

@@ -86,6 +86,7 @@ def get_config():
             expectile=0.9,  # Expectile tau of the value regression (0.5 = mean regression).
             alpha=10.0,  # AWR temperature: weights min(exp(alpha * A), 100).
             gc_negative=True,  # Rewards -1 until the goal (True) or 1 at the goal (False).
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future.
             **goal_mixture('value', p_curgoal=0.2, p_trajgoal=0.5, p_randomgoal=0.3, geom_sample=True),  # Value goals: OGBench's (a current-state goal: reward 0).
         )

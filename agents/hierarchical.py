@@ -441,6 +441,7 @@ def get_config(variant: str = 'hgcbc'):
             stage1_steps=0,  # 0: train both levels together; > 0: low level only for this many steps, then high only.
             stage1_checkpoint='',  # Path of a trained low level to load and freeze (stage 2 only); '' = none.
             replan_every=1,  # Evaluation: pi_h re-plans every this many steps (1 = every step, as OGBench's HGCBC).
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('high'),  # High-level goals: uniform over the trajectory's future (OGBench HGCBC).
         )
     )

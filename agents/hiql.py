@@ -140,6 +140,7 @@ def get_config():
             rep_dim=10,  # Size of the subgoal representation phi([s, g]).
             low_actor_rep_grad=False,  # Let the low actor's loss train phi (OGBench: True for pixels only).
             gc_negative=True,  # Rewards -1 until the goal (True) or 1 at the goal (False).
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('high'),  # High-level goals: uniform over the trajectory's future (OGBench's actor_* goals).
             **goal_mixture('value', p_curgoal=0.2, p_trajgoal=0.5, p_randomgoal=0.3, geom_sample=True),  # Value goals: OGBench's (a current-state goal: reward 0).
         )

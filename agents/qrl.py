@@ -130,6 +130,7 @@ def get_config():
             eps=0.05,  # Margin of the one-step constraint E[relu(d(s, s') - 1)^2] <= eps.
             actor_loss='ddpgbc',  # 'ddpgbc' (through the latent dynamics model) or 'awr'.
             alpha=0.003,  # BC coefficient (ddpgbc) or AWR temperature (awr); OGBench: pointmaze 3e-4, antmaze 3e-3.
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future.
             **goal_mixture('value', p_trajgoal=0.0, p_randomgoal=1.0, geom_sample=True),  # Value goals (the pushed-apart pairs): random dataset states.
         )

@@ -108,6 +108,7 @@ def get_config():
             loss_scale='authors',  # 'authors': 1/2 sum_e td_e - mean_e diag_e (the alpha grid's scale); 'paper': as printed.
             normalize_goal=False,  # Rescale goal-side phi to norm sqrt(d) (authors' code default; off in their TD-SR command).
             ortho_coef=0.0,  # Weight of an orthonormality regulariser on phi (authors' code default 1; 0 in their command).
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
         )
     )

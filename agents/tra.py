@@ -141,6 +141,7 @@ def get_config():
             loss_scale='authors',  # 'authors': logits / sqrt(d), InfoNCE / B (the alpha grid's scale); 'paper': as printed.
             action_conditioned=False,  # TRA^a: psi(s, a) and pi(phi(s), phi(g)).
             discount=0.99,  # gamma: positives s_{t+k}, k ~ Geometric(1 - gamma).
+            goal_rule='ogbench',  # Trajectory goals drawn as OGBench's GCDataset draws them ('last_row': up to the episode's last state).
             **goal_mixture('actor'),  # Actor goals: uniform over the trajectory's future (OGBench GCBC).
             **goal_mixture('value', geom_sample=True),  # Positives s_{t+k}, k ~ Geometric(1 - gamma).
         )

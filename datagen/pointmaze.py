@@ -21,6 +21,11 @@ The oracle's BFS depends only on the goal cell, so ``MazeOracle`` tabulates the 
 (goal cell, agent cell) pair once per maze, and the loop runs the env's step logic inline on the
 unwrapped env. The result is identical, array for array, to the per-step-BFS loop through the
 wrapped env (``generate_pointmaze_dataset_reference``) on the same seed.
+
+Both compute the action's norm in plain float64 arithmetic, not with ``np.linalg.norm`` as OGBench does: a
+vector's norm in numpy is a BLAS dot product, and OpenBLAS chooses its kernel for the CPU at run time (its
+AVX-512 kernel rounds the sum differently), which made the files depend on the machine. The same seed gives the
+same bytes on every x86-64 machine (tests/agents/test_datagen.py regenerates a small dataset under two kernels).
 """
 
 import contextlib
@@ -204,8 +209,10 @@ def generate_pointmaze_dataset(dataset_name, num_episodes, seed, progress=True, 
                 row = episode * length + step
                 xy = qpos.copy()
                 direction = subgoals[oracle.cell(xy)] - xy
-                # sqrt(d.d) is exactly what np.linalg.norm computes for a 1-D float64 vector.
-                action = direction / (math.sqrt(direction.dot(direction)) + 1e-6) + noise[step]
+                # OGBench's np.linalg.norm, in plain float64 arithmetic: numpy's norm of a vector is a BLAS dot,
+                # whose kernel (OpenBLAS picks one for the CPU) rounds differently on AVX-512 and AVX2 machines.
+                dx, dy = direction
+                action = direction / (math.sqrt(dx * dx + dy * dy) + 1e-6) + noise[step]
                 # np.clip(action, -1, 1), minus np.clip's Python-level dispatch (slower than the ufuncs).
                 np.minimum(np.maximum(action, -1.0, out=action), 1.0, out=action)
                 observations[row] = ob
@@ -262,7 +269,7 @@ def generate_pointmaze_dataset_reference(dataset_name, num_episodes, seed, progr
             while not done:
                 subgoal_xy, _ = maze.get_oracle_subgoal(maze.get_xy(), maze.cur_goal_xy)
                 subgoal_dir = subgoal_xy - maze.get_xy()
-                subgoal_dir = subgoal_dir / (np.linalg.norm(subgoal_dir) + 1e-6)
+                subgoal_dir = subgoal_dir / (math.sqrt(subgoal_dir[0] ** 2 + subgoal_dir[1] ** 2) + 1e-6)
                 action = np.clip(subgoal_dir + noise_rng.normal(0.0, ACTION_NOISE, 2), -1, 1)
                 next_ob, _, terminated, truncated, info = env.step(action)
                 done = terminated or truncated

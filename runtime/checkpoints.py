@@ -79,18 +79,29 @@ def checkpoint_header(path: str) -> Tuple[int, Any]:
     return state['step'], state.get('version')
 
 
+# The versions that changed what a run computes from its seed, each with what changed: a checkpoint written before one
+# of them cannot continue its run with the numbers that run started with.
+COMPUTATION_CHANGES = (
+    (NAMED_STREAMS_SINCE, 'the random streams (initialisation, sampling, update noise, validation, evaluation) are '
+                          'derived by name, no longer by position'),
+    ('0.6.0', "goals are drawn as OGBench's GCDataset draws them (never an episode's last row) and EMA targets follow "
+              'the weights each step read, no longer the weights after it'),
+)
+
+
 def check_resumable(path: str, version):
-    """A ResumeMismatchError if the checkpoint at `path`, written by `version`, predates named random streams
-    (utils/random_streams.py): continuing it would draw other random numbers than the run it belongs to."""
-    if not version or _version_tuple(version) < _version_tuple(NAMED_STREAMS_SINCE):
+    """A ResumeMismatchError if the checkpoint at `path`, written by `version`, predates a change of what a run computes
+    (COMPUTATION_CHANGES): continuing it would not compute the run it belongs to."""
+    changes = [f'since version {since}, {what}' for since, what in COMPUTATION_CHANGES
+               if not version or _version_tuple(version) < _version_tuple(since)]
+    if changes:
         written_by = f'version {version}' if version else 'a version before 0.4.0'
         folder = os.path.dirname(os.path.abspath(path))
         raise ResumeMismatchError(
-            f'Checkpoint {path} was written by {written_by} of this project, which derived its random streams '
-            f'(initialisation, sampling, update noise, validation, evaluation) by position; since version '
-            f'{NAMED_STREAMS_SINCE} they are derived by name, so --resume cannot continue that run with the random '
-            f'numbers it started with. Finish it with the version that started it (git checkout of that version), or '
-            f'move the directory away (mv {folder} {folder}{OLD_SUFFIX}) and start the run over with this version.'
+            f'Checkpoint {path} was written by {written_by} of this project, and {"; ".join(changes)}: --resume '
+            f'cannot continue that run with the numbers it started with. Finish it with the version that started it '
+            f'(git checkout of that version), or move the directory away (mv {folder} {folder}{OLD_SUFFIX}) and start '
+            f'the run over with this version.'
         )
 
 

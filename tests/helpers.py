@@ -182,6 +182,17 @@ def sampler_of(config):
     return SamplerConfig.for_agent(get_agent_class(config['agent_name']), config)
 
 
+def assert_ema_of(targets, online, old_targets, tau):
+    """`targets` == tau * online + (1 - tau) * old_targets, leaf by leaf, to float32 rounding: three rounded
+    operations (two products and a sum, or fewer with a fused multiply-add) each err by at most u = 2^-24 of their
+    result, so |error| <= 3u (tau |online| + (1 - tau) |old|)."""
+    def check(new, o, t):
+        o, t = np.asarray(o, np.float64), np.asarray(t, np.float64)
+        bound = 3 * 2.0 ** -24 * (tau * np.abs(o) + (1 - tau) * np.abs(t))
+        assert np.all(np.abs(np.asarray(new, np.float64) - (tau * o + (1 - tau) * t)) <= bound)
+    jax.tree_util.tree_map(check, targets, online, old_targets)
+
+
 def numeric_grad(f, x, eps=1e-6):
     """d f / d x by central differences, f a NumPy (float64) function of the array x."""
     x = np.array(x, dtype=np.float64)

@@ -12,7 +12,7 @@ import ml_collections
 
 from utils.errors import ConfigError
 from utils.image_encoders import VISUAL_ENCODERS
-from utils.training import MIXTURE_FIELDS, SAMPLER_FIELDS, BatchSpec
+from utils.training import GOAL_RULES, MIXTURE_FIELDS, SAMPLER_FIELDS, BatchSpec
 
 
 # Config files already executed in this process, by (absolute path, source bytes): a request check reads its file
@@ -274,6 +274,8 @@ def field_rules(agent_class) -> dict:
         rules[f'{mixture}_geom_sample'] = switch(False).only_when(
             functools.partial(spec.draws_trajectory_goals, mixture),
             f'{mixture} goals come from the trajectory ({mixture}_p_trajgoal > 0{", " + when if when else ""})')
+    if spec.goals:
+        rules['goal_rule'] = one_of(*GOAL_RULES)
     if spec.goals and 'discount' not in rules:
         rules['discount'] = DISCOUNT_RULE.only_when(
             spec.geometric_offsets, 'a goal mixture draws geometric trajectory offsets (<mixture>_geom_sample=True '

@@ -7,8 +7,10 @@
 The dataset lives on the device as a `DeviceDataset`; every random choice is a `jax.random` draw, so a whole training
 step -- sample, update -- is one XLA program with no host round-trip. Rows are states; row `i` is sampled only if
 it has a successor in its episode (`i < T`, where `T = episode_end[i]` is the episode's last row, itself a real
-state). Goals may be any row up to and including `T`. What a batch holds is declared by the agent's class (`BATCH`, a
-`BatchSpec`) and set by its config (`SamplerConfig.for_agent`).
+state). Goals are drawn as OGBench's GCDataset draws them from its compact datasets (`goal_rule='ogbench'`): a
+trajectory goal is at most `T - 1`, the last row with a successor, so the file's final row is only ever a next
+state; `goal_rule='last_row'` lets goals reach `T` (docs/method.md, section 3). What a batch holds is declared by the
+agent's class (`BATCH`, a `BatchSpec`) and set by its config (`SamplerConfig.for_agent`).
 
 The sampling key of step t is fold_in(data_key, t): a run's batches depend only on its seed and the step number, so
 fusing K updates per call, or resuming at any step, replays the same batches. Every seed's numbers in a vmapped call
@@ -84,6 +86,10 @@ SAMPLER_FIELDS = {
     'p_aug': 0.0,  # probability of random-crop augmentation of a batch (pixels)
     'gc_negative': True,  # the value goals' reward: -1 until reached (True) or 1 on reaching (False)
 }
+# Where a trajectory goal may land (the `goal_rule` field of every agent that draws goals): 'ogbench', as OGBench's
+# GCDataset on its compact datasets (the last row with a successor is a trajectory's final goal; uniform goals rounded
+# from a continuous draw, half weight on both ends), or 'last_row' (up to the episode's last row, uniform integers).
+GOAL_RULES = ('ogbench', 'last_row')
 
 
 def goal_mixture(name: str, *, p_curgoal=0.0, p_trajgoal=1.0, p_randomgoal=0.0, geom_sample=False) -> dict:
@@ -153,7 +159,8 @@ class BatchSpec:
     def fields(self, config) -> Tuple[str, ...]:
         """Every config field the sampler reads for this agent and `config`."""
         mixture_fields = tuple(f'{m}_{f}' for m in self.mixtures for f in MIXTURE_FIELDS)
-        return ('batch_size',) + mixture_fields + (('discount',) if self.geometric(config) else ()) + self.reads
+        return (('batch_size',) + (('goal_rule',) if self.goals else ()) + mixture_fields
+                + (('discount',) if self.geometric(config) else ()) + self.reads)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +178,7 @@ class SamplerConfig:
     frame_stack: int = 1  # every observation is the channel-wise stack of its last `frame_stack` frames
     p_aug: float = 0.0  # probability that a batch gets random-crop augmentation (images only)
     gc_negative: bool = True  # value rewards r = -1 until the goal is reached (True) or 1 on reaching it (False)
+    goal_rule: str = 'ogbench'  # where trajectory goals may land (GOAL_RULES)
 
     @classmethod
     def for_agent(cls, agent_class, config) -> 'SamplerConfig':
@@ -187,7 +195,8 @@ class SamplerConfig:
 
         settings = {field: type(off)(config[field]) if field in spec.reads else off for field, off in SAMPLER_FIELDS.items()}
         return cls(batch_size=int(config['batch_size']), gamma=float(config['discount']) if spec.geometric(config) else 0.0,
-                   actor_goals=mixture('actor'), value_goals=mixture('value'), high_goals=mixture('high'), **settings)
+                   actor_goals=mixture('actor'), value_goals=mixture('value'), high_goals=mixture('high'),
+                   goal_rule=str(config['goal_rule']) if spec.goals else 'ogbench', **settings)
 
 
 def geometric_offset(key, gamma: float, shape):
@@ -198,24 +207,40 @@ def geometric_offset(key, gamma: float, shape):
     return 1 + jnp.floor(jnp.log(u) / np.log(gamma)).astype(jnp.int32)
 
 
-def uniform_future_index(key, idxs, episode_end):
-    """Uniform over [min(i + 1, T), T]."""
-    low = jnp.minimum(idxs + 1, episode_end)
-    return jax.random.randint(key, idxs.shape, low, episode_end + 1)
-
-
-def sample_goal_indices(key, data: DeviceDataset, idxs, mixture: GoalMixture, gamma: float):
-    """Goal row for each sampled row `idxs`, drawn from `mixture` (docs/method.md, section 3)."""
-    key_choice, key_traj, key_random = jax.random.split(key, 3)
+def final_goal_row(data: DeviceDataset, idxs, goal_rule: str):
+    """The last row a trajectory goal of row `idxs` may be: `T - 1`, the last row with a successor (OGBench's
+    `final_state_idxs` in its compact datasets), or the episode's last row `T` (`goal_rule='last_row'`)."""
     episode_end = data.episode_end[idxs]
+    return episode_end - 1 if goal_rule == 'ogbench' else episode_end
+
+
+def uniform_future_index(key, idxs, final, goal_rule: str):
+    """A uniform trajectory goal between `low = min(i + 1, final)` and `final`. 'ogbench': OGBench's
+    round(low * d + final * (1 - d)), d ~ U[0, 1), whose law gives each row strictly between the two 1 / L and each
+    end 1 / (2L) (L = final - low; `final` when L = 0). It is drawn exactly as low + ceil(u / 2) with u uniform on
+    {0, ..., 2L - 1}: every half-unit of the continuous draw is one value of u. 'last_row': uniform over the integers
+    [low, final]."""
+    low = jnp.minimum(idxs + 1, final)
+    if goal_rule == 'ogbench':
+        halves = jax.random.randint(key, idxs.shape, 0, jnp.maximum(2 * (final - low), 1))
+        return low + (halves + 1) // 2
+    return jax.random.randint(key, idxs.shape, low, final + 1)
+
+
+def sample_goal_indices(key, data: DeviceDataset, idxs, mixture: GoalMixture, gamma: float, goal_rule: str):
+    """(goal row, whether it came from the row's own trajectory: current or trajectory goal) for each sampled row
+    `idxs`, drawn from `mixture` (docs/method.md, section 3)."""
+    key_choice, key_traj, key_random = jax.random.split(key, 3)
+    final = final_goal_row(data, idxs, goal_rule)
     if mixture.geom_sample:
-        traj_goals = jnp.minimum(idxs + geometric_offset(key_traj, gamma, idxs.shape), episode_end)
+        traj_goals = jnp.minimum(idxs + geometric_offset(key_traj, gamma, idxs.shape), final)
     else:
-        traj_goals = uniform_future_index(key_traj, idxs, episode_end)
+        traj_goals = uniform_future_index(key_traj, idxs, final, goal_rule)
     random_goals = data.sample_idxs[jax.random.randint(key_random, idxs.shape, 0, data.sample_idxs.shape[0])]
     u = jax.random.uniform(key_choice, idxs.shape)
-    return jnp.where(u < mixture.p_curgoal, idxs,
-                     jnp.where(u < mixture.p_curgoal + mixture.p_trajgoal, traj_goals, random_goals))
+    from_trajectory = u < mixture.p_curgoal + mixture.p_trajgoal
+    goals = jnp.where(u < mixture.p_curgoal, idxs, jnp.where(from_trajectory, traj_goals, random_goals))
+    return goals, from_trajectory
 
 
 def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, jax.Array]:
@@ -239,10 +264,10 @@ def sample_batch(key, data: DeviceDataset, config: SamplerConfig) -> Dict[str, j
         next_actions=data.actions[idxs + 1],
     )
     if config.actor_goals is not None:
-        actor_goal_idxs = sample_goal_indices(keys[1], data, idxs, config.actor_goals, config.gamma)
+        actor_goal_idxs, _ = sample_goal_indices(keys[1], data, idxs, config.actor_goals, config.gamma, config.goal_rule)
         batch['actor_goals'] = observations_at(data, actor_goal_idxs, config.frame_stack)
     if config.value_goals is not None:
-        value_goal_idxs = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma)
+        value_goal_idxs, _ = sample_goal_indices(keys[2], data, idxs, config.value_goals, config.gamma, config.goal_rule)
         batch['value_goals'] = observations_at(data, value_goal_idxs, config.frame_stack)
         batch.update(goal_rewards(idxs, value_goal_idxs, config.gc_negative))
     if config.nstep > 0:
@@ -274,13 +299,12 @@ def goal_rewards(idxs, goal_idxs, gc_negative: bool):
 
 
 def _hierarchical_goals(key, data: DeviceDataset, idxs, config: SamplerConfig):
-    """Low-level goal `min(i + subgoal_steps, T)`; high-level goal from `high_goals`, and its target
-    `min(i + subgoal_steps, high_goal)` for a goal in the same episode (else `min(i + subgoal_steps, T)`)."""
-    episode_end = data.episode_end[idxs]
-    low_goal_idxs = jnp.minimum(idxs + config.subgoal_steps, episode_end)
-    high_goal_idxs = sample_goal_indices(key, data, idxs, config.high_goals, config.gamma)
-    in_episode = (data.episode_end[high_goal_idxs] == episode_end) & (high_goal_idxs >= idxs)
-    high_target_idxs = jnp.where(in_episode, jnp.minimum(low_goal_idxs, high_goal_idxs), low_goal_idxs)
+    """Low-level goal `min(i + subgoal_steps, final)` (`final_goal_row`); high-level goal from `high_goals`, and its
+    target `min(i + subgoal_steps, high_goal)` for a goal of the row's own trajectory, else the low-level goal (as
+    OGBench's HGCDataset, whose random high-level goals take the low-level goal as their target)."""
+    low_goal_idxs = jnp.minimum(idxs + config.subgoal_steps, final_goal_row(data, idxs, config.goal_rule))
+    high_goal_idxs, from_trajectory = sample_goal_indices(key, data, idxs, config.high_goals, config.gamma, config.goal_rule)
+    high_target_idxs = jnp.where(from_trajectory, jnp.minimum(low_goal_idxs, high_goal_idxs), low_goal_idxs)
     observations = lambda rows: observations_at(data, rows, config.frame_stack)  # noqa: E731
     return dict(low_goals=observations(low_goal_idxs), high_goals=observations(high_goal_idxs),
                 high_targets=observations(high_target_idxs))

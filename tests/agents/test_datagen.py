@@ -160,6 +160,40 @@ def test_same_seed_same_file_bytes(tmp_path):
     assert contents[0] == contents[1]
 
 
+# The arrays of 150 episodes of pointmaze-medium-stitch at seed 0, as sha256 over KEYS in order: the same on every
+# machine. 150 episodes are enough for OpenBLAS's AVX-512 dot kernel to round one action differently from its AVX2
+# kernel when the action's norm goes through BLAS (np.linalg.norm), as it did before version 0.6.0.
+MACHINE_INDEPENDENT_EPISODES = 150
+MACHINE_INDEPENDENT_SHA256 = '28d5596e5381bd00a0fec633f4084b1d90f131d3ab7b72fc7233b94c214f295e'
+HASH_ARRAYS = f"""
+import hashlib, numpy as np
+from datagen.pointmaze import generate_pointmaze_dataset
+arrays = generate_pointmaze_dataset({STITCH!r}, {MACHINE_INDEPENDENT_EPISODES}, seed=0, progress=False)
+digest = hashlib.sha256()
+for key in {KEYS!r}:
+    digest.update(np.ascontiguousarray(arrays[key]).tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_generated_arrays_are_the_same_under_every_blas_kernel():
+    """The same seed gives the same arrays whichever BLAS kernel numpy runs: OpenBLAS's generic kernel, its AVX2
+    kernel and, on a CPU that has it, its AVX-512 one (OPENBLAS_CORETYPE picks the kernel), each equal to the
+    recorded hash, so a machine-dependent generator fails here on any machine that computes differently."""
+    import subprocess
+
+    with open('/proc/cpuinfo') as f:
+        flags = f.read()
+    kernels = ['Prescott', 'Haswell'] + (['SkylakeX'] if 'avx512f' in flags else [])
+    digests = {}
+    for kernel in kernels:
+        result = subprocess.run([sys.executable, '-c', HASH_ARRAYS], capture_output=True, text=True, timeout=300,
+                                env={**os.environ, 'OPENBLAS_CORETYPE': kernel})
+        assert result.returncode == 0, result.stderr[-2000:]
+        digests[kernel] = result.stdout.strip()
+    assert digests == {kernel: MACHINE_INDEPENDENT_SHA256 for kernel in kernels}
+
+
 @pytest.mark.parametrize(
     'dataset_name, num_episodes',
     [

@@ -12,7 +12,7 @@ import pytest
 from agents import get_agent_class
 from agents.base import update_keys
 from agents.fb import FBAgent, get_config, pessimistic_mean
-from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, small, toy_dataset
+from tests.helpers import ACTION_DIM, OBS_DIM, assert_ema_of, make_agent, sampler_of, small, toy_dataset
 from utils import losses
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
@@ -212,13 +212,13 @@ def test_ema_targets_follow_tau(agent, batch):
     assert sorted(agent.targets) == ['backward', 'forward']
     for online in ('forward', 'backward'):
         jax.tree_util.tree_map(np.testing.assert_array_equal, params[f'modules_{online}'], agent.targets[online])
-    old = {name: jax.tree_util.tree_map(np.asarray, agent.targets[name]) for name in ('forward', 'backward')}
-    new_agent = agent.update(batch)[0]
+    # Each update moves Fbar, Bbar towards the weights its loss read (before the step): the first leaves them at the
+    # initial weights, the second takes tau of the first update's.
+    first = agent.update(batch)[0]
+    second = first.update(batch)[0]
     for online in ('forward', 'backward'):
-        expected = jax.tree_util.tree_map(lambda o, t: tau * np.asarray(o) + (1 - tau) * t, new_agent.network.params[f'modules_{online}'], old[online])
-        jax.tree_util.tree_map(
-            lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new_agent.targets[online], expected
-        )
+        assert_ema_of(first.targets[online], params[f'modules_{online}'], agent.targets[online], tau)
+        assert_ema_of(second.targets[online], first.network.params[f'modules_{online}'], first.targets[online], tau)
 
 
 def test_validation_draws_its_noise_from_its_own_stream(agent, data):

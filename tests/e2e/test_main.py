@@ -231,7 +231,7 @@ def test_print_config_lists_every_field_with_its_value_and_comment(tmp_path):
                       '--agent.alpha=6', '--print_config', f'--save_dir={tmp_path}', check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     header, *rows = result.stdout.strip().splitlines()
-    assert header.endswith('configs/presets.py:byol_gamma_a: 30 fields (--agent.<field>=<value> sets one)')
+    assert header.endswith('configs/presets.py:byol_gamma_a: 31 fields (--agent.<field>=<value> sets one)')
     fields = {row.split(' = ')[0]: row for row in rows}
     assert len(fields) == 30 and all('  # ' in row and '(no comment' not in row for row in rows)
     assert fields['alpha'].startswith('alpha = 6.0 ') and 'Weight of the representation loss' in fields['alpha']

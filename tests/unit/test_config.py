@@ -15,7 +15,7 @@ from main import request_of
 from utils.config_checks import (COMMON_RULES, RuleOwner, at_least, check_unread_settings, field_rules, one_of,
                                  rule_for, unread_fields, validate_config)
 from utils.errors import ConfigError
-from utils.training import SAMPLER_FIELDS, SamplerConfig, goal_mixture
+from utils.training import GOAL_RULES, SAMPLER_FIELDS, SamplerConfig, goal_mixture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -120,6 +120,8 @@ def test_every_field_has_a_rule_and_the_sampler_reads_what_the_agent_declares(pr
                 changed['discount'] = 0.99
         elif isinstance(value, int):
             changed[field] = value + 1
+        elif isinstance(value, str):  # goal_rule
+            changed[field] = next(rule for rule in GOAL_RULES if rule != value)
         else:
             changed[field] = 0.5 if value != 0.5 else 0.25
         assert SamplerConfig.for_agent(agent_class, changed) != sampler, (preset, field)

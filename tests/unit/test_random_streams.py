@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agents.base import update_keys
-from runtime.checkpoints import CHECKPOINT_NAME, check_resumable, checkpoint_header
+from runtime.checkpoints import CHECKPOINT_NAME, COMPUTATION_CHANGES, check_resumable, checkpoint_header
 from runtime.errors import ResumeMismatchError
 from utils.random_streams import NAMED_STREAMS_SINCE, STREAMS, run_streams, stream_key
 
@@ -100,18 +100,21 @@ def test_agents_take_their_streams_by_name():
         assert not {key_bytes(k) for k in noise_keys} & {key_bytes(k) for k in batch_keys}
 
 
-@pytest.mark.parametrize('version', [None, '0.3.0', '0.4.0'])
-def test_a_checkpoint_from_before_named_streams_is_not_resumed(tmp_path, version):
+@pytest.mark.parametrize('version', [None, '0.3.0', '0.4.0', '0.5.0'])
+def test_a_checkpoint_from_before_a_change_of_what_runs_compute_is_not_resumed(tmp_path, version):
+    """Named streams (0.5.0), then OGBench's goals and pre-step targets (0.6.0): a checkpoint older than either is
+    refused, naming each change since it; one of the newest version resumes."""
     state = {'agent': {}, 'step': 10, 'extra': {}}
     if version:
         state['version'] = version
     path = os.path.join(tmp_path, CHECKPOINT_NAME)
     with open(path, 'wb') as f:
         f.write(flax.serialization.msgpack_serialize(state))
-    with pytest.raises(ResumeMismatchError, match=f'since version {NAMED_STREAMS_SINCE}') as error:
+    with pytest.raises(ResumeMismatchError, match='since version 0.6.0') as error:
         check_resumable(path, checkpoint_header(path)[1])
     assert (f'version {version}' if version else 'before 0.4.0') in str(error.value)
-    state['version'] = NAMED_STREAMS_SINCE
+    assert (f'since version {NAMED_STREAMS_SINCE}' in str(error.value)) == (version != '0.5.0')
+    state['version'] = COMPUTATION_CHANGES[-1][0]
     with open(path, 'wb') as f:
         f.write(flax.serialization.msgpack_serialize(state))
     check_resumable(path, checkpoint_header(path)[1])

@@ -262,6 +262,7 @@ def test_sampler_rewards_and_masks_follow_the_current_goal_probability(gc_negati
     reached = np.all(batch['value_goals'] == batch['observations'], axis=-1)
     np.testing.assert_array_equal(batch['masks'], 1.0 - reached)
     np.testing.assert_array_equal(batch['rewards'], reached - 1.0 if gc_negative else reached.astype(np.float32))
-    # P(reached) = p_cur + p_random / (number of rows a random goal can be): a binomial, checked within 5 sigma.
-    expected = p_cur + 0.3 / int(data.sample_idxs.shape[0])
+    # P(reached) = p_cur + p_traj / 19 (the last of the 19 rows with a successor is its own trajectory goal, as in
+    # OGBench) + p_random / (number of rows a random goal can be): a binomial, checked within 5 sigma.
+    expected = p_cur + 0.5 / 19 + 0.3 / int(data.sample_idxs.shape[0])
     assert abs(reached.mean() - expected) < 5 * np.sqrt(expected * (1 - expected) / len(reached))
