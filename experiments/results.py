@@ -33,11 +33,10 @@ import numpy as np
 
 from configs.presets import METHODS, method_of, methods_of_kind
 from runtime import atomic_io
-from runtime.lock_owner import read_owner
 from runtime.loggers import read_csv_rows
 from runtime.provenance import record_label
 from runtime.run_dir import (CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE, LOCK_FILE, SET_ASIDE_SUFFIXES,
-                             RunDir, flatten, only_lock_left)
+                             flatten)
 
 METRIC = 'evaluation/overall_success'
 # Bolding compares non-RL (behavioral cloning) methods only; the offline RL baselines and FB are shown as
@@ -174,20 +173,8 @@ def eval_dirs(root: str, warn=lambda message: None) -> List[str]:
         if EVAL_LOG in files:
             found.append(directory)
         elif LOCK_FILE in files:  # a run directory main.py locked, with nothing to score yet
-            run_dir = RunDir(directory)
-            left = only_lock_left(run_dir, read_owner(lambda: _lock_record(run_dir), attempts=1), may_be_starting=True)
-            warn(f'skipped {directory}: ' + (f'{left}; nothing to score.' if left else
-                                              'a run directory without evaluations yet (no eval.csv); nothing to score.'))
+            warn(f'skipped {directory}: a run directory without evaluations yet (no eval.csv); nothing to score.')
     return found
-
-
-def _lock_record(run_dir) -> bytes:
-    """The owner's record in a run directory's run.lock (b'' when it cannot be read as main.py writes it)."""
-    try:
-        with atomic_io.open_regular(run_dir.file(LOCK_FILE), 'rb') as f:
-            return f.read()
-    except (OSError, ValueError):
-        return b''
 
 
 TASK_COLUMN = re.compile(r'^evaluation/task(.+)_success$')

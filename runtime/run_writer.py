@@ -28,7 +28,7 @@ from runtime.checkpoints import damaged as damaged_checkpoint
 from runtime.errors import ResumeMismatchError, RunDirError
 from runtime.loggers import CsvLogger, WandbLogger
 from runtime.request import Request, flag_defaults, numeric_mode, plain, resume_may_differ
-from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten, lock_all, only_lock_left
+from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten, lock_all
 from utils.config_checks import LABELS
 
 _ABSENT = '(absent)'
@@ -59,9 +59,6 @@ class RunWriter:
     def check(self) -> int:
         """The step this seed starts from (its checkpoint's when resuming), or a RunDirError."""
         run_dir, resume = self.run_dir, self.request.flags.resume
-        left = only_lock_left(run_dir, self.lock.previous_owner())
-        if left:  # this process holds the lock: that one has ended
-            logging.warning(f'{left}. Nothing of it to continue: this run starts there.')
         if run_dir.is_done() and not run_dir.has_checkpoint():
             raise RunDirError(
                 f'{self.dir} is marked DONE but has no checkpoint, so nothing can continue it. Move the directory away '

@@ -134,31 +134,6 @@ def test_an_address_space_limit_too_small_for_a_run_is_one_paragraph_before_anyt
         assert not os.path.exists(tmp_path / str(gigabytes))
 
 
-def test_a_run_directory_left_holding_only_run_lock_is_understood(tmp_path, pointmaze_data_dir):
-    """A main.py killed (or aborted, as XLA aborts under a small address-space limit) while it starts leaves a run
-    directory holding only run.lock. The results table names it and its last owner instead of passing it over in
-    silence; the same command again says what it found and runs there to the end."""
-    run_dir = tmp_path / 'runs' / 'default' / 'r'
-    command = main_command(pointmaze_data_dir, tmp_path / 'runs', *BUDGET, '--run_name=r', '--resume')
-    starting = start(command)
-    wait_until(lambda: (run_dir / 'run.lock').exists() and (run_dir / 'run.lock').stat().st_size, starting)
-    starting.send_signal(signal.SIGSTOP)  # held where it stands, to check that it stands before its first write
-    try:
-        assert os.listdir(run_dir) == ['run.lock']
-    finally:
-        starting.kill()
-        starting.wait()
-    table = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'results.py'), f'--runs={tmp_path / "runs"}'],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert table.returncode == 1 and 'Traceback' not in table.stderr, table.stderr
-    assert (f'Warning: skipped {run_dir}: {run_dir} holds only run.lock: the main.py that locked it (pid '
-            f'{starting.pid} on host ') in table.stderr and ', or is still starting; nothing to score.' in table.stderr
-    returncode, _, err = run(command)
-    assert returncode == 0, err[-3000:]
-    assert f'{run_dir} holds only run.lock: the main.py that locked it (pid {starting.pid} on host ' in err
-    assert 'Nothing of it to continue: this run starts there.' in err and (run_dir / 'DONE').exists()
-
-
 def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tmp_path, pointmaze_data_dir):
     """A 300-byte --run_name, and a sweep whose run group is 300 bytes: refused with the limit and the fix, before
     anything is written or launched."""

@@ -258,6 +258,19 @@ def test_settings_sort_numerically_and_bad_rows_are_reported(tmp_path):
         R.load_runs([root])
 
 
+def test_a_run_directory_without_evaluations_yet_is_named(tmp_path):
+    """A main.py stopped before its first evaluation (killed while starting, or preempted early) leaves a run directory
+    with run.lock and no eval.csv: the tables name it rather than pass it over in silence."""
+    write_run(str(tmp_path), MAZE, 'gcbc', 0, [0.2])
+    started = tmp_path / 'gcbc_started_sd1'
+    started.mkdir()
+    (started / 'run.lock').write_text('')
+    warnings = []
+    (run,) = R.load_runs([str(tmp_path)], warn=warnings.append)
+    assert run.seed == 0 and warnings == [f'skipped {started}: a run directory without evaluations yet (no eval.csv); '
+                                          f'nothing to score.']
+
+
 def test_a_cut_off_last_line_is_skipped_with_a_warning(tmp_path, capsys):
     """A kill mid-write can leave "400,0.4" of "400,0.45,0.45": never scored, and the file is named."""
     run_dir = write_run(str(tmp_path), MAZE, 'gcbc', 0, [0.2, 0.2, 0.2])
