@@ -186,8 +186,6 @@ def unreadable(path: str, error) -> ValueError:
     run_dir = os.path.dirname(path)
     if isinstance(error, OSError):
         why, fix = f'{error.strerror or type(error).__name__}', f'Make it readable (chmod u+r {path}), or move'
-    elif isinstance(error, atomic_io.NotRegularFileError):  # a FIFO, socket or device: never read (a FIFO blocks)
-        why, fix = str(error), 'Restore it, or move'
     elif isinstance(error, str):  # it parses, but holds what main.py never writes
         why, fix = f'not what main.py writes ({error})', 'Restore it, or move'
     else:  # not text, not JSON or not CSV: damaged, or another file in its place
@@ -234,7 +232,7 @@ def read_eval_rows(path: str, metric: str, warn=lambda message: None) -> List[di
     """The rows of an eval.csv; a last line cut off mid-write (no newline) is skipped, with a warning."""
     try:
         _, rows, partial = read_csv_rows(path, drop_malformed=False)
-    except (OSError, UnicodeDecodeError, atomic_io.NotRegularFileError, csv.Error) as e:
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise unreadable(path, e) from None
     if partial:
         warn(f'{path}: its last line is incomplete (cut off mid-write); skipped it, it is not scored.')

@@ -8,7 +8,7 @@ from typing import Any, Dict, Tuple
 import flax.serialization
 import numpy as np
 
-from runtime.atomic_io import NotRegularFileError, atomic_write_bytes, open_regular
+from runtime.atomic_io import atomic_write_bytes
 from runtime.errors import ResumeMismatchError, RunDirError
 from runtime.provenance import project_version
 from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX, OLD_SUFFIX
@@ -32,13 +32,11 @@ def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None
 def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
     path = checkpoint_file(path)
     try:
-        with open_regular(path, 'rb') as f:  # a FIFO there is named, never waited on
+        with open(path, 'rb') as f:
             data = f.read()
     except OSError as e:
         raise RunDirError(f'Cannot read checkpoint {path}: {e.strerror or e}. Nothing was written. Make it readable '
                           f'for this user (chmod u+r {path}, as its owner), then rerun.') from None
-    except NotRegularFileError as e:
-        raise damaged(path, e) from None
     try:
         state = state_from_bytes(data)
     except Exception as e:  # msgpack raises several types on damaged input
@@ -60,7 +58,7 @@ def damaged(path: str, error) -> RunDirError:
     """The paragraph of a checkpoint that cannot be continued; `error` is what is wrong with it (an exception, or a
     sentence)."""
     folder = os.path.dirname(os.path.abspath(path))
-    cause = str(error) if isinstance(error, (str, NotRegularFileError)) else f'{type(error).__name__}: {error}'
+    cause = error if isinstance(error, str) else f'{type(error).__name__}: {error}'
     return RunDirError(
         f'Checkpoint {path} is damaged ({cause}), so nothing can continue from it. Restore it '
         f'from a backup, or move its run directory away (mv {folder} {folder}{DAMAGED_SUFFIX}) and run the same command '

@@ -4,21 +4,18 @@ from is recorded beside it (runtime/provenance.py); what a dataset file is, and 
 """
 
 import contextlib
-import errno
 import importlib
 import logging
 import os
 import re
 import shutil
 import socket
-import stat
 import tempfile
 import time
 from typing import List, Tuple
 
 import filelock
 
-from runtime.atomic_io import file_kind
 from runtime.lock_owner import NO_LOCKING, holder, write_record
 from utils.datasets import env_id_for
 from utils.errors import DatasetError
@@ -52,54 +49,7 @@ def check_writable_space(directory: str, needed_bytes: int, what: str):
 
 
 # ----------------------------------------------------------------------------------------------
-# What sits where a dataset file should be, and one writer of a dataset at a time.
-
-def check_dataset_paths(paths) -> None:
-    """DatasetError, before any work, if something other than a readable dataset file sits where one should be:
-    a directory, a dangling symbolic link, a FIFO or device, or a file this user cannot read. A missing path is
-    fine (it is to be obtained). The message names the path, what is there, and how to fix it."""
-    from utils.datasets import read_error
-
-    for path in paths:
-        target = os.readlink(path) if os.path.islink(path) else None
-        link = f' (a symbolic link to {target})' if target is not None else ''
-        try:
-            info = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            if target is None:
-                continue  # missing: to be downloaded or generated
-            raise DatasetError(
-                f'{path} is a symbolic link to {target}, which does not exist (a dangling link), where the dataset file '
-                f'should be. Nothing was read, generated or written. Point the link at the dataset file '
-                f'(ln -sfn /path/to/{os.path.basename(path)} {path}), or remove it (rm {path}) so that the file is '
-                f'downloaded or generated there, or pass another --dataset_dir.'
-            ) from None
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise DatasetError(
-                    f'{path} is a symbolic link that loops back on itself{link}, where the dataset file should be. Nothing '
-                    f'was read, generated or written. Remove it (rm {path}) or point it at the dataset file, or pass '
-                    f'another --dataset_dir.'
-                ) from None
-            raise read_error(path, e) from None
-        if stat.S_ISDIR(info.st_mode):
-            raise DatasetError(
-                f'{path} is a directory{link}, where the dataset file should be. Nothing was read, generated or written. '
-                f'Move it away (mv {path} {path}.dir) so that the file is downloaded or generated there, or pass another '
-                f'--dataset_dir.'
-            )
-        if not stat.S_ISREG(info.st_mode):
-            raise DatasetError(
-                f'{path} is {file_kind(info.st_mode)}{link}, where the dataset file should be. Nothing was read, '
-                f'generated or written. Move it away so that the file is downloaded or generated there, or pass another '
-                f'--dataset_dir.'
-            )
-        try:
-            with open(path, 'rb') as f:
-                f.read(1)
-        except OSError as e:
-            raise read_error(path, e) from None
-
+# One writer of a dataset at a time.
 
 LOCK_SUFFIX = '.lock'
 
@@ -240,9 +190,7 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, g
     `write_dataset(name, dataset_dir, **kwargs)` (the `datagen` package; the caller chooses, so this
     core module never imports the generators), or the name of such a module, imported only when a file
     must be made: the generators import every simulator they drive, which a run whose files exist does
-    not need. First, before any work, a DatasetError if something other
-    than a readable file sits at either path (a directory, a dangling link, a FIFO, an unreadable file).
-    Whatever may write runs under `dataset_lock`: a process finding another one obtaining the same dataset
+    not need. Whatever may write runs under `dataset_lock`: a process finding another one obtaining the same dataset
     logs whom it waits for, waits, and then uses the files that process wrote. Order:
 
     1. both files exist (downloaded from OGBench, generated earlier, or supplied): use them;
@@ -259,14 +207,12 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, g
     """
     env_id_for(dataset_name)
     train_path, val_path = dataset_paths(dataset_name, dataset_dir)
-    check_dataset_paths((train_path, val_path))
     if all(os.path.exists(path) for path in (train_path, val_path)):
         _settle_present_files(dataset_name, dataset_dir, (train_path, val_path), log)
         return train_path, val_path
     # Everything below may write: one process at a time per dataset. A process that finds another one
     # obtaining the same dataset waits for it, then uses its files.
     with dataset_lock(dataset_name, dataset_dir, log) as waited:
-        check_dataset_paths((train_path, val_path))
         if all(os.path.exists(path) for path in (train_path, val_path)):
             if waited:
                 log(f'{dataset_name}: using the files the other process wrote: {train_path} and {os.path.basename(val_path)}.')

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 import filelock
 
-from runtime.atomic_io import NotRegularFileError, read_json, temp_name_pattern, with_path, write_json
+from runtime.atomic_io import read_json, temp_name_pattern, with_path, write_json
 from runtime.errors import RunDirError, RunLockedError
 from runtime.lock_owner import NO_LOCKING, holder, write_record
 from runtime.loggers import read_csv_rows
@@ -116,8 +116,6 @@ class RunDir:
                 f'Cannot read {path}: {e.strerror or e}. Nothing was written. Make it readable for this user '
                 f'(chmod u+r {path}, as its owner), or move the run directory away to start the run over.'
             ) from None
-        except NotRegularFileError as e:  # a FIFO, socket or device: never read (a FIFO would block)
-            raise self.damaged(path, str(e)) from None
         except (ValueError, csv.Error) as e:  # JSON's and UTF-8's decode errors are ValueErrors
             raise self.damaged(path, f'{type(e).__name__}: {e}') from None
         problem = shape(value) if shape is not None else None

@@ -5,7 +5,6 @@ system cannot hold (docs/guarantees.md, "Faults tried")."""
 import json
 import os
 import signal
-import stat
 import subprocess
 import sys
 
@@ -158,8 +157,7 @@ def with_checkpoint_step(path, step):
 
 def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_written(tmp_path, pointmaze_data_dir):
     """--resume of copies of one finished run, each with one file replaced by JSON main.py never writes, a value
-    recorded as another JSON type, a FIFO (which a plain open waits on forever, holding the run's lock), or a checkpoint
-    whose step no run saves (-5; 10^15, beyond the recorded --train_steps: the advice was "Pass
+    recorded as another JSON type, or a checkpoint whose step no run saves (-5; 10^15, beyond the recorded --train_steps: the advice was "Pass
     --train_steps=1000000000000000 or more"), or resumed in another numeric mode, network kernel or optimizer layout:
     each is refused with a paragraph naming the file (or the difference) and its way out, and the directory is left
     byte for byte as it was."""
@@ -168,7 +166,6 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
     reference = tmp_path / 'reference'
     returncode, _, err = run(main_command(pointmaze_data_dir, reference, *BUDGET, '--run_name=r'))
     assert returncode == 0, err[-3000:]
-    fifo = 'a FIFO (named pipe) is there, not the regular file this project writes'
     cases = {
         'flags_list': ('flags.json', '[]', 'flags.json is damaged (the flags main.py records as a JSON object'),
         'flags_empty': ('flags.json', '{}', 'flags.json is damaged (it lacks env_name, seed, train_steps'),
@@ -179,9 +176,6 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
         'x64': (None, None, 'trained in float32, in float64'),
         'kernel': (None, None, '--network_kernel: xla -> fused'),
         'layout': (None, None, '--optimizer_layout: per_leaf -> one_vector'),
-        'flags_fifo': ('flags.json', os.mkfifo, f'flags.json is damaged ({fifo})'),
-        'checkpoint_fifo': ('checkpoint.msgpack', os.mkfifo, f'checkpoint.msgpack is damaged ({fifo})'),
-        'eval_fifo': ('eval.csv', os.mkfifo, f'eval.csv is damaged ({fifo})'),
         'step_negative': ('checkpoint.msgpack', -5, 'checkpoint.msgpack is damaged (its step is -5, where main.py '
                                                     'saves the number of steps trained'),
         'step_beyond': ('checkpoint.msgpack', 10**15, f'checkpoint.msgpack is damaged (its step, {10**15}, lies beyond '
@@ -199,9 +193,6 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
         if case == 'seed_text':
             flags = json.loads((run_dir / 'flags.json').read_text())
             (run_dir / 'flags.json').write_text(json.dumps(dict(flags, seed='0')))
-        elif content is os.mkfifo:
-            os.unlink(run_dir / name)
-            os.mkfifo(run_dir / name)
         elif isinstance(content, int):
             with_checkpoint_step(run_dir / name, content)
         elif name is not None:
@@ -212,13 +203,11 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
                                *asked.get(case, ()))
         processes[case] = (start(command, env=env), run_dir, before)
     for case, (process, run_dir, before) in processes.items():
-        paragraph = error_paragraph(*finish(process, timeout=120)[::2])  # a FIFO read would wait forever
+        paragraph = error_paragraph(*finish(process, timeout=120)[::2])
         assert cases[case][2] in paragraph, (case, paragraph)
         assert 'mv ' in paragraph or 'Differences' in paragraph or 'JAX_ENABLE_X64' in paragraph, (case, paragraph)
         after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != 'run.lock'}
         assert after == {k: v for k, v in before.items() if k != 'run.lock'}, case
-        if cases[case][1] is os.mkfifo:
-            assert stat.S_ISFIFO(os.lstat(run_dir / cases[case][0]).st_mode), case
 
 
 def fake_slurm(folder, squeue_error):

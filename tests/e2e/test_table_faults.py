@@ -12,7 +12,6 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CPU_RUNS, H200_RUNS = 'results/cpu_stitch_6k', 'results/h200_headline_200k'
 GCBC = 'gcbc_pointmaze-large-stitch-v0_sd{}'  # a run directory of CPU_RUNS, by seed
-FIFO = 'a FIFO (named pipe) is there, not the regular file this project writes'
 
 
 def script(name, *args):
@@ -49,21 +48,6 @@ def set_cell(eval_csv, step, column, value):
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-
-
-def test_a_fifo_in_place_of_a_run_file_is_named_and_never_waited_on(tmp_path):
-    """A FIFO where eval.csv (results.py, plot_curves.py) or flags.json (results.py) should be: a plain open of it
-    waits for a writer forever; each script names the file and what is there instead."""
-    for name in ('eval.csv', 'flags.json'):
-        (run_dir,) = copy_runs(tmp_path / name, GCBC.format(0))
-        os.unlink(os.path.join(run_dir, name))
-        os.mkfifo(os.path.join(run_dir, name))
-        scripts = [('results.py', ())] + [('plot_curves.py', (f'--out={tmp_path / "curves.png"}',))] * (name == 'eval.csv')
-        for script_name, extra in scripts:
-            done = script(script_name, f'--runs={tmp_path / name}', *extra)
-            assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
-            assert (f'Error: Cannot read {os.path.join(run_dir, name)}: {FIFO}. Restore it, or move its run directory '
-                    f'out of --runs') in done.stderr, done.stderr
 
 
 def test_seeds_linked_into_runs_are_read_like_the_others(tmp_path):
