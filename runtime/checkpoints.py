@@ -6,7 +6,6 @@ import os
 from typing import Any, Dict, Tuple
 
 import flax.serialization
-import numpy as np
 
 from runtime.atomic_io import atomic_write_bytes
 from runtime.errors import ResumeMismatchError, RunDirError
@@ -39,28 +38,17 @@ def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
                           f'for this user (chmod u+r {path}, as its owner), then rerun.') from None
     try:
         state = state_from_bytes(data)
+        state['step'] = int(state['step'])
     except Exception as e:  # msgpack raises several types on damaged input
         raise damaged(path, e) from e
-    try:
-        step = state['step']
-        if 'agent' not in state:
-            raise KeyError('agent')
-    except Exception as e:  # a msgpack file of another content
-        raise damaged(path, e) from e
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-        raise damaged(path, f'its step is {step!r}, where main.py saves the number of steps trained, a whole number '
-                            f'>= 0')
-    state['step'] = int(step)
     return state, path
 
 
-def damaged(path: str, error) -> RunDirError:
-    """The paragraph of a checkpoint that cannot be continued; `error` is what is wrong with it (an exception, or a
-    sentence)."""
+def damaged(path: str, error: Exception) -> RunDirError:
+    """The paragraph of a checkpoint that cannot be continued, `error` what reading it raised."""
     folder = os.path.dirname(os.path.abspath(path))
-    cause = error if isinstance(error, str) else f'{type(error).__name__}: {error}'
     return RunDirError(
-        f'Checkpoint {path} is damaged ({cause}), so nothing can continue from it. Restore it '
+        f'Checkpoint {path} is damaged ({type(error).__name__}: {error}), so nothing can continue from it. Restore it '
         f'from a backup, or move its run directory away (mv {folder} {folder}{DAMAGED_SUFFIX}) and run the same command '
         f'without --resume to start the run over.'
     )

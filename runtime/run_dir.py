@@ -48,25 +48,6 @@ DAMAGED_SUFFIX, OLD_SUFFIX = '.damaged', '.old'
 SET_ASIDE_SUFFIXES = (DAMAGED_SUFFIX, OLD_SUFFIX)
 
 
-# What every flags.json main.py writes holds (a file without them is damaged, not a run that predates them).
-RECORDED_FLAGS = ('env_name', 'seed', 'train_steps', 'eval_interval', 'eval_episodes', 'eval_tasks', 'run_name')
-
-
-def object_with(value, keys, what: str) -> Optional[str]:
-    """None if `value` is a JSON object holding `keys`, else what is wrong with it."""
-    if not isinstance(value, dict):
-        return f'{what} as a JSON object was expected, found {type(value).__name__}'
-    missing = [key for key in keys if key not in value]
-    return f'it lacks {", ".join(missing)}, which {what} always hold' if missing else None
-
-
-def dataset_record_problem(value) -> Optional[str]:
-    problem = object_with(value, ('files',), 'the dataset record main.py writes')
-    if problem is None and not (isinstance(value['files'], dict) and {'train', 'val'} <= set(value['files'])):
-        problem = 'its "files" lack the train and val records'
-    return problem
-
-
 @dataclasses.dataclass(frozen=True)
 class RunDir:
     path: str
@@ -104,10 +85,9 @@ class RunDir:
         """Which of `names` this directory lacks (all of them if it does not exist)."""
         return [name for name in names if not os.path.exists(self.file(name))]
 
-    def read(self, name: str, reader=read_json, shape=None):
+    def read(self, name: str, reader=read_json):
         """`reader(path)` of file `name`; a RunDirError naming the file when it exists but cannot be read (an
-        OSError would be reported as a failed write) or is not what main.py writes (not text, JSON or CSV, or, with
-        `shape(value) -> problem or None`, JSON of another shape)."""
+        OSError would be reported as a failed write) or does not parse (not text, JSON or CSV: damaged)."""
         path = self.file(name)
         try:
             value = reader(path)
@@ -118,9 +98,6 @@ class RunDir:
             ) from None
         except (ValueError, csv.Error) as e:  # JSON's and UTF-8's decode errors are ValueErrors
             raise self.damaged(path, f'{type(e).__name__}: {e}') from None
-        problem = shape(value) if shape is not None else None
-        if problem:
-            raise self.damaged(path, problem)
         return value
 
     def damaged(self, path: str, cause: str) -> RunDirError:
@@ -137,11 +114,11 @@ class RunDir:
                 self.read(name, read_csv_rows)
 
     def read_flags(self) -> Dict:
-        return self.read(FLAGS_FILE, shape=lambda v: object_with(v, RECORDED_FLAGS, 'the flags main.py records'))
+        return self.read(FLAGS_FILE)
 
     def read_config(self) -> Dict:
         """The saved config.json: the agent config, with the sampler under 'sampler'."""
-        return self.read(CONFIG_FILE, shape=lambda v: object_with(v, ('agent_name',), 'an agent config'))
+        return self.read(CONFIG_FILE)
 
     def eval_rows(self) -> List[Dict[str, str]]:
         """The complete rows of eval.csv (a last line cut off mid-write is left out)."""
@@ -165,16 +142,15 @@ class RunDir:
             pass
 
     def read_dataset_record(self) -> Optional[Dict]:
-        """dataset.json, or None if the run has none (it predates the record); an empty or partial one is damaged."""
+        """dataset.json, or None if the run has none (it predates the record)."""
         if not os.path.exists(self.file(DATASET_FILE)):
             return None
-        return self.read(DATASET_FILE, shape=dataset_record_problem)
+        return self.read(DATASET_FILE)
 
     def read_resume_records(self) -> List[Dict]:
         if not os.path.exists(self.file(RESUMES_FILE)):
             return []
-        return self.read(RESUMES_FILE, shape=lambda v: None if isinstance(v, list) else
-                         f'a JSON list of resume records was expected, found {type(v).__name__}')
+        return self.read(RESUMES_FILE)
 
     def write_dataset_record(self, record: Dict):
         write_json(self.file(DATASET_FILE), record)

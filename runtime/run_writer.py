@@ -24,7 +24,6 @@ import tqdm
 
 from runtime import provenance
 from runtime.checkpoints import check_resumable, checkpoint_header, checkpoint_step, save_checkpoint
-from runtime.checkpoints import damaged as damaged_checkpoint
 from runtime.errors import ResumeMismatchError, RunDirError
 from runtime.loggers import CsvLogger, WandbLogger
 from runtime.request import Request, flag_defaults, numeric_mode, plain, resume_may_differ
@@ -107,12 +106,6 @@ class RunWriter:
                 f'--run_group). Paths, logging, checkpoint, wandb and parallelism flags may differ; --train_steps may '
                 f'change but not fall below the checkpoint\'s step.'
             )
-        recorded_steps = self.recorded_flags.get('train_steps')
-        if isinstance(recorded_steps, int) and self.start_step > recorded_steps:
-            # flags.json records a run's --train_steps before it trains (an extension's too): no checkpoint lies past it
-            raise damaged_checkpoint(self.checkpoint_path, (
-                f'its step, {self.start_step}, lies beyond --train_steps={recorded_steps} that {FLAGS_FILE} records, '
-                f'and no run saves past its end'))
         if self.request.flags.train_steps < self.start_step:
             raise ResumeMismatchError(
                 f'--train_steps={self.request.flags.train_steps} is below the step of the checkpoint in {self.dir} '
