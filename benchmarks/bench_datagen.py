@@ -12,7 +12,6 @@ import numpy as np
 from absl import app, flags
 
 from datagen.pointmaze import generate_pointmaze_dataset, generate_pointmaze_dataset_reference
-from runtime.checkout import require_own_checkout
 from runtime.exits import parse_absl_flags
 
 FLAGS = flags.FLAGS
@@ -54,5 +53,4 @@ def main(_):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     app.run(main, flags_parser=parse_absl_flags)

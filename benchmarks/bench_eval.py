@@ -36,7 +36,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from runtime.checkout import require_own_checkout
 from utils.evaluation import evaluate_seeds, evaluation_metrics, make_env, make_eval_envs, native, usable_cpus
 from utils.evaluation.envs import reset_episode
 from utils.evaluation.episodes import episode_seed
@@ -342,5 +341,4 @@ def main():
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     main()

@@ -38,7 +38,6 @@ import time
 
 import numpy as np
 
-from runtime.checkout import require_own_checkout
 
 PRESETS = {'gcbc': 'GCBC', 'gcbc_phi': 'GCBC-φ', 'byol_gamma_a': 'BYOL-γ^a', 'tra': 'TRA', 'tdsr_a': 'TD-SR^a'}
 PAPER_STEPS, EVALUATIONS, HEADLINE_SEEDS, HEADLINE_PRESETS = 1_000_000, 10, (4, 10), ('gcbc', 'byol_gamma_a')
@@ -414,5 +413,4 @@ def project_headline(results, evaluation_s, args, variant):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     main(sys.argv[1:])

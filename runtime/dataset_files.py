@@ -4,23 +4,19 @@ from is recorded beside it (runtime/provenance.py); what a dataset file is, and 
 """
 
 import contextlib
-import errno
-import fcntl
 import importlib
-import json
 import logging
 import os
 import re
 import shutil
 import socket
-import stat
 import tempfile
-import threading
 import time
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
-from runtime.atomic_io import file_kind
-from runtime.lock_owner import describe_owner, owner_record, read_owner
+import filelock
+
+from runtime.lock_owner import NO_LOCKING, holder, write_record
 from utils.datasets import env_id_for
 from utils.errors import DatasetError
 
@@ -53,161 +49,65 @@ def check_writable_space(directory: str, needed_bytes: int, what: str):
 
 
 # ----------------------------------------------------------------------------------------------
-# What sits where a dataset file should be, and one writer of a dataset at a time.
-
-def check_dataset_paths(paths) -> None:
-    """DatasetError, before any work, if something other than a readable dataset file sits where one should be:
-    a directory, a dangling symbolic link, a FIFO or device, or a file this user cannot read. A missing path is
-    fine (it is to be obtained). The message names the path, what is there, and how to fix it."""
-    from utils.datasets import read_error
-
-    for path in paths:
-        target = os.readlink(path) if os.path.islink(path) else None
-        link = f' (a symbolic link to {target})' if target is not None else ''
-        try:
-            info = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            if target is None:
-                continue  # missing: to be downloaded or generated
-            raise DatasetError(
-                f'{path} is a symbolic link to {target}, which does not exist (a dangling link), where the dataset file '
-                f'should be. Nothing was read, generated or written. Point the link at the dataset file '
-                f'(ln -sfn /path/to/{os.path.basename(path)} {path}), or remove it (rm {path}) so that the file is '
-                f'downloaded or generated there, or pass another --dataset_dir.'
-            ) from None
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise DatasetError(
-                    f'{path} is a symbolic link that loops back on itself{link}, where the dataset file should be. Nothing '
-                    f'was read, generated or written. Remove it (rm {path}) or point it at the dataset file, or pass '
-                    f'another --dataset_dir.'
-                ) from None
-            raise read_error(path, e) from None
-        if stat.S_ISDIR(info.st_mode):
-            raise DatasetError(
-                f'{path} is a directory{link}, where the dataset file should be. Nothing was read, generated or written. '
-                f'Move it away (mv {path} {path}.dir) so that the file is downloaded or generated there, or pass another '
-                f'--dataset_dir.'
-            )
-        if not stat.S_ISREG(info.st_mode):
-            raise DatasetError(
-                f'{path} is {file_kind(info.st_mode)}{link}, where the dataset file should be. Nothing was read, '
-                f'generated or written. Move it away so that the file is downloaded or generated there, or pass another '
-                f'--dataset_dir.'
-            )
-        try:
-            with open(path, 'rb') as f:
-                f.read(1)
-        except OSError as e:
-            raise read_error(path, e) from None
-
+# One writer of a dataset at a time.
 
 LOCK_SUFFIX = '.lock'
-_NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
-_held_locks: Dict[Tuple[int, str], List] = {}  # (thread, lock path) -> [fd or None, depth]: re-entrant per thread
 
 
 def dataset_lock_path(dataset_name: str, dataset_dir: str) -> str:
     return os.path.join(os.path.expanduser(dataset_dir), dataset_name + LOCK_SUFFIX)
 
 
-def _acquire_lock(dataset_name: str, path: str, blocking: bool, log):
-    """(fd, locked, waited_seconds): fd None if not blocking and held elsewhere; locked False where the file
-    system cannot lock."""
-    directory = os.path.dirname(path)
-    waited = None
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise DatasetError(
-                f'Cannot write {dataset_name} files into {directory} ({e.strerror}: {path}); nothing was generated. '
-                f'Pass a writable --dataset_dir.'
-            ) from None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not blocking:
-                    os.close(fd)
-                    return None, False, None
-                holder = read_owner(lambda: os.pread(fd, 65536, 0))
-                log(f'{dataset_name}: another process is generating or downloading it into {directory} '
-                    f'({describe_owner(holder)}); waiting for it to finish (lock file {path}), then this process '
-                    f'uses its files.')
-                started = time.monotonic()
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                waited = (waited or 0.0) + time.monotonic() - started
-        except OSError as e:
-            if e.errno not in _NO_LOCKING:
-                os.close(fd)
-                raise DatasetError(f'Cannot lock {path} ({e.strerror}) to obtain {dataset_name}; nothing was generated. '
-                                   f'Pass another --dataset_dir.') from None
-            logging.warning(f'{directory}: this file system does not support flock ({e.strerror}); two processes '
-                            f'obtaining {dataset_name} at once are NOT kept apart.')
-            return fd, False, None
-        except BaseException:  # Ctrl-C while waiting
-            os.close(fd)
-            raise
-        # The holder removes the lock file before releasing it: if the file we locked is gone or replaced,
-        # lock the one at the path now.
-        try:
-            current = os.stat(path)
-            mine = os.fstat(fd)
-            if (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
-                return fd, True, waited
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def dataset_lock(dataset_name: str, dataset_dir: str, log=logging.info, blocking: bool = True):
     """Exclusive right to write `<dataset_name>` files into `dataset_dir`, across processes (and threads).
 
-    An exclusive `flock` on `<dataset_dir>/<dataset_name>.lock`, which holds the holder's pid, host, start
-    time and command; a second process logs whom it waits for and blocks until the first is done (however
-    it ends: the kernel drops the lock of a killed process). Re-entrant within a thread. On entry, with the
-    lock held, stale temporary files of this dataset (left by a process killed mid-write: nobody else can be
-    writing them now) are removed. The lock file is removed on release. Yields how many seconds this process
-    waited (0.0 if it did not), or None when `blocking` is False and another process holds the lock.
-    The folder's writability is checked first (DatasetError naming it)."""
+    filelock's FileLock on `<dataset_dir>/<dataset_name>.lock`, which records its holder (pid, host, start time and
+    command; runtime/lock_owner.py): a second process logs whom it waits for and waits until the first is done
+    (however it ends: the kernel drops the lock of a killed process). Re-entrant within a thread. On entry, with the
+    lock held, stale temporary files of this dataset (left by a process killed mid-write: nobody else can be writing
+    them now) are removed. The lock file is removed on release. Yields how many seconds this process waited (0.0 if
+    it did not), or None when `blocking` is False and another process holds the lock. The folder's writability is
+    checked first (DatasetError naming it)."""
     path = dataset_lock_path(dataset_name, dataset_dir)
-    key = (threading.get_ident(), os.path.realpath(path))
-    if key in _held_locks:
-        _held_locks[key][1] += 1
-        try:
-            yield 0.0
-        finally:
-            _held_locks[key][1] -= 1
-        return
     check_writable_space(os.path.dirname(path), 0, f'{dataset_name} files')
-    fd, locked, waited = _acquire_lock(dataset_name, path, blocking, log)
-    if fd is None:
-        yield None
-        return
+    lock = filelock.FileLock(path, is_singleton=True, on_acquired=write_record)  # one per path: re-entrant
+    waited = None
     try:
-        if locked:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, (json.dumps(owner_record()) + '\n').encode(), 0)
+        lock.acquire(blocking=False)
+    except filelock.Timeout:
+        if blocking:
+            log(f'{dataset_name}: another process is generating or downloading it into {os.path.dirname(path)} '
+                f'({holder(path)}); waiting for it to finish (lock file {path}), then this process uses its files.')
+            started = time.monotonic()
+            lock.acquire()
+            waited = time.monotonic() - started
+    except OSError as e:
+        if e.errno not in NO_LOCKING:
+            raise DatasetError(f'Cannot lock {path} ({e.strerror}) to obtain {dataset_name}; nothing was generated. '
+                               f'Pass another --dataset_dir.') from None
+        logging.warning(f'{os.path.dirname(path)}: this file system does not support flock ({e.strerror}); two '
+                        f'processes obtaining {dataset_name} at once are NOT kept apart.')
+    if not lock.is_locked:  # another process holds it (and not `blocking`), or this file system cannot lock
+        yield 0.0 if blocking else None
+        return
+    outermost = lock.lock_counter == 1
+    try:
+        if outermost:
             if waited is not None:
-                train_path, val_path = dataset_paths(dataset_name, dataset_dir)
-                missing = [os.path.basename(p) for p in (train_path, val_path) if not os.path.exists(p)]
+                missing = [os.path.basename(p) for p in dataset_paths(dataset_name, dataset_dir) if not os.path.exists(p)]
                 if missing:
                     log(f'{dataset_name}: the other process ended after {waited:.0f} s without writing '
                         f'{" and ".join(missing)} (it was stopped, killed or failed); obtaining them here.')
                 else:
                     log(f'{dataset_name}: the other process finished after {waited:.0f} s.')
             remove_stale_temporaries(dataset_name, dataset_dir, log)
-        _held_locks[key] = [fd, 1]
         yield waited or 0.0
     finally:
-        _held_locks.pop(key, None)
-        if locked:
+        if outermost:
             with contextlib.suppress(OSError):
-                os.unlink(path)  # while still holding it: a waiter then finds the file gone and locks a new one
-        os.close(fd)
+                os.unlink(path)  # while still holding it: a waiter then locks a new file (filelock checks)
+        lock.release()
 
 
 def stale_temporaries(dataset_name: str, dataset_dir: str) -> List[str]:
@@ -290,9 +190,7 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, g
     `write_dataset(name, dataset_dir, **kwargs)` (the `datagen` package; the caller chooses, so this
     core module never imports the generators), or the name of such a module, imported only when a file
     must be made: the generators import every simulator they drive, which a run whose files exist does
-    not need. First, before any work, a DatasetError if something other
-    than a readable file sits at either path (a directory, a dangling link, a FIFO, an unreadable file).
-    Whatever may write runs under `dataset_lock`: a process finding another one obtaining the same dataset
+    not need. Whatever may write runs under `dataset_lock`: a process finding another one obtaining the same dataset
     logs whom it waits for, waits, and then uses the files that process wrote. Order:
 
     1. both files exist (downloaded from OGBench, generated earlier, or supplied): use them;
@@ -309,14 +207,12 @@ def ensure_dataset(dataset_name: str, dataset_dir: str, download: bool = True, g
     """
     env_id_for(dataset_name)
     train_path, val_path = dataset_paths(dataset_name, dataset_dir)
-    check_dataset_paths((train_path, val_path))
     if all(os.path.exists(path) for path in (train_path, val_path)):
         _settle_present_files(dataset_name, dataset_dir, (train_path, val_path), log)
         return train_path, val_path
     # Everything below may write: one process at a time per dataset. A process that finds another one
     # obtaining the same dataset waits for it, then uses its files.
     with dataset_lock(dataset_name, dataset_dir, log) as waited:
-        check_dataset_paths((train_path, val_path))
         if all(os.path.exists(path) for path in (train_path, val_path)):
             if waited:
                 log(f'{dataset_name}: using the files the other process wrote: {train_path} and {os.path.basename(val_path)}.')

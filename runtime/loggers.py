@@ -8,26 +8,24 @@ import os
 import re
 from typing import Dict, List, Tuple
 
-from runtime.atomic_io import atomic_write_text, open_regular, with_path
+from runtime.atomic_io import atomic_write_text, with_path
 from utils.errors import ConfigError
 
 
-def read_csv_rows(path: str, drop_malformed: bool = True) -> Tuple[List[str], List[Dict[str, str]], bool]:
+def read_csv_rows(path: str) -> Tuple[List[str], List[Dict[str, str]], bool]:
     """(header, rows, whether an incomplete last line was dropped) of a CSV this project wrote.
 
     Every row is written whole, ending in a newline; a last line without one was cut off mid-write
     (a kill, a full disk) and may hold a cut number that still parses ("0.4" from "0.45"), so it is
-    dropped, never read. With `drop_malformed`, rows with a missing or an extra field are dropped too
-    (otherwise they are returned, with None for what is missing, for the caller to report). NotRegularFileError if
-    something else than a regular file is at `path` (a FIFO would block the read).
+    dropped, never read.
     """
-    with open_regular(path, newline='') as f:
+    with open(path, newline='') as f:
         text = f.read()
     partial = bool(text) and not text.endswith('\n')
     if partial:
         text = text[: text.rfind('\n') + 1]
     reader = csv.DictReader(io.StringIO(text, newline=''))
-    rows = [r for r in reader if not drop_malformed or (None not in r.values() and None not in r)]
+    rows = list(reader)
     return list(reader.fieldnames or []), rows, partial
 
 

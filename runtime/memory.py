@@ -6,10 +6,8 @@ import os
 import zipfile
 from typing import Optional, Tuple
 
-import numpy as np
-
 from runtime.errors import DeviceMemoryError
-from utils.datasets import array_shapes
+from utils.datasets import observation_bytes
 from utils.errors import ConfigError, DatasetError
 from utils.evaluation.episodes import MAX_ROWS_PER_BATCH
 
@@ -71,12 +69,9 @@ def check_dataset_fits(paths, device=None, host_bytes=None, device_bytes=None):
     needed = 0
     for path in paths:
         try:
-            shape, dtype = array_shapes(path).get('observations', ((0,), np.dtype(np.uint8)))
-        except DatasetError:
-            raise  # declared sizes the file does not hold: corrupt, not too big for this machine
+            needed += observation_bytes(path)
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError):
             continue  # unreadable: load_dataset reports it with the fix
-        needed += int(np.prod(shape)) * np.dtype(dtype).itemsize
     on_cpu = device.platform == 'cpu'
     host_bytes = host_available_bytes() if host_bytes is None else host_bytes
     if device_bytes is None and not on_cpu:

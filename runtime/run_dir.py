@@ -15,23 +15,22 @@
 results tables (`experiments/results.py`) and the analyses (`experiments/analysis.py`)
 read it. With `--num_seeds N` every seed gets its own directory of this same layout.
 
-One owner: `RunLock` holds an exclusive `flock` on the directory itself for as long as the owning
-process lives. The kernel drops the lock when the process dies however it dies, so a crash never
-leaves a stale lock; `run.lock` is the record of the last owner, and deleting it unlocks nothing.
+One owner: `RunLock` holds filelock's lock on `run.lock` for as long as the owning process lives, and
+records the owner in it. The kernel drops the lock when the process dies however it dies, so a crash
+never leaves a stale lock.
 """
 
 import csv
 import dataclasses
-import errno
-import fcntl
 import logging
 import os
 from typing import Dict, List, Optional
 
-from runtime.atomic_io import (NotRegularFileError, atomic_write_bytes, open_regular, read_json, temp_name_pattern,
-                               with_path, write_json)
+import filelock
+
+from runtime.atomic_io import read_json, temp_name_pattern, with_path, write_json
 from runtime.errors import RunDirError, RunLockedError
-from runtime.lock_owner import describe_owner, owner_record, read_owner
+from runtime.lock_owner import NO_LOCKING, holder, write_record
 from runtime.loggers import read_csv_rows
 from utils.checkpoint_format import CHECKPOINT_NAME  # JAX-free: reading a layout imports no JAX
 
@@ -47,27 +46,6 @@ LOCK_FILE = 'run.lock'
 # before the same command starts the run over in <dir>: the results tables skip a directory so named.
 DAMAGED_SUFFIX, OLD_SUFFIX = '.damaged', '.old'
 SET_ASIDE_SUFFIXES = (DAMAGED_SUFFIX, OLD_SUFFIX)
-# File systems that cannot lock (some FUSE and old NFS mounts) answer flock with one of these.
-_NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
-
-
-# What every flags.json main.py writes holds (a file without them is damaged, not a run that predates them).
-RECORDED_FLAGS = ('env_name', 'seed', 'train_steps', 'eval_interval', 'eval_episodes', 'eval_tasks', 'run_name')
-
-
-def object_with(value, keys, what: str) -> Optional[str]:
-    """None if `value` is a JSON object holding `keys`, else what is wrong with it."""
-    if not isinstance(value, dict):
-        return f'{what} as a JSON object was expected, found {type(value).__name__}'
-    missing = [key for key in keys if key not in value]
-    return f'it lacks {", ".join(missing)}, which {what} always hold' if missing else None
-
-
-def dataset_record_problem(value) -> Optional[str]:
-    problem = object_with(value, ('files',), 'the dataset record main.py writes')
-    if problem is None and not (isinstance(value['files'], dict) and {'train', 'val'} <= set(value['files'])):
-        problem = 'its "files" lack the train and val records'
-    return problem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,10 +85,9 @@ class RunDir:
         """Which of `names` this directory lacks (all of them if it does not exist)."""
         return [name for name in names if not os.path.exists(self.file(name))]
 
-    def read(self, name: str, reader=read_json, shape=None):
+    def read(self, name: str, reader=read_json):
         """`reader(path)` of file `name`; a RunDirError naming the file when it exists but cannot be read (an
-        OSError would be reported as a failed write) or is not what main.py writes (not text, JSON or CSV, or, with
-        `shape(value) -> problem or None`, JSON of another shape)."""
+        OSError would be reported as a failed write) or does not parse (not text, JSON or CSV: damaged)."""
         path = self.file(name)
         try:
             value = reader(path)
@@ -119,13 +96,8 @@ class RunDir:
                 f'Cannot read {path}: {e.strerror or e}. Nothing was written. Make it readable for this user '
                 f'(chmod u+r {path}, as its owner), or move the run directory away to start the run over.'
             ) from None
-        except NotRegularFileError as e:  # a FIFO, socket or device: never read (a FIFO would block)
-            raise self.damaged(path, str(e)) from None
         except (ValueError, csv.Error) as e:  # JSON's and UTF-8's decode errors are ValueErrors
             raise self.damaged(path, f'{type(e).__name__}: {e}') from None
-        problem = shape(value) if shape is not None else None
-        if problem:
-            raise self.damaged(path, problem)
         return value
 
     def damaged(self, path: str, cause: str) -> RunDirError:
@@ -142,11 +114,11 @@ class RunDir:
                 self.read(name, read_csv_rows)
 
     def read_flags(self) -> Dict:
-        return self.read(FLAGS_FILE, shape=lambda v: object_with(v, RECORDED_FLAGS, 'the flags main.py records'))
+        return self.read(FLAGS_FILE)
 
     def read_config(self) -> Dict:
         """The saved config.json: the agent config, with the sampler under 'sampler'."""
-        return self.read(CONFIG_FILE, shape=lambda v: object_with(v, ('agent_name',), 'an agent config'))
+        return self.read(CONFIG_FILE)
 
     def eval_rows(self) -> List[Dict[str, str]]:
         """The complete rows of eval.csv (a last line cut off mid-write is left out)."""
@@ -170,16 +142,15 @@ class RunDir:
             pass
 
     def read_dataset_record(self) -> Optional[Dict]:
-        """dataset.json, or None if the run has none (it predates the record); an empty or partial one is damaged."""
+        """dataset.json, or None if the run has none (it predates the record)."""
         if not os.path.exists(self.file(DATASET_FILE)):
             return None
-        return self.read(DATASET_FILE, shape=dataset_record_problem)
+        return self.read(DATASET_FILE)
 
     def read_resume_records(self) -> List[Dict]:
         if not os.path.exists(self.file(RESUMES_FILE)):
             return []
-        return self.read(RESUMES_FILE, shape=lambda v: None if isinstance(v, list) else
-                         f'a JSON list of resume records was expected, found {type(v).__name__}')
+        return self.read(RESUMES_FILE)
 
     def write_dataset_record(self, record: Dict):
         write_json(self.file(DATASET_FILE), record)
@@ -191,95 +162,86 @@ class RunDir:
 class RunLock:
     """Exclusive ownership of one run directory, for the life of this process (or until `release`).
 
-    `RunLock.acquire(run_dir)` creates the directory and takes a non-blocking exclusive `flock` on the
-    directory itself, opened as a file descriptor: a lock nobody deletes by accident (deleting `run.lock`, the
-    owner's record, changes nothing). It then records this process's pid, host, start time and command in
-    `run.lock`. If another process holds the lock it raises RunLockedError naming that process instead. The lock
-    belongs to the open file description, which exec'd children (evaluation workers) do not inherit, and the
-    kernel drops it when the process dies, however it dies.
-
-    Where a file system cannot lock a directory (some network file systems), the lock falls back to `run.lock`
-    itself, and `verify` (called before every write of a run) stops the run with a named error if that file was
-    deleted or replaced, since a second process could then lock a new one.
+    `RunLock.acquire(run_dir)` creates the directory and takes filelock's FileLock on its run.lock without waiting, then
+    records this process there (runtime/lock_owner.py); if another process holds it, RunLockedError naming that
+    process. The kernel drops the lock when the process dies, however it dies; exec'd children (evaluation workers) do
+    not inherit it. `verify` (called before every write of a run) stops the run with a named error if run.lock is no
+    longer the file it locked: the directory was moved or deleted, or run.lock deleted, so that a second process could
+    now lock a new one.
     """
 
-    def __init__(self, run_dir: 'RunDir', fd: int, locked_path: str, previous_record: Optional[bytes], created: List[str]):
-        self.run_dir, self._fd, self.locked_path = run_dir, fd, locked_path
-        self._identity = _identity(os.fstat(fd))
-        self._previous_record = previous_record
+    def __init__(self, run_dir: 'RunDir', created: List[str]):
+        self.run_dir, self.path = run_dir, run_dir.file(LOCK_FILE)
         self._created = created  # the folders acquire made, deepest first
+        self._previous_record = self._identity = None  # set once locked (_took)
+        self._lock = filelock.FileLock(self.path, on_acquired=self._took)
         self.owner = False  # set by mark_owner once this process starts writing the run
+
+    def _took(self, fd: int):  # filelock's on_acquired: the last owner's record, then this process's
+        self._previous_record, self._identity = os.pread(fd, 1 << 16, 0), _identity(os.fstat(fd))
+        write_record(fd)
 
     @classmethod
     def acquire(cls, run_dir: 'RunDir') -> 'RunLock':
-        record = run_dir.file(LOCK_FILE)
         created, folder = [], os.path.abspath(run_dir.path)
         while not os.path.exists(folder):
             created.append(folder)
             folder = os.path.dirname(folder)
         try:
             os.makedirs(run_dir.path, exist_ok=True)
-            fd = os.open(run_dir.path, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as e:
             raise with_path(e, run_dir.path) from e
-        locked_path = run_dir.path
+        lock = cls(run_dir, created)
         try:
-            if not _try_flock(fd, run_dir):
-                os.close(fd)
-                fd, locked_path = os.open(record, os.O_RDWR | os.O_CREAT, 0o644), record
-                if not _try_flock(fd, run_dir):
-                    logging.warning(f'{run_dir.path}: this file system supports no flock; the run directory is NOT '
-                                    f'protected against a second process writing into it.')
-        except BaseException:
-            os.close(fd)
-            raise
-        lock = cls(run_dir, fd, locked_path, _read_bytes(record), created)
-        try:
-            write_json(record, owner_record())
-        except BaseException:
+            lock._lock.acquire(blocking=False)
+        except filelock.Timeout:
             lock.release()
-            raise
+            raise RunLockedError(
+                f'Run directory {run_dir.path} is in use by another process ({holder(lock.path)}). Two '
+                f'processes writing one run directory would mix or destroy each other\'s logs and checkpoints, '
+                f'so this one stopped before touching it. Wait for that run to end (or stop it; its lock is '
+                f'released the moment it exits, even after a crash), or choose another --run_name / --run_group.'
+            ) from None
+        except OSError as e:
+            if e.errno not in NO_LOCKING:
+                lock.release()
+                raise with_path(e, lock.path) from e
+            logging.warning(f'{run_dir.path}: this file system supports no flock ({e.strerror}); the run directory is '
+                            f'NOT protected against a second process writing into it.')
         _remove_stale_temporaries(run_dir.path)
         return lock
-
-    def previous_owner(self) -> Optional[Dict]:
-        """The record run.lock held when this process locked the directory (who owned it last), None if there was
-        none ({} if it was not a record)."""
-        if self._previous_record is None:
-            return None
-        return read_owner(lambda: self._previous_record, attempts=1)
 
     def mark_owner(self):
         """This process writes the run from now on: its record in run.lock stays when it exits."""
         self.owner = True
 
     def verify(self):
-        """RunDirError if the run directory (or the fallback lock file) is no longer the one this process locked:
-        moved, deleted or replaced, so that another process could now own a directory at this path."""
+        """RunDirError if run.lock is no longer the file this process locked: the run directory was moved or deleted,
+        or run.lock deleted or replaced, so that another process could now own a directory at this path."""
         try:
-            current = _identity(os.stat(self.locked_path))
+            current = _identity(os.stat(self.path))
         except OSError:
             current = None
-        if current != self._identity:
+        if self._identity is not None and current != self._identity:
             raise RunDirError(
-                f'{self.locked_path} was {"deleted or moved" if current is None else "replaced"} while this run was '
-                f'writing {self.run_dir.path}, so this process no longer owns what is at that path and stopped '
-                f'before writing more. Its last checkpoint and logs are wherever the directory went; restore it and '
-                f'rerun with --resume.'
+                f'{self.path} was deleted, moved or replaced while this run was writing {self.run_dir.path}, so this '
+                f'process no longer owns what is at that path and stopped before writing more. Its last checkpoint and '
+                f'logs are wherever the directory went; restore it and rerun with --resume.'
             )
 
     def release(self):
         """Drop the lock. A process that never started writing the run (it was refused, or failed its checks) leaves
-        the directory as it found it: the record of the last owner put back, or removed with the folders this lock
-        created if there was none."""
-        if self._fd is None:
+        the directory as it found it: the record of the last owner put back, or run.lock removed with the folders
+        this lock created if there was none."""
+        if not self._lock.is_locked:
             return
         if not self.owner:
             try:
-                if self._previous_record is not None:
-                    atomic_write_bytes(self.run_dir.file(LOCK_FILE), self._previous_record)
+                if self._previous_record:
+                    with open(self.path, 'wb') as f:  # in place: the lock is on this file
+                        f.write(self._previous_record)
                 else:
-                    os.unlink(self.run_dir.file(LOCK_FILE))
+                    os.unlink(self.path)  # held: a process that opened it meanwhile locks a new one (filelock)
             except OSError:
                 pass
             for folder in self._created:
@@ -287,56 +249,11 @@ class RunLock:
                     os.rmdir(folder)  # only if empty: another process may have put something there meanwhile
                 except OSError:
                     break
-        os.close(self._fd)  # closing the last descriptor drops the flock
-        self._fd = None
-
-
-def only_lock_left(run_dir: 'RunDir', owner: Optional[Dict], may_be_starting: bool = False) -> Optional[str]:
-    """A sentence for a run directory that holds only run.lock, `owner` the record in it: a main.py locked it and
-    ended before writing anything (killed, or aborted while it started: XLA aborts the process when an address-space
-    limit leaves it no room for a compiler thread), or, `may_be_starting` (a reader that does not hold the lock), is
-    still starting. None when the directory holds anything else, or no record."""
-    try:
-        names = os.listdir(run_dir.path)
-    except OSError:
-        return None
-    if owner is None or names != [LOCK_FILE]:
-        return None
-    return (f'{run_dir.path} holds only run.lock: the main.py that locked it ({describe_owner(owner)}) ended before '
-            f'writing anything (killed, or aborted while it started, as XLA aborts when an address-space limit, ulimit '
-            f'-v, leaves no room for a compiler thread){", or is still starting" if may_be_starting else ""}')
+        self._lock.release()
 
 
 def _identity(stat_result):
     return stat_result.st_dev, stat_result.st_ino
-
-
-def _try_flock(fd: int, run_dir: 'RunDir') -> bool:
-    """Lock `fd` (False if this file system cannot lock it); RunLockedError if another process holds it."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        holder = read_owner(lambda: _read_bytes(run_dir.file(LOCK_FILE)))
-        raise RunLockedError(
-            f'Run directory {run_dir.path} is in use by another process ({describe_owner(holder)}). Two '
-            f'processes writing one run directory would mix or destroy each other\'s logs and checkpoints, '
-            f'so this one stopped before touching it. Wait for that run to end (or stop it; its lock is '
-            f'released the moment it exits, even after a crash), or choose another --run_name / --run_group.'
-        ) from None
-    except OSError as e:
-        if e.errno in _NO_LOCKING:
-            return False
-        raise with_path(e, run_dir.path) from e
-
-
-def _read_bytes(path: str) -> Optional[bytes]:
-    """The owner's record at `path`, None if there is none to read (missing, unreadable, or not a regular file)."""
-    try:
-        with open_regular(path, 'rb') as f:
-            return f.read()
-    except (OSError, NotRegularFileError):
-        return None
 
 
 def _remove_stale_temporaries(directory: str):

@@ -24,11 +24,10 @@ import tqdm
 
 from runtime import provenance
 from runtime.checkpoints import check_resumable, checkpoint_header, checkpoint_step, save_checkpoint
-from runtime.checkpoints import damaged as damaged_checkpoint
 from runtime.errors import ResumeMismatchError, RunDirError
 from runtime.loggers import CsvLogger, WandbLogger
 from runtime.request import Request, flag_defaults, numeric_mode, plain, resume_may_differ
-from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten, lock_all, only_lock_left
+from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten, lock_all
 from utils.config_checks import LABELS
 
 _ABSENT = '(absent)'
@@ -59,9 +58,6 @@ class RunWriter:
     def check(self) -> int:
         """The step this seed starts from (its checkpoint's when resuming), or a RunDirError."""
         run_dir, resume = self.run_dir, self.request.flags.resume
-        left = only_lock_left(run_dir, self.lock.previous_owner())
-        if left:  # this process holds the lock: that one has ended
-            logging.warning(f'{left}. Nothing of it to continue: this run starts there.')
         if run_dir.is_done() and not run_dir.has_checkpoint():
             raise RunDirError(
                 f'{self.dir} is marked DONE but has no checkpoint, so nothing can continue it. Move the directory away '
@@ -110,12 +106,6 @@ class RunWriter:
                 f'--run_group). Paths, logging, checkpoint, wandb and parallelism flags may differ; --train_steps may '
                 f'change but not fall below the checkpoint\'s step.'
             )
-        recorded_steps = self.recorded_flags.get('train_steps')
-        if isinstance(recorded_steps, int) and self.start_step > recorded_steps:
-            # flags.json records a run's --train_steps before it trains (an extension's too): no checkpoint lies past it
-            raise damaged_checkpoint(self.checkpoint_path, (
-                f'its step, {self.start_step}, lies beyond --train_steps={recorded_steps} that {FLAGS_FILE} records, '
-                f'and no run saves past its end'))
         if self.request.flags.train_steps < self.start_step:
             raise ResumeMismatchError(
                 f'--train_steps={self.request.flags.train_steps} is below the step of the checkpoint in {self.dir} '

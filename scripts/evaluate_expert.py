@@ -17,7 +17,6 @@ from absl import app, flags
 
 from datagen.antmaze import EXPERT_RECORD, evaluate_subgoal_following, load_expert
 from runtime.atomic_io import read_json, write_json
-from runtime.checkout import require_own_checkout
 from runtime.exits import parse_absl_flags
 
 FLAGS = flags.FLAGS
@@ -61,5 +60,4 @@ def main(_):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     app.run(main, flags_parser=parse_absl_flags)

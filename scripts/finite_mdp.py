@@ -5,8 +5,6 @@
 """
 
 from experiments.finite_mdp import main
-from runtime.checkout import require_own_checkout
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     main()

@@ -25,7 +25,6 @@ import sys
 from absl import app, flags
 
 from datagen import GENERATABLE_DATASETS, describe, is_faithful, write_dataset
-from runtime.checkout import require_own_checkout
 from runtime.dataset_files import dataset_paths
 from runtime.exits import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PREEMPTED, parse_absl_flags, storage_failure
 from utils.errors import DatasetError
@@ -119,5 +118,4 @@ def written_so_far(dataset_name, paths, present_before):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     app.run(main, flags_parser=parse_absl_flags)

@@ -24,7 +24,6 @@ from matplotlib.ticker import FuncFormatter
 from experiments import results as R
 from experiments.sweep import parse_seeds
 from runtime.atomic_io import figure_format, save_figure
-from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError
 
 LINE_STYLES = ('-', '--', ':', '-.')
@@ -137,5 +136,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     sys.exit(main())

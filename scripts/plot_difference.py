@@ -28,7 +28,6 @@ import numpy as np
 from experiments import paper
 from experiments import results as R
 from runtime.atomic_io import save_figure
-from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError
 
 
@@ -154,5 +153,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     sys.exit(main())

@@ -32,7 +32,6 @@ import sys
 
 from experiments import results as R
 from experiments.sweep import parse_seeds
-from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError
 
 
@@ -148,5 +147,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     sys.exit(main())

@@ -27,7 +27,6 @@ import sys
 from experiments import sweep
 from main import request_of
 from runtime import exits
-from runtime.checkout import require_own_checkout
 from utils.errors import ConfigError, DatasetError
 
 
@@ -229,5 +228,4 @@ def submit(args, jobs):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     sys.exit(main())

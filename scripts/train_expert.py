@@ -34,7 +34,6 @@ from ogbench.online_locomotion.wrappers import GymXYWrapper
 from datagen.antmaze import evaluate_subgoal_following
 from datagen.sac import SACAgent, export_actor, get_config
 from runtime.atomic_io import atomic_open
-from runtime.checkout import require_own_checkout
 from runtime.checkpoints import load_checkpoint, save_checkpoint
 from runtime.exits import parse_absl_flags
 from utils.progress import progress_bar
@@ -248,5 +247,4 @@ def main(_):
 
 
 if __name__ == '__main__':
-    require_own_checkout(__file__)
     app.run(main, flags_parser=parse_absl_flags)

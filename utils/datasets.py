@@ -124,8 +124,6 @@ def read_error(path: str, error: OSError) -> DatasetError:
     if error.errno in (errno.EACCES, errno.EPERM):
         fix = (f'Make it readable for this user (chmod a+r {path}, as its owner or with sudo), or pass --dataset_dir '
                f'pointing at a copy you can read')
-    elif error.errno == errno.EISDIR:
-        fix = f'Move that directory away (mv {path} {path}.dir) so the file can be obtained, or pass another --dataset_dir'
     else:
         fix = ('Check the disk or file system holding it, or move it away to download or regenerate it, or pass '
                'another --dataset_dir')
@@ -137,17 +135,15 @@ def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.nda
     """Read an OGBench `.npz` and validate it against the environment's spaces.
 
     Returns the raw rows: observations, actions, terminals (bool, True on each episode's last row).
-    Raises DatasetError naming the file and the problem, with the fix (delete and re-obtain). The arrays' declared
-    sizes are checked against the file before anything is allocated (`array_shapes`).
+    Raises DatasetError naming the file and the problem, with the fix (delete and re-obtain).
     """
     fix = corrupt_fix(path)
     try:
-        declared = array_shapes(path)  # a header declaring more than the file holds is named before any allocation
-        missing = [k for k in REQUIRED_KEYS if k not in declared]
-        if missing:
-            raise DatasetError(f'Dataset {path} lacks keys {missing} (has {sorted(declared)}). {fix}')
-        with np.load(path) as file:
-            data = {k: file[k][...] for k in REQUIRED_KEYS}
+        with np.load(path) as file:  # never unpickles: an array of Python objects is a ValueError
+            missing = [k for k in REQUIRED_KEYS if k not in file.files]
+            if missing:
+                raise DatasetError(f'Dataset {path} lacks keys {missing} (has {sorted(file.files)}). {fix}')
+            data = {k: file[k] for k in REQUIRED_KEYS}
     except DatasetError:
         raise
     except OSError as e:
@@ -236,32 +232,12 @@ def action_range_problems(actions: np.ndarray, action_space) -> List[str]:
             f'scaled, or another environment\'s actions']
 
 
-def array_shapes(path: str) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
-    """{key: (shape, dtype)} of the arrays in an `.npz`, read from the headers only (no data is loaded). DatasetError
-    if an array's header declares more (or fewer) bytes than the file holds for it (a damaged header: 10^10 rows
-    declared would otherwise be allocated, or reported as a machine with too little memory), or Python objects,
-    which are never unpickled; errors of the zip or npy format propagate."""
-    shapes = {}
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            name = info.filename
-            if not name.endswith('.npy'):
-                continue
-            with archive.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                # Public readers only: numpy 2.4's np.lib.format no longer exposes _read_array_header.
-                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, _, dtype = read_header(member)
-                header_bytes = member.tell()
-            key = name[: -len('.npy')]
-            if dtype.hasobject:
-                raise DatasetError(f'Dataset {path} is not an OGBench file: its {key} array holds Python objects, which '
-                                   f'this project never unpickles. {corrupt_fix(path)}')
-            declared, held = int(np.prod(shape, dtype=object)) * dtype.itemsize, info.file_size - header_bytes
-            if declared != held:
-                raise DatasetError(
-                    f'Dataset {path} is corrupt: its {key} array declares shape {tuple(shape)} of {dtype.name} '
-                    f'({declared:,} bytes), but the file holds {held:,} bytes of it. Nothing was loaded. '
-                    f'{corrupt_fix(path)}')
-            shapes[key] = (shape, dtype)
-    return shapes
+def observation_bytes(path: str) -> int:
+    """Bytes of the observations array of an `.npz`, from its header alone (nothing is loaded). Errors of the zip or
+    npy format, or a KeyError without observations, propagate."""
+    with zipfile.ZipFile(path) as archive, archive.open('observations.npy') as member:
+        version = np.lib.format.read_magic(member)
+        # Public readers only: numpy 2.4's np.lib.format no longer exposes _read_array_header.
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(member)
+    return int(np.prod(shape, dtype=object)) * dtype.itemsize

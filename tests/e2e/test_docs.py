@@ -118,8 +118,6 @@ NOT_RUN = [
     (r"--out='?docs/figures/", "rewrites a figure of the checkout: tests/e2e/test_published_figures.py runs it into a "
                              'temporary folder and compares the picture with the committed one'),
     (r'^\. \.venv/bin/activate$', "changes the reader's own shell; the pages' commands name .venv/bin/ instead"),
-    (r'B/scripts/results\.py|scripts/<name>\.py', 'an illustration (any checkout, any script): tests/e2e/test_faults.py '
-                                             'runs a script of another checkout'),
 ]
 
 TINY_MAIN = ['--train_steps=20', '--log_interval=10', '--eval_interval=20', '--save_interval=20', '--eval_episodes=1',
