@@ -8,8 +8,6 @@
     evaluation    the evaluation seed at step t: drawn from fold_in(evaluation, t)
     high/init     a hierarchy's high-level initialisation
     high/acting   a hierarchy's acting seed (the levels' own streams are the flat agent's)
-    network_check the batch, and its loss noise, on which --network_kernel=fused checks the kernel against the
-                  networks' flax modules
 
 A stream is fold_in(PRNGKey(seed), id) with `id` a 32-bit hash of its name, so no stream is derived from another
 and no two share bits whatever JAX's PRNG implementation. Deriving them by position would not do that: with JAX's
@@ -22,8 +20,7 @@ from typing import Dict
 
 import jax
 
-STREAMS = ('init', 'update', 'sampling', 'validation', 'validation/noise', 'evaluation', 'high/init', 'high/acting',
-           'network_check')
+STREAMS = ('init', 'update', 'sampling', 'validation', 'validation/noise', 'evaluation', 'high/init', 'high/acting')
 
 # Runs recorded before this version drew their streams by position (see above): their checkpoints cannot continue
 # with the same random numbers, so --resume refuses them (runtime/run_writer.py).

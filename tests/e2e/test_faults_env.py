@@ -185,9 +185,10 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
     """--resume of copies of one finished run, each with one file replaced by JSON main.py never writes, a value
     recorded as another JSON type, a FIFO (which a plain open waits on forever, holding the run's lock), or a checkpoint
     whose step no run saves (-5; 10^15, beyond the recorded --train_steps: the advice was "Pass
-    --train_steps=1000000000000000 or more"), or resumed in another numeric mode, network kernel or optimizer layout:
-    each is refused with a paragraph naming the file (or the difference) and its way out, and the directory is left
-    byte for byte as it was."""
+    --train_steps=1000000000000000 or more"), or resumed in another numeric mode, or recorded with a speed path this
+    version no longer has (--network_kernel=fused, --optimizer_layout=one_vector): each is refused with a paragraph
+    naming the file (or the difference) and its way out, and the directory is left byte for byte as it was. A run
+    recorded with those flags at the values this version computes resumes."""
     import shutil
 
     reference = tmp_path / 'reference'
@@ -202,8 +203,9 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
         'dataset_empty': ('dataset.json', '{}', 'dataset.json is damaged (it lacks files'),
         'seed_text': ('flags.json', None, '--seed: "0" (str) -> 0 (int)'),
         'x64': (None, None, 'trained in float32, in float64'),
-        'kernel': (None, None, '--network_kernel: xla -> fused'),
-        'layout': (None, None, '--optimizer_layout: per_leaf -> one_vector'),
+        'kernel': ('flags.json', None, 'trained with --network_kernel=fused, which this version no longer has (the '
+                                       'git tag speed-paths'),
+        'layout': ('flags.json', None, 'trained with --optimizer_layout=one_vector, which this version no longer has'),
         'flags_fifo': ('flags.json', os.mkfifo, f'flags.json is damaged ({fifo})'),
         'checkpoint_fifo': ('checkpoint.msgpack', os.mkfifo, f'checkpoint.msgpack is damaged ({fifo})'),
         'eval_fifo': ('eval.csv', os.mkfifo, f'eval.csv is damaged ({fifo})'),
@@ -212,18 +214,18 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
         'step_beyond': ('checkpoint.msgpack', 10**15, f'checkpoint.msgpack is damaged (its step, {10**15}, lies beyond '
                                                       f'--train_steps=40 that flags.json records'),
     }
-    # The choices that change a run's numbers without changing its config are recorded: main.py's defaults.
-    recorded = json.loads((reference / 'default' / 'r' / 'flags.json').read_text())
-    assert (recorded['network_kernel'], recorded['optimizer_layout']) == ('xla', 'per_leaf')
-    asked = {'kernel': ['--network_kernel=fused'], 'layout': ['--optimizer_layout=one_vector']}
+    # What flags.json held besides (a value recorded as another type; the flags of an earlier version's speed paths).
+    recorded = {'seed_text': dict(seed='0'), 'kernel': dict(network_kernel='fused', optimizer_layout='per_leaf'),
+                'layout': dict(network_kernel='xla', optimizer_layout='one_vector'),
+                'retired_defaults': dict(network_kernel='xla', optimizer_layout='per_leaf')}
     processes = {}
-    for case, (name, content, _) in cases.items():
+    for case, (name, content, _) in [*cases.items(), ('retired_defaults', ('flags.json', None, None))]:
         save_dir = tmp_path / case
         shutil.copytree(reference, save_dir)
         run_dir = save_dir / 'default' / 'r'
-        if case == 'seed_text':
+        if case in recorded:
             flags = json.loads((run_dir / 'flags.json').read_text())
-            (run_dir / 'flags.json').write_text(json.dumps(dict(flags, seed='0')))
+            (run_dir / 'flags.json').write_text(json.dumps(dict(flags, **recorded[case])))
         elif content is os.mkfifo:
             os.unlink(run_dir / name)
             os.mkfifo(run_dir / name)
@@ -233,13 +235,16 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
             (run_dir / name).write_text(content)
         before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
         env = dict(os.environ, JAX_ENABLE_X64='1') if case == 'x64' else None
-        command = main_command(pointmaze_data_dir, save_dir, *BUDGET[1:], '--train_steps=60', '--run_name=r', '--resume',
-                               *asked.get(case, ()))
+        command = main_command(pointmaze_data_dir, save_dir, *BUDGET[1:], '--train_steps=60', '--run_name=r', '--resume')
         processes[case] = (start(command, env=env), run_dir, before)
+    process, run_dir, _ = processes.pop('retired_defaults')
+    returncode, _, err = finish(process, timeout=120)
+    assert returncode == 0 and (run_dir / 'DONE').exists(), err[-3000:]
     for case, (process, run_dir, before) in processes.items():
         paragraph = error_paragraph(*finish(process, timeout=120)[::2])  # a FIFO read would wait forever
         assert cases[case][2] in paragraph, (case, paragraph)
-        assert 'mv ' in paragraph or 'Differences' in paragraph or 'JAX_ENABLE_X64' in paragraph, (case, paragraph)
+        assert any(fix in paragraph for fix in ('mv ', 'Differences', 'JAX_ENABLE_X64', 'another --run_name')), \
+            (case, paragraph)
         after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != 'run.lock'}
         assert after == {k: v for k, v in before.items() if k != 'run.lock'}, case
         if cases[case][1] is os.mkfifo:
