@@ -245,9 +245,8 @@ def generate_pointmaze_dataset(dataset_name, num_episodes, seed, progress=True, 
 def generate_pointmaze_dataset_reference(dataset_name, num_episodes, seed, progress=True):
     """OGBench's collection loop, reimplemented: wrapped env, get_oracle_subgoal (a BFS) every step.
 
-    Slow; kept as the baseline for benchmarks/bench_datagen.py and as the ground truth the cached
-    generator is tested against. It consumes the same random streams, so the same seed gives the
-    same arrays as generate_pointmaze_dataset.
+    Slow; kept as the ground truth the cached generator is tested against. It consumes the same
+    random streams, so the same seed gives the same arrays as generate_pointmaze_dataset.
     """
     spec = dataset_spec(dataset_name)
     env = make_collection_env(spec)

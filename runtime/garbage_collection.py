@@ -5,7 +5,7 @@ Those imports leave about 230,000 objects that live as long as the process. With
 collection walks all of them again, and tracing allocates fast enough to trigger hundreds of collections. Once the
 imports are done, `freeze_imported_objects` moves what they made out of the collector's reach, and collections go on
 over the objects made since. main.py keeps Python's settings: over README's command 1 the freeze changes too little
-to be worth a line of the run's own code (benchmarks/bench_startup.py; docs/performance.md, "Start-up").
+to be worth a line of the run's own code (docs/performance.md, "Start-up").
 """
 
 import gc
