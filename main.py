@@ -103,23 +103,23 @@ class Flags:
                         'was started with; --train_steps may change).', resume_may_differ=True)
 
 
-def define_flags(flag_values: flags.FlagValues, argv):
-    """main.py's flags, in `flag_values`: the fields of `Flags`, and --agent, the agent config, whose fields
-    --agent.<key>=<value> in `argv` override."""
+def define_flags(flag_values: flags.FlagValues, argv, agent_config):
+    """main.py's flags, in `flag_values`: the fields of `Flags`, and --agent, the agent config (`agent_config`, read
+    from the file --agent names), whose fields --agent.<key>=<value> in `argv` override."""
     define_dataclass_flags(Flags, flag_values)
-    config_flags.DEFINE_config_file(
-        'agent', DEFAULT_AGENT,
-        'Agent config: a preset, configs/presets.py:<name> (every method of the paper; README lists them), or an agent '
-        'file, agents/<name>.py. Any field is overridden with --agent.<key>=<value>.',
+    config_flags.DEFINE_config_dict(
+        'agent', agent_config,
+        'Agent config: --agent=configs/presets.py:<name>, a preset (every method of the paper; README lists them; '
+        'default byol_gamma_a), or an agent file, agents/<name>.py. Any field is overridden with --agent.<key>=<value>.',
         flag_values=flag_values, lock_config=True, sys_argv=list(argv))
+    flag_values['agent'].default_as_str = None  # --help names the default preset; --print_config lists a config
 
 
 def request_of(argv) -> Request:
     """main.py's command line `argv`, parsed and checked (ConfigError / StorageError naming the problem; nothing is
     touched)."""
-    flag_values = parse_command_line(argv, define_flags, DEFAULT_AGENT, describe_config=config_listing)
-    config = flag_values.agent  # the config file's get_config(), --agent.<key> overrides applied
-    return check_request(Flags, flag_values, config, get_agent_class)
+    flag_values, agent_spec = parse_command_line(argv, define_flags, DEFAULT_AGENT, describe_config=config_listing)
+    return check_request(Flags, flag_values, agent_spec, get_agent_class)
 
 
 def main(argv):
