@@ -16,7 +16,6 @@ split, and a stream's key at step i is the i-th key of a split of the same root.
 """
 
 import zlib
-from typing import Dict
 
 import jax
 
@@ -41,9 +40,3 @@ def stream_key(seed, name: str) -> jax.Array:
     if name not in STREAMS:
         raise ValueError(f'unknown random stream {name!r}; the streams are {", ".join(STREAMS)}')
     return jax.random.fold_in(jax.random.PRNGKey(seed), stream_id(name))
-
-
-def run_streams(seed) -> Dict[str, jax.Array]:
-    """{name: key} of every stream of the run seeded `seed`."""
-    return {name: stream_key(seed, name) for name in STREAMS}
-
