@@ -23,9 +23,9 @@ _CONFIG_MODULES = {}
 def load_config_file(spec: str):
     """Load `path[:arg]` as ml_collections' config-file flag would: get_config() or get_config(arg). The one reader of
     an --agent file (main.py's flag gets the config it returns). Each call gets a config of its own; a file is executed
-    again only when its bytes change. A file that cannot give a config (a
-    directory, a syntax error, an error while it runs, no get_config, an argument get_config does not take, a result
-    that is not an ml_collections ConfigDict with an agent_name) is a ConfigError naming the file and the fix."""
+    again only when its bytes change. A file that cannot give a config (a directory, a syntax error, an error while it
+    runs, no get_config, an argument get_config does not take, a result that is not an ml_collections ConfigDict with
+    an agent_name) is a ConfigError naming the file and the fix."""
     path, _, arg = spec.partition(':')
     usage = 'Use --agent=agents/<name>.py (e.g. agents/byol_gamma.py) or --agent=configs/presets.py:<preset>.'
     if not os.path.exists(path):
@@ -89,10 +89,7 @@ def read_python_file(path: str, execute, fix: str = 'Fix it, or name another wit
     try:
         return execute()
     except SyntaxError as e:
-        raise ConfigError(f'Agent config file {path} has a syntax error (line {e.lineno}: {e.msg}). '
-                          f'{fix}') from None
-    except ConfigError:
-        raise
+        raise ConfigError(f'Agent config file {path} has a syntax error (line {e.lineno}: {e.msg}). {fix}') from None
     except Exception as e:
         raise ConfigError(f'Agent config file {path} raised {type(e).__name__}{_where(e, path)} while it was read: {e}. '
                           f'{fix}') from None
