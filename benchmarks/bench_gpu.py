@@ -20,7 +20,8 @@ still leaves every finished figure on the screen):
   3. the projected wall time of the paper's headline rows (GCBC and BYOL-gamma^a on antmaze-medium-stitch, 4 and 10
      seeds per method; the model is printed with them).
 Compilation is excluded from every rate and reported separately. A time budget (--budget_s) skips what would not
-fit, saying so. `--xla_flags` adds XLA flags (e.g. command buffers / CUDA graphs for the while loop) for the whole
+fit, saying so; a figure that fails (e.g. out of device memory) says why in its cell, and the run then exits with
+status 1. `--xla_flags` adds XLA flags (e.g. command buffers / CUDA graphs for the while loop) for the whole
 run: compare two runs' tables.
 """
 
