@@ -44,14 +44,12 @@ from runtime.run_writer import RunSet
 from runtime.schedule import Schedule
 from runtime.stops import StopNow, StopRequests, Stopped, exit_at_once_on_sigterm
 from runtime.training_metrics import TrainingMetrics, first_nonfinite
-from utils import fused_mlp
 from utils.datasets import load_dataset
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
-from utils.optimizers import with_optimizer
 from utils.pixel_batches import example_observations
 from utils.progress import progress_bar
 from utils.random_streams import stream_key
-from utils.training import DeviceDataset, batch_config, sample_batch, stack_trees, train, validation_metrics
+from utils.training import DeviceDataset, stack_trees, train, validation_metrics
 
 # The agent config when --agent is not given.
 DEFAULT_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs/presets.py:byol_gamma_a')
@@ -86,15 +84,6 @@ class Flags:
     video_episodes: int = flag(0, 'Episodes per task rendered to wandb video (needs MUJOCO_GL=egl).', resume_may_differ=True)
     save_interval: int = flag(100_000, 'Steps between checkpoints (and one at the end).', resume_may_differ=True)
     steps_per_call: int = flag(500, 'Gradient steps fused into one jitted call (lax.scan).', resume_may_differ=True)
-    optimizer_layout: str = flag('per_leaf', "per_leaf: optax's optimizer, each parameter array on its own; one_vector: "
-                                 'the same optimizer over all parameters as one vector (fewer kernels on an accelerator; '
-                                 'equal up to float rounding). The same on every backend unless asked.',
-                                 choices=('per_leaf', 'one_vector'))
-    network_kernel: str = flag('xla', "xla: every network as flax's layers compiled by XLA; fused: the encoder and "
-                               'predictor ensembles as one Pallas kernel each (utils/fused_mlp.py, for GPUs; interpreted, '
-                               'slowly, elsewhere), for every such network the kernel is checked to compute exactly on '
-                               "this run's batch (the others stay on XLA, and the run says why).",
-                               choices=('xla', 'fused'))
     time_limit: int = flag(0, 'Seconds after which the run checkpoints and exits with status 75, for --resume to continue '
                            "(a job scheduler's time limit); 0 = none.", resume_may_differ=True)
     save_dir: str = flag('runs', 'Root directory of run directories.', resume_may_differ=True)
@@ -114,23 +103,23 @@ class Flags:
                         'was started with; --train_steps may change).', resume_may_differ=True)
 
 
-def define_flags(flag_values: flags.FlagValues, argv):
-    """main.py's flags, in `flag_values`: the fields of `Flags`, and --agent, the agent config, whose fields
-    --agent.<key>=<value> in `argv` override."""
+def define_flags(flag_values: flags.FlagValues, argv, agent_config):
+    """main.py's flags, in `flag_values`: the fields of `Flags`, and --agent, the agent config (`agent_config`, read
+    from the file --agent names), whose fields --agent.<key>=<value> in `argv` override."""
     define_dataclass_flags(Flags, flag_values)
-    config_flags.DEFINE_config_file(
-        'agent', DEFAULT_AGENT,
-        'Agent config: a preset, configs/presets.py:<name> (every method of the paper; README lists them), or an agent '
-        'file, agents/<name>.py. Any field is overridden with --agent.<key>=<value>.',
+    config_flags.DEFINE_config_dict(
+        'agent', agent_config,
+        'Agent config: --agent=configs/presets.py:<name>, a preset (every method of the paper; README lists them; '
+        'default byol_gamma_a), or an agent file, agents/<name>.py. Any field is overridden with --agent.<key>=<value>.',
         flag_values=flag_values, lock_config=True, sys_argv=list(argv))
+    flag_values['agent'].default_as_str = None  # --help names the default preset; --print_config lists a config
 
 
 def request_of(argv) -> Request:
     """main.py's command line `argv`, parsed and checked (ConfigError / StorageError naming the problem; nothing is
     touched)."""
-    flag_values = parse_command_line(argv, define_flags, DEFAULT_AGENT, describe_config=config_listing)
-    config = flag_values.agent  # the config file's get_config(), --agent.<key> overrides applied
-    return check_request(Flags, flag_values, config, get_agent_class)
+    flag_values, agent_spec = parse_command_line(argv, define_flags, DEFAULT_AGENT, describe_config=config_listing)
+    return check_request(Flags, flag_values, agent_spec, get_agent_class)
 
 
 def main(argv):
@@ -204,9 +193,8 @@ class Data:
 
 def build_agents(request: Request, data: Data, runs: RunSet):
     """One agent per seed, exactly as a single-seed run with that seed would make it, restored from its checkpoint
-    when resuming, with the optimizer layout and network kernel the flags ask for; stacked along a seed axis when there
-    are several. Also what the checkpoints carried besides (one dict per seed; empty for a new run)."""
-    flags = request.flags
+    when resuming; stacked along a seed axis when there are several. Also what the checkpoints carried besides (one
+    dict per seed; empty for a new run)."""
     create = compiled_create(request.agent_class, data.example_observations, data.example_actions, request.config)
     agents, extras = [], []
     for writer in runs.writers:
@@ -214,10 +202,8 @@ def build_agents(request: Request, data: Data, runs: RunSet):
         if runs.start_step:
             agent, step, extra = load_checkpoint(writer.checkpoint_path, agent)
             logging.info(f'Resumed {writer.dir} from step {step}.')
-        agents.append(with_optimizer(agent, one_vector=flags.optimizer_layout == 'one_vector'))
+        agents.append(agent)
         extras.append(extra)
-    if flags.network_kernel == 'fused':
-        agents = with_fused_networks(agents, data, request.seeds[0])
     return (stack_trees(agents) if len(agents) > 1 else agents[0]), extras
 
 
@@ -234,26 +220,6 @@ def compiled_create(agent_class, ex_observations, ex_actions, config):
     create = jax.jit(lambda seed, observations, actions: agent_class.create(seed, observations, actions, config))
     compiled = create.lower(np.int32(0), ex_observations, ex_actions).compile(RUN_ONCE)
     return lambda seed: compiled(np.int32(seed), ex_observations, ex_actions)
-
-
-def with_fused_networks(agents, data: Data, seed: int):
-    """The agents with every ensemble network the fused kernel computes exactly (checked on a batch of the run's own
-    data against the network's flax module) computed by it; the others stay on XLA, each named with why."""
-    batch_key, noise_key = jax.random.split(stream_key(seed, 'network_check'))
-    batch = sample_batch(batch_key, data.train, batch_config(agents[0]))
-    verdicts = fused_mlp.check_networks(agents[0], lambda agent: agent.metrics(batch, noise_key))
-    fused = sorted(name for name, problem in verdicts.items() if problem is None)
-    if fused:
-        where = 'on the GPU' if not fused_mlp.interpret_mode() else 'interpreted by Pallas on this CPU (slow)'
-        logging.info(f'--network_kernel=fused: {", ".join(fused)} run as the fused kernel, {where}; checked against '
-                     f'their flax modules on a batch of this run.')
-    for name, problem in sorted(verdicts.items()):
-        if problem is not None:
-            logging.warning(f'--network_kernel=fused: {name} stays on XLA: {problem}.')
-    if not verdicts:
-        logging.warning('--network_kernel=fused: this agent has no encoder or predictor ensemble; every network runs '
-                        'on XLA.')
-    return [fused_mlp.with_kernel(agent, fused) for agent in agents]
 
 
 class TrainingLoop:

@@ -4,19 +4,25 @@ so a new agent file needs no edit here."""
 
 import importlib
 import inspect
+import os
 import pkgutil
 import re
 from typing import Dict
 
+from utils.config_checks import read_python_file
 from utils.errors import ConfigError
 from utils.training import MIXTURE_FIELD_MEANINGS
 
 
 def agent_classes():
-    """{agent_name: class} over every module of this package."""
+    """{agent_name: class} over every module of this package (a module that fails to import: the ConfigError
+    paragraph of an --agent file that does, utils.config_checks.read_python_file)."""
     classes = {}
     for module_info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f'{__name__}.{module_info.name}')
+        path = os.path.relpath(os.path.join(__path__[0], f'{module_info.name}.py'))
+        module = read_python_file(path, lambda: importlib.import_module(f'{__name__}.{module_info.name}'),
+                                  fix='Fix it, or move it out of agents/, every module of which is read to find the '
+                                      'agent classes.')
         classes.update(getattr(module, 'AGENTS', {}))
     return classes
 

@@ -1,2 +1,2 @@
-"""Performance tooling: the benchmark programs (bench_*.py) and XLA program statistics (hlo_stats.py,
-hlo_kernels.py). docs/performance.md gives each command and what it measured."""
+"""Performance tooling: the benchmark programs (bench_*.py). docs/performance.md gives each command and what it
+measured."""

@@ -1,33 +1,27 @@
-"""Throughput on whatever accelerator JAX sees, what an update costs in kernels, and the projected wall time of the
-paper's headline rows on this machine.
+"""Throughput on whatever accelerator JAX sees and the projected wall time of the paper's headline rows on this
+machine.
 
     python benchmarks/bench_gpu.py                 # one GPU machine: under 8 min (--budget_s), see below
     python benchmarks/bench_gpu.py --quick         # CPU smoke run: tiny sizes (~10 s)
-    python benchmarks/bench_gpu.py --layouts per_leaf one_vector --xla_flags='--xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE'
-    python benchmarks/bench_gpu.py --network_kernel xla fused   # the fused representation networks against XLA's
+    python benchmarks/bench_gpu.py --xla_flags='--xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE'
 
 Measures, in one process and in this order (each table is printed as soon as it is complete, so a run cut short
 still leaves every finished figure on the screen):
   1. training, per agent (GCBC, GCBC-phi, BYOL-gamma^a, TRA, TD-SR^a) at batch 1024 per seed with the fused update
      main.py runs (`--steps_per_call` updates in one jitted lax.scan; metrics fetched after every call as main.py
      does), for N = 1, 4, 16 seeds vmapped in one process (main.py's --num_seeds): total seed-steps/s, GFLOP per
-     update (XLA's cost analysis of the unoptimised program, the same on every backend), and from the compiled program
-     itself (benchmarks/hlo_stats.py, which documents the counting rule) kernels per update (what the scan's loop
-     body launches), the achieved TFLOP/s, and each agent's
-     time per update relative to GCBC's. The data are a synthetic dataset with `--train_env`'s observation and
-     action sizes (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update does not
-     depend on the values, so no dataset is needed. `--layouts per_leaf one_vector` also times Adam over one vector
-     (main.py --optimizer_layout, utils/optimizers.py) for `--compare_presets` (GCBC, BYOL-gamma^a) in a last
-     table, in the same process (after the projection, so the time budget cuts it first); `--network_kernel xla fused`
-     alike times the representation networks as XLA's kernels and as the fused kernel of utils/fused_mlp.py
-     (main.py --network_kernel; each network checked as main.py checks it);
+     update (XLA's cost analysis of the unoptimised program, the same on every backend), the achieved TFLOP/s, and
+     each agent's time per update relative to GCBC's. The data are a synthetic dataset with `--train_env`'s
+     observation and action sizes (antmaze-medium-stitch: 29 and 8, the paper's headline row): the cost of an update
+     does not depend on the values, so no dataset is needed;
   2. evaluation: one evaluation of N = 1, 4, 10 seeds of an untrained BYOL-gamma^a agent (--eval_preset) on
      `--eval_env` (antmaze-medium-stitch; 5 tasks x 50 episodes per seed, all seeds' episodes in one lockstep batch,
      as main.py runs it). Untrained episodes run to the time limit, so this is an upper bound;
   3. the projected wall time of the paper's headline rows (GCBC and BYOL-gamma^a on antmaze-medium-stitch, 4 and 10
      seeds per method; the model is printed with them).
 Compilation is excluded from every rate and reported separately. A time budget (--budget_s) skips what would not
-fit, saying so. `--xla_flags` adds XLA flags (e.g. command buffers / CUDA graphs for the while loop) for the whole
+fit, saying so; a figure that fails (e.g. out of device memory) says why in its cell, and the run then exits with
+status 1. `--xla_flags` adds XLA flags (e.g. command buffers / CUDA graphs for the while loop) for the whole
 run: compare two runs' tables.
 """
 
@@ -52,13 +46,6 @@ def parse_args(argv=None):
     parser.add_argument('--eval_env', default=None, help='the env of the evaluation timings (default antmaze-medium-stitch-v0; quick: pointmaze-large-stitch-v0)')
     parser.add_argument('--quick', action='store_true', help='tiny sizes for a CPU smoke run')
     parser.add_argument('--presets', nargs='+', default=None, choices=list(PRESETS), help='default all (quick: gcbc, byol_gamma_a)')
-    parser.add_argument('--layouts', nargs='+', default=['per_leaf'], choices=['per_leaf', 'one_vector'],
-                        help='optimizer layouts timed (main.py --optimizer_layout); the first is the main table')
-    parser.add_argument('--network_kernel', nargs='+', default=['xla'], choices=['xla', 'fused'],
-                        help='representation networks as XLA\'s kernels or the fused kernel (main.py --network_kernel); '
-                             'the first is the main table, the others are timed for --compare_presets after the projection')
-    parser.add_argument('--compare_presets', nargs='+', default=['gcbc', 'byol_gamma_a'], choices=list(PRESETS),
-                        help='the agents timed again with the other --layouts (after the projection)')
     parser.add_argument('--eval_preset', default=None, choices=list(PRESETS), help='the agent evaluated; default byol_gamma_a (quick: gcbc)')
     parser.add_argument('--batch_size', type=int, default=None, help='per seed; default 1024 (quick: 32)')
     parser.add_argument('--steps_per_call', type=int, default=None, help='default 500, as main.py (quick: 2)')
@@ -133,36 +120,28 @@ def timed_chunks(run, state, seconds):
             return state, calls, time.perf_counter() - start
 
 
-def make_agents(preset, num_seeds, raw, batch_size, optimizer_layout='per_leaf', network_kernel='xla', data=None):
-    """`num_seeds` agents of `preset` (stacked on a seed axis when > 1) as main.py creates them with
-    --optimizer_layout=`optimizer_layout` and --network_kernel=`network_kernel` (the kernel checked on a batch of
-    `data`, as main.py checks it)."""
-    import types
-
+def make_agents(preset, num_seeds, raw, batch_size):
+    """`num_seeds` agents of `preset` (stacked on a seed axis when > 1) as main.py creates them."""
     import main
     from agents import get_agent_class
     from configs.presets import get_config as preset_config
     from utils.training import stack_trees
-    from utils.optimizers import with_optimizer
 
     config = preset_config(preset)
     config.batch_size = batch_size
     create = main.compiled_create(get_agent_class(config.agent_name), raw['observations'][:1], raw['actions'][:1], config)
-    agents = [with_optimizer(create(s), one_vector=optimizer_layout == 'one_vector') for s in range(num_seeds)]
-    if network_kernel == 'fused':
-        agents = main.with_fused_networks(agents, types.SimpleNamespace(train=data), seed=0)
+    agents = [create(s) for s in range(num_seeds)]
     return agents[0] if num_seeds == 1 else stack_trees(agents)
 
 
-def compile_training(preset, num_seeds, raw, data, batch_size, steps_per_call, optimizer_layout='per_leaf',
-                     network_kernel='xla'):
+def compile_training(preset, num_seeds, raw, data, batch_size, steps_per_call):
     """main.py's training call for `num_seeds` seeds of `preset`, compiled once ahead of time: (agents, `run`,
-    lowered, compiled), where `run(agents) -> (agents, metrics)` makes the next call, `steps_per_call` updates on."""
+    lowered), where `run(agents) -> (agents, metrics)` makes the next call, `steps_per_call` updates on."""
     import jax
 
     from utils.training import train
 
-    state = make_agents(preset, num_seeds, raw, batch_size, optimizer_layout, network_kernel, data)
+    state = make_agents(preset, num_seeds, raw, batch_size)
     keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in range(num_seeds)])
     key = keys[0] if num_seeds == 1 else keys
     lowered = train.lower(state, data, key, 0, steps_per_call)  # exactly main.py's call
@@ -174,25 +153,34 @@ def compile_training(preset, num_seeds, raw, data, batch_size, steps_per_call, o
         step[0] += steps_per_call
         return out
 
-    return state, run, lowered, compiled
+    return state, run, lowered
 
 
-def measure_training(preset, num_seeds, raw, data, args, optimizer_layout='per_leaf', network_kernel='xla'):
+def update_flops(lowered) -> float:
+    """XLA's flop count of the unoptimised program, whose scan body it counts once: one update of every seed. The
+    same on every backend, where XLA:GPU's count of the compiled program leaves out the gemms it hands to cuBLAS; 0 on
+    a backend without cost analysis."""
+    try:
+        cost = lowered.cost_analysis()
+    except Exception:
+        return 0.0
+    if isinstance(cost, (list, tuple)):  # older jax versions: one dict per device
+        cost = cost[0] if cost else {}
+    return float((cost or {}).get('flops', 0.0))
+
+
+def measure_training(preset, num_seeds, raw, data, args):
     """main.py's training call for `num_seeds` seeds of `preset`, compiled once ahead of time: dict of the total
-    seed-steps/s, start-up seconds (agent creation + compilation) and the compiled program's ProgramStats."""
+    seed-steps/s, start-up seconds (agent creation + compilation) and XLA's flops per update of all seeds."""
     import jax
 
-    from benchmarks.hlo_stats import program_stats
-
     start = time.perf_counter()
-    state, run, lowered, compiled = compile_training(preset, num_seeds, raw, data, args.batch_size, args.steps_per_call,
-                                                     optimizer_layout, network_kernel)
+    state, run, lowered = compile_training(preset, num_seeds, raw, data, args.batch_size, args.steps_per_call)
     jax.block_until_ready(state)
     startup_s = time.perf_counter() - start
-    stats = program_stats(compiled, lowered)
     state, _, _ = timed_chunks(run, state, 0.0)  # a warm call (allocator, autotuning)
     state, calls, wall = timed_chunks(run, state, args.seconds)
-    return dict(rate=num_seeds * calls * args.steps_per_call / wall, startup_s=startup_s, stats=stats)
+    return dict(rate=num_seeds * calls * args.steps_per_call / wall, startup_s=startup_s, flops=update_flops(lowered))
 
 
 def measure_evaluation(num_seeds, envs, raw, args):
@@ -245,39 +233,29 @@ def report_failure(e):
     return f'failed: {type(e).__name__}: {str(e)[:160]}'
 
 
-def training_table(title, results, args, variant, presets=None):
-    """Prints the training table of one variant (optimizer layout, network kernel): rates, GFLOP, kernels, TFLOP/s, cost
-    relative to GCBC."""
-    ns, presets = args.num_seeds, presets or args.presets
-    print(f'\n{title}\n')
-    print('| agent | GFLOP/update | kernels/update | ' + ' | '.join(f'N={n} seed-steps/s' for n in ns)
+def training_table(results, args):
+    """Prints the training table: rates, GFLOP, TFLOP/s, cost relative to GCBC."""
+    ns = args.num_seeds
+    print('\nTraining: total seed-steps/s of N vmapped seeds; GFLOP per update (per seed) of the program.\n')
+    print('| agent | GFLOP/update | ' + ' | '.join(f'N={n} seed-steps/s' for n in ns)
           + f' | TFLOP/s (N={ns[-1]}) | time/update vs GCBC ({", ".join(f"N={n}" for n in ns)}) | start-up s (N={ns[0]}) |')
-    print('|---|' + '---|' * (len(ns) + 5))
-    gcbc = results.get(('gcbc', variant), {})
-    for preset in presets:
-        measured = results.get((preset, variant), {})
+    print('|---|' + '---|' * (len(ns) + 4))
+    gcbc = results.get('gcbc', {})
+    for preset in args.presets:
+        measured = results.get(preset, {})
         cells = []
         for n in ns:
             m = measured.get(n)
             cells.append(m if isinstance(m, str) else (f'{m["rate"]:.0f}' if m else 'skipped (time budget)'))
         ok = {n: m for n, m in measured.items() if isinstance(m, dict)}
         first = ok[min(ok)] if ok else None
-        gflop = f'{first["stats"].flops / 1e9 / min(ok):.2f}' if first else ''
-        kernels = ' / '.join(f'{ok[n]["stats"].kernels:.0f}' for n in sorted(ok)) + (f' (N={"/".join(map(str, sorted(ok)))})' if len(ok) > 1 else '')
+        gflop = f'{first["flops"] / 1e9 / min(ok):.2f}' if first else ''
         last = ok.get(ns[-1])
-        tflops = f'{last["stats"].flops * last["rate"] / ns[-1] / 1e12:.2f}' if last else ''
+        tflops = f'{last["flops"] * last["rate"] / ns[-1] / 1e12:.2f}' if last else ''
         relative = ', '.join(f'{gcbc[n]["rate"] / ok[n]["rate"]:.2f}x' for n in ns
                              if n in ok and isinstance(gcbc.get(n), dict))
         startup = f'{first["startup_s"]:.1f}' if first else ''
-        print(f'| {PRESETS[preset]} | {gflop} | {kernels} | ' + ' | '.join(cells) + f' | {tflops} | {relative} | {startup} |', flush=True)
-    from benchmarks.hlo_stats import format_counter
-    print(f'\nKernels per update by kind and by source (N={ns[0]}, from the compiled program):')
-    for preset in presets:
-        m = results.get((preset, variant), {}).get(ns[0])
-        if isinstance(m, dict):
-            k = m['stats'].per_update
-            print(f'- {PRESETS[preset]}: {format_counter(k.by_kind, top=6)}; {format_counter(k.by_source, top=6)}'
-                  + (f'; {k.graph_launches:.0f} command buffers holding {k.in_graphs:.0f}' if k.graph_launches else ''), flush=True)
+        print(f'| {PRESETS[preset]} | {gflop} | ' + ' | '.join(cells) + f' | {tflops} | {relative} | {startup} |', flush=True)
 
 
 def main(argv=None):
@@ -293,8 +271,6 @@ def main(argv=None):
     print(f'# bench_gpu: jax {jax.__version__}, backend {jax.default_backend()}, device {device.device_kind} '
           f'(x{jax.device_count()}), {usable_cpus()} usable CPU cores{", --quick" if args.quick else ""}; '
           f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}{flags_note}', flush=True)
-    if jax.default_backend() == 'cpu':
-        print('# CPU backend: kernel counts are a proxy for a GPU\'s (benchmarks/hlo_stats.py)', flush=True)
     observation_space, action_space = env_spaces(make_eval_envs(args.train_env, 1))
     raw = synthetic_dataset(observation_space.shape[0], action_space.shape[0],
                             num_episodes=20 if args.quick else 2000, length=21 if args.quick else 201)
@@ -303,31 +279,19 @@ def main(argv=None):
           f'{action_space.shape[0]}), {len(raw["observations"])} rows; batch {args.batch_size} per seed, '
           f'{args.steps_per_call} steps per call, >= {args.seconds:g} s timed per figure', flush=True)
 
-    def variant_label(variant):
-        layout, kernel = variant
-        return f'--optimizer_layout={layout} --network_kernel={kernel}'
-
-    results = {}
-
-    def train_all(variant, presets):
-        for preset in presets:
-            measured = results.setdefault((preset, variant), {})
-            for n in args.num_seeds:
-                if not budget.allows(args.seconds + 20 + 1.5 * n):
-                    measured[n] = 'skipped (time budget)'
-                    continue
-                try:
-                    measured[n] = measure_training(preset, n, raw, data, args, *variant)
-                except Exception as e:  # e.g. out of device memory: report it and go on with the next figure
-                    measured[n] = report_failure(e)
-
-    # One variant (optimizer layout, network kernel) for the main tables; the others one at a time against it.
-    main_variant = (args.layouts[0], args.network_kernel[0])
-    others = [(layout, main_variant[1]) for layout in args.layouts[1:]] + \
-             [(main_variant[0], kernel) for kernel in args.network_kernel[1:]]
-    train_all(main_variant, args.presets)
-    training_table(f'Training, {variant_label(main_variant)}: total seed-steps/s of N vmapped seeds; GFLOP '
-                   f'and kernels per update (per seed) from the compiled program.', results, args, main_variant)
+    results, failures = {}, []
+    for preset in args.presets:
+        measured = results.setdefault(preset, {})
+        for n in args.num_seeds:
+            if not budget.allows(args.seconds + 20 + 1.5 * n):
+                measured[n] = 'skipped (time budget)'
+                continue
+            try:
+                measured[n] = measure_training(preset, n, raw, data, args)
+            except Exception as e:  # e.g. out of device memory: report it and go on with the next figure
+                measured[n] = report_failure(e)
+                failures.append(f'training {preset} N={n}')
+    training_table(results, args)
 
     eval_envs = make_eval_envs(args.eval_env, args.eval_episodes, num_workers=args.eval_workers or usable_cpus())
     eval_raw = synthetic_dataset(*(space.shape[0] for space in env_spaces(eval_envs)), num_episodes=2, length=3)
@@ -345,38 +309,21 @@ def main(argv=None):
             wall, steps = measure_evaluation(n, eval_envs, eval_raw, args)
         except Exception as e:
             print(f'| {n} seeds | {report_failure(e)} | |', flush=True)
+            failures.append(f'evaluation N={n}')
             continue
         evaluation_s[n] = wall
         print(f'| {n} seed{"s" if n > 1 else ""} | {wall:.1f} | {steps / wall:.0f} |', flush=True)
     if hasattr(eval_envs, 'close'):
         eval_envs.close()
 
-    projections = project_headline(results, evaluation_s, args, main_variant)
-
-    compared = [p for p in args.presets if p in args.compare_presets]
-    for other in others:
-        train_all(other, compared)
-        training_table(f'Training, {variant_label(other)} (same run, for comparison with the table above):',
-                       results, args, other, compared)
-        ratios = []
-        for preset in compared:
-            a, b = results.get((preset, main_variant), {}), results.get((preset, other), {})
-            cells = [f'N={n}: {b[n]["rate"] / a[n]["rate"]:.2f}x time, kernels {a[n]["stats"].kernels:.0f} vs {b[n]["stats"].kernels:.0f}'
-                     for n in args.num_seeds if isinstance(a.get(n), dict) and isinstance(b.get(n), dict)]
-            if cells:
-                ratios.append(f'- {PRESETS[preset]}: ' + '; '.join(cells))
-        if ratios:
-            main_name, other_name = '/'.join(main_variant), '/'.join(other)
-            print(f'\nTime per update of {main_name} relative to {other_name} (< 1: {main_name} faster), kernels '
-                  f'{main_name} vs {other_name}:')
-            print('\n'.join(ratios), flush=True)
+    project_headline(results, evaluation_s, args)
     print(f'\ntotal bench time {budget.elapsed():.0f} s', flush=True)
-    return dict(rates={p: {n: m['rate'] for n, m in r.items() if isinstance(m, dict)} for (p, v), r in results.items() if v == main_variant},
-                results=results, evaluation_s=evaluation_s, projections=projections)
+    if failures:
+        sys.exit(f'failed figures: {", ".join(failures)} (their cells above say why)')
 
 
-def project_headline(results, evaluation_s, args, variant):
-    """Prints (and returns) the projected wall time of the paper's headline rows on this machine."""
+def project_headline(results, evaluation_s, args):
+    """Prints the projected wall time of the paper's headline rows on this machine."""
     print(f'\nProjected wall time of the headline rows on this machine (antmaze-medium-stitch, {PAPER_STEPS:,} steps at '
           f'batch {args.batch_size}, {EVALUATIONS} evaluations of {args.eval_tasks} tasks x {args.eval_episodes} episodes):')
     print(f'model: dataset generation ({args.datagen_s:g} s, given by --datagen_s, not measured) + for each method in turn '
@@ -389,11 +336,10 @@ def project_headline(results, evaluation_s, args, variant):
           f'untrained agents (episodes to the time limit): an upper bound; CPU contention between them and the training '
           f'loop is not modelled.\n')
     print('| seeds per method | GCBC: training / evaluations / wall | BYOL-γ^a: training / evaluations / wall | both, one after another, with data generation |\n|---|---|---|---|')
-    projections = {}
     for n in HEADLINE_SEEDS:
         cells, total, complete = [], args.datagen_s, True
         for preset in HEADLINE_PRESETS:
-            measured = {k: m for k, m in results.get((preset, variant), {}).items() if isinstance(m, dict)}
+            measured = {k: m for k, m in results.get(preset, {}).items() if isinstance(m, dict)}
             if not measured or not evaluation_s:
                 cells.append('not measured')
                 complete = False
@@ -403,13 +349,9 @@ def project_headline(results, evaluation_s, args, variant):
             training = n * PAPER_STEPS / rate
             evaluation = evaluation_time(evaluation_s, n)
             wall = method_wall(training, evaluation, startup)
-            projections[(preset, n)] = wall
             total += wall
             cells.append(f'{hms(training)} / {EVALUATIONS} x {hms(evaluation)} / {hms(wall)}')
         print(f'| {n} | ' + ' | '.join(cells) + f' | {hms(total) if complete else "incomplete"} |', flush=True)
-        if complete:
-            projections[('total', n)] = total
-    return projections
 
 
 if __name__ == '__main__':

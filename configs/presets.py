@@ -136,9 +136,8 @@ for _name, _overrides in VISUAL_OVERRIDES.items():
 # The offline RL baselines with OGBench's per-environment hyperparameters (its impls/hyperparameters.sh)
 # for a family's stitch datasets: actor goals half same-trajectory, half random, and the alpha / discount /
 # subgoal_steps below; giant mazes use discount 0.995. For a navigate dataset add
-# --agent.actor_p_trajgoal=1 --agent.actor_p_randomgoal=0 (HIQL: the high_ fields). `rl_preset(agent,
-# dataset)` picks the preset of a dataset.
-OFFLINE_RL_AGENTS = ('gcivl', 'gciql', 'qrl', 'crl', 'hiql')
+# --agent.actor_p_trajgoal=1 --agent.actor_p_randomgoal=0 (HIQL: the high_ fields). A dataset's preset is
+# `<agent>_<family>`, the family its robot (`<robot>_giant` for a giant maze where the table has one).
 _MAZE_ALPHAS = {
     'pointmaze': dict(gcivl=dict(alpha=10.0), gciql=dict(alpha=0.003), qrl=dict(alpha=0.0003), crl=dict(alpha=0.03),
                       hiql=dict(low_alpha=3.0, high_alpha=3.0)),
@@ -161,20 +160,6 @@ for _family, _per_agent in OFFLINE_RL_FAMILIES.items():
     for _agent, _overrides in _per_agent.items():
         _goals = STITCH_HIGH_GOALS if _agent == 'hiql' else STITCH_ACTOR_GOALS
         PRESETS[f'{_agent}_{_family}'] = Preset(_agent, _agent, dict(_goals, **_overrides), _family)
-
-
-def rl_family(dataset_name: str) -> str:
-    """The OFFLINE_RL_FAMILIES key of a dataset: `antmaze-giant-stitch-v0` -> 'antmaze_giant'."""
-    robot, maze = dataset_name.split('-')[:2]
-    family = f'{robot}_giant' if maze == 'giant' and f'{robot}_giant' in OFFLINE_RL_FAMILIES else robot
-    if family not in OFFLINE_RL_FAMILIES:
-        raise ConfigError(f'No OGBench hyperparameters for {dataset_name!r} here; families: {", ".join(OFFLINE_RL_FAMILIES)}.')
-    return family
-
-
-def rl_preset(agent: str, dataset_name: str) -> str:
-    """The preset with OGBench's hyperparameters of offline RL `agent` on `dataset_name`."""
-    return f'{agent}_{rl_family(dataset_name)}'
 
 
 def method_of(preset: str) -> str:

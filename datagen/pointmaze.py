@@ -20,7 +20,7 @@ of ``data_gen_scripts/commands.sh``:
 The oracle's BFS depends only on the goal cell, so ``MazeOracle`` tabulates the subgoal of every
 (goal cell, agent cell) pair once per maze, and the loop runs the env's step logic inline on the
 unwrapped env. The result is identical, array for array, to the per-step-BFS loop through the
-wrapped env (``generate_pointmaze_dataset_reference``) on the same seed.
+wrapped env on the same seed (tests/agents/test_datagen.py runs that loop beside it).
 
 Both compute the action's norm in plain float64 arithmetic, not with ``np.linalg.norm`` as OGBench does: a
 vector's norm in numpy is a BLAS dot product, and OpenBLAS chooses its kernel for the CPU at run time (its
@@ -42,7 +42,7 @@ import ogbench.locomaze  # noqa: F401  (registers the pointmaze envs with gymnas
 from runtime.atomic_io import atomic_open
 from runtime.provenance import read_sidecar, write_sidecar
 from utils.errors import DatasetError
-from utils.maze import MazeOracle, free_and_vertex_cells
+from utils.maze import MazeOracle
 from utils.progress import progress_bar
 
 MAZE_TYPES = ('medium', 'large', 'giant', 'teleport')
@@ -240,49 +240,6 @@ def generate_pointmaze_dataset(dataset_name, num_episodes, seed, progress=True, 
     env.close()
     dataset = dict(observations=observations, actions=actions, terminals=terminals, qpos=qpos_rows, qvel=qvel_rows)
     return (dataset, goal_cells) if return_goal_cells else dataset
-
-
-def generate_pointmaze_dataset_reference(dataset_name, num_episodes, seed, progress=True):
-    """OGBench's collection loop, reimplemented: wrapped env, get_oracle_subgoal (a BFS) every step.
-
-    Slow; kept as the baseline for benchmarks/bench_datagen.py and as the ground truth the cached
-    generator is tested against. It consumes the same random streams, so the same seed gives the
-    same arrays as generate_pointmaze_dataset.
-    """
-    spec = dataset_spec(dataset_name)
-    env = make_collection_env(spec)
-    maze = env.unwrapped
-    free_cells, vertex_cells = free_and_vertex_cells(maze.maze_map)
-
-    def start_distances(init_ij):
-        # OGBench runs a BFS from the start cell; get_oracle_subgoal returns that BFS map.
-        init_xy = maze.ij_to_xy(init_ij)
-        return maze.get_oracle_subgoal(init_xy, init_xy)[1]
-
-    columns = {key: [] for key in ('observations', 'actions', 'terminals', 'qpos', 'qvel')}
-    with _seeded_global_np_random(seed):
-        cell_rng, noise_rng = _streams(seed)
-        for episode in progress_bar(range(num_episodes), desc=f'{dataset_name} (reference)', unit='ep', disable=not progress):
-            init_ij, goal_ij = _sample_task(cell_rng, spec.dataset_type, free_cells, vertex_cells, start_distances)
-            ob, _ = _reset(env, seed, episode, init_ij, goal_ij)
-            done = False
-            while not done:
-                subgoal_xy, _ = maze.get_oracle_subgoal(maze.get_xy(), maze.cur_goal_xy)
-                subgoal_dir = subgoal_xy - maze.get_xy()
-                subgoal_dir = subgoal_dir / (math.sqrt(subgoal_dir[0] ** 2 + subgoal_dir[1] ** 2) + 1e-6)
-                action = np.clip(subgoal_dir + noise_rng.normal(0.0, ACTION_NOISE, 2), -1, 1)
-                next_ob, _, terminated, truncated, info = env.step(action)
-                done = terminated or truncated
-                if spec.dataset_type == 'navigate' and info['success']:
-                    maze.set_goal(_random_cell(cell_rng, vertex_cells))
-                columns['observations'].append(ob)
-                columns['actions'].append(action)
-                columns['terminals'].append(done)
-                columns['qpos'].append(info['prev_qpos'])
-                columns['qvel'].append(info['prev_qvel'])
-                ob = next_ob
-    env.close()
-    return {key: np.array(values, dtype=bool if key == 'terminals' else np.float32) for key, values in columns.items()}
 
 
 def _save_npz_atomic(path, arrays, exclusive=False):

@@ -154,12 +154,6 @@ def byol_gamma_loss(phi, psi, target_phi, M):
     return jnp.mean(jnp.sum(M * sq, axis=1))
 
 
-def matrix_form_loss(phi, psi, target_phi, M):
-    """(1/n) ||Phi Psi - M sg(Phi)||_F^2: same Phi- and Psi-gradients as byol_gamma_loss when the rows
-    of M sum to one (the two differ by a term in sg(Phi) only)."""
-    return jnp.sum((phi @ psi - M @ target_phi) ** 2) / phi.shape[0]
-
-
 def least_squares_psi(features, targets):
     """argmin_Psi ||features Psi - targets||_F^2 (small ridge for numerical safety)."""
     d = features.shape[1]

@@ -18,7 +18,6 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import flags
-from ml_collections import config_flags
 
 from runtime.errors import StorageError
 from runtime.loggers import effective_wandb_mode
@@ -112,24 +111,25 @@ PRINT_CONFIG = '--print_config'
 
 
 def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agent: str,
-                       describe_config: Callable) -> flags.FlagValues:
-    """`argv` (main.py's, program name first) parsed into a fresh flag set, whose flags `define_flags(flag_values,
-    argv)` defines (main.define_flags: the agent config flag --agent, default `default_agent`, reads its
-    --agent.<key> overrides from argv). ConfigError for an unknown flag, --agent.<key> or a stray argument;
-    HelpRequested for --help, and for --print_config with `describe_config(config, its file)`
+                       describe_config: Callable) -> Tuple[flags.FlagValues, str]:
+    """`argv` (main.py's, program name first) parsed into a fresh flag set, and the --agent it names (`default_agent`
+    when it names none). The --agent file is read here, once (utils.config_checks.load_config_file: what can go wrong
+    in it is one paragraph); `define_flags(flag_values, argv, config)` (main.define_flags) defines the flags, the agent
+    config with its --agent.<key> overrides among them. ConfigError for an unknown flag, --agent.<key> or a stray
+    argument; HelpRequested for --help, and for --print_config with `describe_config(config, its file)`
     (agents.config_listing: every field, its value and its comment)."""
     argv = resolve_agent_path(list(argv))
     flag_values = flags.FlagValues()
     if any(arg in ('-h', '--help', '--helpshort', '--helpfull', '-?') for arg in argv[1:]):
-        define_flags(flag_values, argv[:1])
+        define_flags(flag_values, argv[:1], load_config_file(default_agent))
         raise HelpRequested(f'python main.py [--flag=value ...]: train and evaluate one agent on one OGBench dataset.\n'
                             f'{PRINT_CONFIG}: list every field of the --agent config (overrides applied) with its value '
                             f'and what it sets, then exit.\n{flag_values.get_help()}')
     print_config = PRINT_CONFIG in argv[1:]
-    argv = [arg for arg in argv if arg != PRINT_CONFIG]
-    check_one_agent(argv[1:])
-    check_override_keys(argv[1:], default_agent)
-    define_flags(flag_values, argv)
+    spec, argv = agent_spec([arg for arg in argv if arg != PRINT_CONFIG], default_agent)
+    config = load_config_file(spec)
+    check_override_keys(argv[1:], spec, config)
+    define_flags(flag_values, argv, config)
     try:
         rest = flag_values(argv)
     except flags.Error as e:
@@ -137,21 +137,22 @@ def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agen
     if len(rest) > 1:
         raise ConfigError(f'Unexpected argument(s) {" ".join(rest[1:])!r}: every setting is a flag, --name=value.')
     if print_config:
-        raise HelpRequested(describe_config(flag_values.agent, config_flags.get_config_filename(flag_values['agent'])))
-    return flag_values
+        raise HelpRequested(describe_config(flag_values.agent, spec))
+    return flag_values, spec
 
 
-def check_request(flags_class, flag_values: flags.FlagValues, config,
+def check_request(flags_class, flag_values: flags.FlagValues, spec: str,
                   get_agent_class: Callable[[str], type]) -> Request:
-    """The Request of the parsed flags `flag_values` of the flags dataclass `flags_class` and of `config`, the agent
-    config read from them (--agent, overrides applied), or ConfigError / StorageError naming the problem and its fix.
+    """The Request of the parsed flags `flag_values` of the flags dataclass `flags_class`, the agent config among them
+    read from --agent=`spec` (overrides applied), or ConfigError / StorageError naming the problem and its fix.
     `get_agent_class(agent_name)` finds an agent's class (or raises ConfigError)."""
+    config = flag_values.agent
     values = {name: flag_values[name].value for name in flag_defaults(flags_class)}
     eval_tasks = check_flags(values)
     check_folders(values, flag_defaults(flags_class))
     check_rendering(values)
     values['wandb_mode'] = effective_wandb_mode(values['wandb_mode'], flag_given=bool(flag_values['wandb_mode'].present))
-    defaults = load_config_file(config_flags.get_config_filename(flag_values['agent']))
+    defaults = load_config_file(spec)
     check_types(config, defaults)
     agent_class = get_agent_class(config.agent_name)
     validate_config(config, agent_class)
@@ -199,14 +200,22 @@ def check_rendering(values):
         raise ConfigError(f'{"; ".join(renders)}, but {problem}')
 
 
-def check_one_agent(args):
-    """ConfigError if --agent is given more than once: its --agent.<key> overrides would apply to which config?"""
-    values = [arg.partition('=')[2] if arg.startswith('--agent=') else (args[i + 1] if i + 1 < len(args) else '')
-              for i, arg in enumerate(args) if arg.startswith('--agent=') or arg == '--agent']
+def agent_spec(argv, default_agent: str) -> Tuple[str, list]:
+    """(the --agent of `argv`, or `default_agent`; `argv` without it). ConfigError if --agent is given more than once:
+    its --agent.<key> overrides would apply to which config?"""
+    values, rest, args = [], [], iter(argv)
+    for arg in args:
+        if arg.startswith('--agent='):
+            values.append(arg.partition('=')[2])
+        elif arg == '--agent':
+            values.append(next(args, ''))
+        else:
+            rest.append(arg)
     if len(values) > 1:
         shown = ', then '.join(os.path.relpath(v, REPO_ROOT) if os.path.isabs(v) else v for v in values)
         raise ConfigError(f'--agent is given {len(values)} times ({shown}): a run has one agent config. Keep one '
                           f'--agent and change its fields with --agent.<key>=<value>.')
+    return (values[0] if values else default_agent), rest
 
 
 def resolve_agent_path(argv):

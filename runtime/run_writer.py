@@ -31,6 +31,10 @@ from runtime.run_dir import CONFIG_FILE, FLAGS_FILE, OLD_SUFFIX, RunDir, flatten
 from utils.config_checks import LABELS
 
 _ABSENT = '(absent)'
+# Flags of earlier versions that this one no longer has, each with the value under which a run computed what this
+# version computes: a run recorded with that value resumes, one recorded with another is refused. (The speed paths
+# that lived up to the git tag `speed-paths`: Adam over one vector, the fused kernel of the ensembles.)
+RETIRED_FLAGS = {'optimizer_layout': 'per_leaf', 'network_kernel': 'xla'}
 
 
 def change(old, new) -> str:
@@ -97,6 +101,14 @@ class RunWriter:
                 f'{"set (JAX_ENABLE_X64=1)" if recorded_mode == "float64" else "unset"}, as it was started, or start '
                 f'a new run with another --run_name.'
             )
+        retired = [f'--{name}={self.recorded_flags[name]}' for name, value in RETIRED_FLAGS.items()
+                   if self.recorded_flags.get(name, value) != value]
+        if retired:
+            raise ResumeMismatchError(
+                f'--resume would continue {self.dir}, trained with {" and ".join(retired)}, which this version no '
+                f'longer has (the git tag speed-paths is the last version with it): continue the run with that '
+                f'version, or start a new run with another --run_name.'
+            )
         differences = self.flag_differences() + self.config_differences()
         if differences:
             raise ResumeMismatchError(
@@ -121,7 +133,7 @@ class RunWriter:
         may_differ, defaults = resume_may_differ(flags_class) | {'run_name'}, flag_defaults(flags_class)
         differences = []
         for name in sorted(set(recorded) | set(requested)):
-            if name in may_differ or name in ('train_steps', 'numeric_mode'):
+            if name in may_differ or name in ('train_steps', 'numeric_mode') or name in RETIRED_FLAGS:
                 continue
             old, new = recorded.get(name, _ABSENT), requested.get(name, _ABSENT)
             if old is _ABSENT and new == plain(defaults.get(name, _ABSENT)):

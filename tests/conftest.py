@@ -54,8 +54,8 @@ def pytest_configure(config):
 
 def pytest_collection_finish(session):
     # Every test module is imported: what they imported lives as long as the process; the collector then walks
-    # only what the tests make (runtime/garbage_collection.py).
-    from runtime.garbage_collection import freeze_imported_objects
+    # only what the tests make (tests/main_process.py).
+    from tests.main_process import freeze_imported_objects
 
     freeze_imported_objects()
 

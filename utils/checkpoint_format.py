@@ -2,9 +2,6 @@
 versions, resume checks) are the run machinery's (runtime/checkpoints.py); an agent that restores a trained network
 while it is created (a hierarchy's `stage1_checkpoint`) reads through this module.
 
-The optimizer state is kept per parameter leaf whatever layout the agent trains with (utils/optimizers.with_optimizer),
-so a checkpoint restores on any backend, and checkpoints of earlier versions (the same layout) still load.
-
 JAX and flax are imported inside the functions: reading a run directory's layout (runtime/run_dir.py, results
 tables) needs only the file name.
 """
@@ -17,13 +14,11 @@ CHECKPOINT_NAME = 'checkpoint.msgpack'
 
 
 def agent_state_dict(agent) -> Dict[str, Any]:
-    """The agent's arrays, on the host, with the optimizer state per parameter leaf."""
+    """The agent's arrays, on the host."""
     import flax.serialization
     import jax
 
-    from utils.optimizers import with_optimizer
-
-    return flax.serialization.to_state_dict(jax.device_get(with_optimizer(agent, one_vector=False)))
+    return flax.serialization.to_state_dict(jax.device_get(agent))
 
 
 def checkpoint_file(path: str) -> str:
@@ -51,21 +46,16 @@ def same_structure(agent_state: Dict[str, Any], template) -> bool:
     import jax
     import numpy as np
 
-    from utils.optimizers import with_optimizer
-
-    expected = jax.tree_util.tree_map(np.shape, flax.serialization.to_state_dict(with_optimizer(template, one_vector=False)))
+    expected = jax.tree_util.tree_map(np.shape, flax.serialization.to_state_dict(template))
     found = jax.tree_util.tree_map(np.shape, agent_state)
     return jax.tree_util.tree_structure(expected) == jax.tree_util.tree_structure(found) and expected == found
 
 
 def restore_agent(agent_state: Dict[str, Any], template):
-    """`template` (an agent created with the same config and data shapes) holding `agent_state`'s arrays, in the
-    optimizer layout the template trains with; ValueError if the two do not match."""
+    """`template` (an agent created with the same config and data shapes) holding `agent_state`'s arrays; ValueError
+    if the two do not match."""
     if not same_structure(agent_state, template):
-        raise ValueError('the checkpoint does not hold this agent: another agent, config, data shapes or layout')
+        raise ValueError('the checkpoint does not hold this agent: another agent, config or data shapes')
     import flax.serialization
 
-    from utils.optimizers import uses_one_vector, with_optimizer
-
-    agent = flax.serialization.from_state_dict(with_optimizer(template, one_vector=False), agent_state)
-    return with_optimizer(agent, uses_one_vector(template))
+    return flax.serialization.from_state_dict(template, agent_state)

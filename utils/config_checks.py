@@ -21,10 +21,11 @@ _CONFIG_MODULES = {}
 
 
 def load_config_file(spec: str):
-    """Load `path[:arg]` the way ml_collections' config flag does: get_config() or get_config(arg). Each call gets a
-    config of its own; a file is executed again only when its bytes change. A file that cannot give a config (a
-    directory, a syntax error, an error while it runs, no get_config, an argument get_config does not take, a result
-    that is not an ml_collections ConfigDict with an agent_name) is a ConfigError naming the file and the fix."""
+    """Load `path[:arg]` as ml_collections' config-file flag would: get_config() or get_config(arg). The one reader of
+    an --agent file (main.py's flag gets the config it returns). Each call gets a config of its own; a file is executed
+    again only when its bytes change. A file that cannot give a config (a directory, a syntax error, an error while it
+    runs, no get_config, an argument get_config does not take, a result that is not an ml_collections ConfigDict with
+    an agent_name) is a ConfigError naming the file and the fix."""
     path, _, arg = spec.partition(':')
     usage = 'Use --agent=agents/<name>.py (e.g. agents/byol_gamma.py) or --agent=configs/presets.py:<preset>.'
     if not os.path.exists(path):
@@ -74,18 +75,24 @@ def load_config_file(spec: str):
 
 
 def _execute(path: str):
-    """The module of config file `path`, executed; ConfigError for a syntax error or an error while it runs."""
+    """The module of config file `path`, executed (`read_python_file`)."""
     module_spec = importlib.util.spec_from_file_location('agent_config', path)
     module = importlib.util.module_from_spec(module_spec)
+    read_python_file(path, lambda: module_spec.loader.exec_module(module))
+    return module
+
+
+def read_python_file(path: str, execute, fix: str = 'Fix it, or name another with --agent.'):
+    """`execute()`, which runs the Python file `path` (an --agent config file; an agents/ module, imported to find the
+    agent classes), with a syntax error or an error while it runs as one ConfigError paragraph naming the file, the
+    line and `fix`."""
     try:
-        module_spec.loader.exec_module(module)
+        return execute()
     except SyntaxError as e:
-        raise ConfigError(f'Agent config file {path} has a syntax error (line {e.lineno}: {e.msg}). Fix it, or name '
-                          f'another with --agent.') from None
+        raise ConfigError(f'Agent config file {path} has a syntax error (line {e.lineno}: {e.msg}). {fix}') from None
     except Exception as e:
         raise ConfigError(f'Agent config file {path} raised {type(e).__name__}{_where(e, path)} while it was read: {e}. '
-                          f'Fix it, or name another with --agent.') from None
-    return module
+                          f'{fix}') from None
 
 
 def _where(error: BaseException, path: str) -> str:
@@ -95,15 +102,8 @@ def _where(error: BaseException, path: str) -> str:
     return f' at line {lines[-1]}' if lines else ''
 
 
-def check_override_keys(argv, default_spec: str):
-    """Raise ConfigError for any `--agent.<key>` the chosen config does not define."""
-    spec = default_spec
-    for i, arg in enumerate(argv):
-        if arg.startswith('--agent='):
-            spec = arg.split('=', 1)[1]
-        elif arg == '--agent' and i + 1 < len(argv):
-            spec = argv[i + 1]
-    config = load_config_file(spec)
+def check_override_keys(argv, spec: str, config):
+    """Raise ConfigError for any `--agent.<key>` in `argv` that `config`, read from --agent=`spec`, does not define."""
     for arg in argv:
         match = re.match(r'--agent\.([A-Za-z0-9_]+)', arg)
         if match and match.group(1) not in config:

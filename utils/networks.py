@@ -72,10 +72,6 @@ class EnsembleEncoder(nn.Module):
     layer_norm: bool = True
     image_encoder: Optional[Callable[[], nn.Module]] = None
     activation: Callable = nn.gelu  # of the members' hidden layers
-    # The members' MLPs computed by `kernel(x, member_params, layer_norm, shared_input)` from the parameters flax's
-    # layers own, instead of by those layers: utils/fused_mlp.py's kernel, passed in by a run that asks for it
-    # (main.py --network_kernel=fused) once it has checked it against this module. None: flax's layers.
-    kernel: Optional[Callable] = None
 
     @nn.compact
     def __call__(self, x, actions=None):
@@ -83,10 +79,7 @@ class EnsembleEncoder(nn.Module):
             x = self.image_encoder()(x)
         if actions is not None:
             x = jnp.concatenate([x, actions], axis=-1)
-        members = ensemblize(Encoder, self.num_members)(self.hidden_dims, self.latent_dim, self.layer_norm, self.activation)
-        if self.kernel is None or self.is_initializing():
-            return members(x)
-        return self.kernel(x, self.variables['params'][members.name], self.layer_norm, shared_input=True)
+        return ensemblize(Encoder, self.num_members)(self.hidden_dims, self.latent_dim, self.layer_norm, self.activation)(x)
 
 
 class Predictor(nn.Module):
@@ -106,23 +99,18 @@ class Predictor(nn.Module):
 
 class EnsemblePredictor(nn.Module):
     """One predictor per encoder ensemble member. Input latents have shape [M, B, d]: member m only
-    sees (and only trains on) its own encoder's latents. `kernel` as `EnsembleEncoder`'s."""
+    sees (and only trains on) its own encoder's latents."""
 
     hidden_dims: Sequence[int]
     out_dim: int
     num_members: int = 2
     layer_norm: bool = True
-    kernel: Optional[Callable] = None
 
     @nn.compact
     def __call__(self, z, actions=None):
         members = nn.vmap(Predictor, variable_axes={'params': 0}, split_rngs={'params': True}, in_axes=(0, None),
                           out_axes=0, axis_size=self.num_members)(self.hidden_dims, self.out_dim, self.layer_norm)
-        if self.kernel is None or self.is_initializing():
-            return members(z, actions)
-        if actions is not None:
-            z = jnp.concatenate([z, jnp.broadcast_to(actions, (z.shape[0], *actions.shape))], axis=-1)
-        return self.kernel(z, self.variables['params'][members.name], self.layer_norm, shared_input=False)
+        return members(z, actions)
 
 
 class GaussianActor(nn.Module):

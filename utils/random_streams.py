@@ -8,8 +8,6 @@
     evaluation    the evaluation seed at step t: drawn from fold_in(evaluation, t)
     high/init     a hierarchy's high-level initialisation
     high/acting   a hierarchy's acting seed (the levels' own streams are the flat agent's)
-    network_check the batch, and its loss noise, on which --network_kernel=fused checks the kernel against the
-                  networks' flax modules
 
 A stream is fold_in(PRNGKey(seed), id) with `id` a 32-bit hash of its name, so no stream is derived from another
 and no two share bits whatever JAX's PRNG implementation. Deriving them by position would not do that: with JAX's
@@ -18,12 +16,10 @@ split, and a stream's key at step i is the i-th key of a split of the same root.
 """
 
 import zlib
-from typing import Dict
 
 import jax
 
-STREAMS = ('init', 'update', 'sampling', 'validation', 'validation/noise', 'evaluation', 'high/init', 'high/acting',
-           'network_check')
+STREAMS = ('init', 'update', 'sampling', 'validation', 'validation/noise', 'evaluation', 'high/init', 'high/acting')
 
 # Runs recorded before this version drew their streams by position (see above): their checkpoints cannot continue
 # with the same random numbers, so --resume refuses them (runtime/run_writer.py).
@@ -44,9 +40,3 @@ def stream_key(seed, name: str) -> jax.Array:
     if name not in STREAMS:
         raise ValueError(f'unknown random stream {name!r}; the streams are {", ".join(STREAMS)}')
     return jax.random.fold_in(jax.random.PRNGKey(seed), stream_id(name))
-
-
-def run_streams(seed) -> Dict[str, jax.Array]:
-    """{name: key} of every stream of the run seeded `seed`."""
-    return {name: stream_key(seed, name) for name in STREAMS}
-

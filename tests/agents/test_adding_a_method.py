@@ -187,6 +187,47 @@ def test_the_update_walk_is_the_file_counting_tests_and_its_lines_are_counted():
     assert abs(lines - stated) <= 100, (lines, stated)  # "about": within 100 lines
 
 
+def test_one_byol_gamma_update_is_read_in_five_files_from_main_pys_loop():
+    """A BYOL-gamma^a gradient step as main.py's loop makes it (utils.training.train, one chunk of one step), traced:
+    the repository files whose code runs. With main.py, whose loop calls it, 5 files and under 1,500 lines: main.py,
+    utils/training.py (sample a batch on the device, update, scanned), agents/base.py (Agent.update, TrainState, the
+    EMA, BCAgent.total_loss and the encoder call), agents/byol_gamma.py (L_aux) and utils/networks.py. No climb back
+    up: while the update runs in agents/, no code in utils/training.py runs."""
+    import jax
+
+    from configs.presets import get_config as preset_config
+    from tests.helpers import make_agent, small, toy_dataset
+    from utils.training import train
+
+    data = toy_dataset()
+    agent = jax.eval_shape(lambda: make_agent(small(preset_config('byol_gamma_a')), 0))
+    seen, stack, climbs = set(), [], []
+
+    def record(frame, event, arg):
+        path = frame.f_code.co_filename
+        if not path.startswith(ROOT + os.sep) or os.sep + '.venv' + os.sep in path:
+            return
+        name = os.path.relpath(path, ROOT)
+        if name.startswith('tests' + os.sep):  # this test's own lambdas
+            return
+        if event == 'call':
+            if name == 'utils/training.py' and any(f.startswith('agents' + os.sep) for f in stack):
+                climbs.append(frame.f_code.co_name)
+            seen.add(name)
+            stack.append(name)
+        elif event == 'return' and stack:
+            stack.pop()
+
+    sys.setprofile(record)
+    try:
+        jax.eval_shape(lambda agent: train(agent, data, jax.random.PRNGKey(1), 0, 1), agent)
+    finally:
+        sys.setprofile(None)
+    assert sorted(seen | {'main.py'}) == READING_PATH and not climbs, (sorted(seen), climbs)  # main.py's loop calls it
+    lines = sum(len(open(os.path.join(ROOT, name)).read().splitlines()) for name in READING_PATH)
+    assert lines < 1500, lines
+
+
 def test_alpha_reaches_the_loss_as_the_walk_says():
     """`--agent.alpha=6` on the command line is the weight of L_aux in BCAgent.total_loss."""
     import jax

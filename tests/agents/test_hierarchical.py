@@ -349,20 +349,3 @@ def test_replanning_every_k_steps_holds_the_subgoal(every, pointmaze):
     policy.reset()
     first = policy(observations, goals)
     np.testing.assert_array_equal(policy(observations, goals + 5.0), first)
-
-
-
-def test_both_levels_take_the_optimizer_layout_a_run_asks_for(monkeypatch):
-    """Every network is built with optax's per-leaf optimizer, whatever the backend; a run that asks for Adam over one
-    vector (main.py --optimizer_layout=one_vector, utils.optimizers.with_optimizer) gets it for the high level as for
-    the low one."""
-    from utils import optimizers
-
-    config = tiny('hbyol_gamma_a')
-    monkeypatch.setattr(optimizers.jax, 'default_backend', lambda: 'gpu')  # no backend changes the layout
-    built = make_agent(config)
-    assert not isinstance(built.high.network.tx, optimizers.OneVector)
-    assert not isinstance(built.low.network.tx, optimizers.OneVector)
-    asked = optimizers.with_optimizer(built, one_vector=True)
-    assert isinstance(asked.high.network.tx, optimizers.OneVector)
-    assert isinstance(asked.low.network.tx, optimizers.OneVector)

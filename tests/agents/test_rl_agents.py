@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agents import get_agent_class
-from configs.presets import OFFLINE_RL_AGENTS, PRESETS, get_config as preset_config, method_of, rl_preset
+from configs.presets import PRESETS, get_config as preset_config, method_of
 from experiments.results import RL_METHODS, row_marks
 from runtime.checkpoints import load_checkpoint, save_checkpoint
 from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, toy_dataset
@@ -17,6 +17,7 @@ from utils.errors import ConfigError
 from utils.evaluation import env_spaces, evaluate, evaluation_metrics, make_eval_envs
 from utils.training import DeviceDataset, sample_batch, stack_trees, train
 
+OFFLINE_RL_AGENTS = ('gcivl', 'gciql', 'qrl', 'crl', 'hiql')
 # The loss that must go down for each agent (its value function's).
 VALUE_LOSS = {'gcivl': 'value/loss', 'gciql': 'critic/loss', 'qrl': 'value/d_pos_loss', 'crl': 'critic/loss', 'hiql': 'value/loss'}
 
@@ -209,10 +210,6 @@ def test_giant_mazes_use_ogbench_discount_and_the_family_alphas():
             assert giant.discount == 0.995 and family.discount == 0.99
             assert {k: v for k, v in giant.items() if k not in ('discount', 'preset')} == {
                 k: v for k, v in family.items() if k not in ('discount', 'preset')}
-            for kind in ('stitch', 'navigate'):
-                assert rl_preset(agent, f'{maze}-giant-{kind}-v0') == f'{agent}_{maze}_giant'
-                assert rl_preset(agent, f'{maze}-large-{kind}-v0') == f'{agent}_{maze}'
-    assert rl_preset('hiql', 'humanoidmaze-giant-stitch-v0') == 'hiql_humanoidmaze'
 
 
 def test_results_tables_list_rl_methods_per_agent_and_never_bold_them():

@@ -95,7 +95,7 @@ NOT_RUN = [
     (r'\.ci/slurm_cluster\.sh', 'starts (or stops) Slurm daemons as root: .ci/run does, before the suite, whose '
                                 'tests/e2e/test_slurm.py runs against that cluster'),
     (r"default_backend\(\) == 'gpu'", 'needs a GPU'),
-    (r'benchmarks/bench_(gpu|trace)\.py', 'times an accelerator; its --quick form runs in tests/e2e/test_bench_gpu.py'),
+    (r'benchmarks/bench_gpu\.py(?!.* --quick)', 'times an accelerator for minutes; its --quick form runs here'),
     (r'ogbench\.download_datasets', 'downloads from the internet'),
     (r'^\.venv/bin/wandb ', 'needs a wandb account and the network'),
     (r'scripts/train_expert\.py', 'trains the ant expert for an hour; tests/agents/test_sac.py trains it at toy size'),
@@ -133,16 +133,12 @@ TOY_FLAGS = {
     'scripts/finite_mdp.py': ['--fast'],
     'benchmarks/bench_train.py': ['--steps=2', '--rounds=1', '--batch_sizes=16', '--presets=gcbc'],
     'benchmarks/bench_seeds.py': ['--steps=2', '--rounds=1', '--num_seeds=1,2', '--batch_size=16', '--preset=gcbc'],
-    'benchmarks/bench_init.py': ['--rounds=1', '--presets=gcbc'],
-    'benchmarks/bench_startup.py': ['--rounds=1', '--presets=gcbc', '--run=toy'],
     'benchmarks/bench_eval.py': ['--episodes=2', '--tasks', '1', '--max_steps=50', '--env_seconds=0.2',
                                  '--train_batch_size=16', '--steps_per_call=2'],
-    'benchmarks/bench_datagen.py': ['--num_episodes=2', '--repeats=1'],
-    'benchmarks/hlo_kernels.py': ['--presets', 'gcbc', '--num_seeds', '1', '--batch_size=16', '--steps_per_call=2',
-                                  '--layout', 'one_vector'],
 }
 # Scripts that are quick as the pages write them.
-AS_DOCUMENTED = ('scripts/results.py', 'scripts/plot_curves.py', 'scripts/plot_difference.py')
+AS_DOCUMENTED = ('scripts/results.py', 'scripts/plot_curves.py', 'scripts/plot_difference.py',
+                 'benchmarks/bench_gpu.py')  # bench_gpu.py's --quick form: the others are not run
 DRY_RUN = re.compile(r'scripts/(sweep\.py|\w+\.sh)$')
 # The sweeps that run for real, at toy size, so that what a running sweep prints (each job's start and end, the steps
 # its running jobs reached) is checked against the page: the launcher's flags of SWEEP_TOY_FLAGS (a progress line

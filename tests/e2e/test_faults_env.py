@@ -150,8 +150,9 @@ def test_names_the_file_system_cannot_hold_are_refused_before_anything_starts(tm
 def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_written(tmp_path, pointmaze_data_dir):
     """--resume of copies of one finished run, one with a record that does not parse, one with a value recorded as
     another JSON type (as a version that recorded the flag otherwise would have), or resumed in another numeric mode,
-    network kernel or optimizer layout: each is refused with a paragraph naming the file (or the difference) and its
-    way out, and the directory is left byte for byte as it was."""
+    or recorded with a speed path this version no longer has (--network_kernel=fused, --optimizer_layout=one_vector):
+    each is refused with a paragraph naming the file (or the difference) and its way out, and the directory is left
+    byte for byte as it was. A run recorded with those flags at the values this version computes resumes."""
     import shutil
 
     reference = tmp_path / 'reference'
@@ -161,32 +162,36 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
         'resumes_text': ('resumes.json', 'not json', 'resumes.json is damaged (JSONDecodeError'),
         'seed_text': ('flags.json', None, '--seed: "0" (str) -> 0 (int)'),
         'x64': (None, None, 'trained in float32, in float64'),
-        'kernel': (None, None, '--network_kernel: xla -> fused'),
-        'layout': (None, None, '--optimizer_layout: per_leaf -> one_vector'),
+        'kernel': ('flags.json', None, 'trained with --network_kernel=fused, which this version no longer has (the '
+                                       'git tag speed-paths'),
+        'layout': ('flags.json', None, 'trained with --optimizer_layout=one_vector, which this version no longer has'),
     }
-    # The choices that change a run's numbers without changing its config are recorded: main.py's defaults.
-    recorded = json.loads((reference / 'default' / 'r' / 'flags.json').read_text())
-    assert (recorded['network_kernel'], recorded['optimizer_layout']) == ('xla', 'per_leaf')
-    asked = {'kernel': ['--network_kernel=fused'], 'layout': ['--optimizer_layout=one_vector']}
+    # What flags.json held besides (a value recorded as another type; the flags of an earlier version's speed paths).
+    recorded = {'seed_text': dict(seed='0'), 'kernel': dict(network_kernel='fused', optimizer_layout='per_leaf'),
+                'layout': dict(network_kernel='xla', optimizer_layout='one_vector'),
+                'retired_defaults': dict(network_kernel='xla', optimizer_layout='per_leaf')}
     processes = {}
-    for case, (name, content, _) in cases.items():
+    for case, (name, content, _) in [*cases.items(), ('retired_defaults', ('flags.json', None, None))]:
         save_dir = tmp_path / case
         shutil.copytree(reference, save_dir)
         run_dir = save_dir / 'default' / 'r'
-        if case == 'seed_text':
+        if case in recorded:
             flags = json.loads((run_dir / 'flags.json').read_text())
-            (run_dir / 'flags.json').write_text(json.dumps(dict(flags, seed='0')))
+            (run_dir / 'flags.json').write_text(json.dumps(dict(flags, **recorded[case])))
         elif name is not None:
             (run_dir / name).write_text(content)
         before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
         env = dict(os.environ, JAX_ENABLE_X64='1') if case == 'x64' else None
-        command = main_command(pointmaze_data_dir, save_dir, *BUDGET[1:], '--train_steps=60', '--run_name=r', '--resume',
-                               *asked.get(case, ()))
+        command = main_command(pointmaze_data_dir, save_dir, *BUDGET[1:], '--train_steps=60', '--run_name=r', '--resume')
         processes[case] = (start(command, env=env), run_dir, before)
+    process, run_dir, _ = processes.pop('retired_defaults')
+    returncode, _, err = finish(process, timeout=120)
+    assert returncode == 0 and (run_dir / 'DONE').exists(), err[-3000:]
     for case, (process, run_dir, before) in processes.items():
         paragraph = error_paragraph(*finish(process, timeout=120)[::2])
         assert cases[case][2] in paragraph, (case, paragraph)
-        assert 'mv ' in paragraph or 'Differences' in paragraph or 'JAX_ENABLE_X64' in paragraph, (case, paragraph)
+        assert any(fix in paragraph for fix in ('mv ', 'Differences', 'JAX_ENABLE_X64', 'another --run_name')), \
+            (case, paragraph)
         after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
         assert after == before, case
 

@@ -233,7 +233,7 @@ def test_print_config_lists_every_field_with_its_value_and_comment(tmp_path):
     header, *rows = result.stdout.strip().splitlines()
     assert header.endswith('configs/presets.py:byol_gamma_a: 31 fields (--agent.<field>=<value> sets one)')
     fields = {row.split(' = ')[0]: row for row in rows}
-    assert len(fields) == 30 and all('  # ' in row and '(no comment' not in row for row in rows)
+    assert len(fields) == 31 and all('  # ' in row and '(no comment' not in row for row in rows)
     assert fields['alpha'].startswith('alpha = 6.0 ') and 'Weight of the representation loss' in fields['alpha']
     assert "phi's (and psi's) MLP hidden sizes." in fields['encoder_hidden_dims']  # a shared encoder field's comment
     assert 'probability it is a later state of the same trajectory' in fields['value_p_trajgoal']

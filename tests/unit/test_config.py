@@ -1,7 +1,12 @@
 """Config contract: every value is validated before anything is built, with one clear paragraph;
-every config field is documented."""
+every config field is documented.
 
-import ast
+The contract of a config depends on its agent class (the fields it holds, their rules and comments, the foreign fields
+it refuses) and on which fields its settings make the agent read (the sampler fields its batches declare, the fields
+read only under some settings). So it is tested once per agent class (CLASS_PRESETS) and once per preset whose
+overrides change which fields are read (READING_PRESETS); test_every_preset_is_valid checks every preset itself, and
+that each holds exactly its agent class's fields."""
+
 import glob
 import importlib
 import os
@@ -15,7 +20,7 @@ from main import request_of
 from utils.config_checks import (COMMON_RULES, RuleOwner, at_least, check_unread_settings, field_rules, one_of,
                                  rule_for, unread_fields, validate_config)
 from utils.errors import ConfigError
-from utils.training import GOAL_RULES, SAMPLER_FIELDS, SamplerConfig, goal_mixture
+from utils.training import GOAL_RULES, SAMPLER_FIELDS, SamplerConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -59,9 +64,35 @@ def checked(config):
     validate_config(config, get_agent_class(config.agent_name))
 
 
-@pytest.mark.parametrize('preset', sorted(PRESETS))
-def test_every_preset_is_valid(preset):
-    checked(preset_config(preset))
+def fields_read(preset):
+    """What `preset`'s settings make its agent read: the agent, the fields it reads only under other settings, and the
+    sampler fields its batches declare."""
+    config = preset_config(preset)
+    agent_class = get_agent_class(config.agent_name)
+    return config.agent_name, sorted(unread_fields(config, agent_class)), sorted(agent_class.BATCH.fields(config))
+
+
+def first_preset_by(key):
+    """The first preset (in registry order) of each value of `key(preset)`."""
+    firsts = {}
+    for preset in PRESETS:
+        firsts.setdefault(repr(key(preset)), preset)
+    return list(firsts.values())
+
+
+# The first preset of each agent class (its method's own), and of each distinct `fields_read` (those among them).
+CLASS_PRESETS = first_preset_by(lambda preset: preset_config(preset).agent_name)
+READING_PRESETS = first_preset_by(fields_read)
+
+
+def test_every_preset_is_valid():
+    """Every preset passes the config check and holds exactly the fields of its agent class's preset in CLASS_PRESETS
+    (a preset changes values, never which fields a config has): what the per-class tests find holds for each."""
+    class_fields = {preset_config(p).agent_name: sorted(preset_config(p)) for p in CLASS_PRESETS}
+    for preset in PRESETS:
+        config = preset_config(preset)
+        checked(config)
+        assert sorted(config) == class_fields[config.agent_name], preset
 
 
 @pytest.mark.parametrize('preset,key,value,words', BAD_VALUES)
@@ -99,7 +130,7 @@ def test_a_non_finite_value_gets_the_fields_own_example():
 ALL_FIELDS = {key: value for preset in sorted(PRESETS) for key, value in preset_config(preset).items() if key != 'preset'}
 
 
-@pytest.mark.parametrize('preset', sorted(PRESETS))
+@pytest.mark.parametrize('preset', READING_PRESETS)
 def test_every_field_has_a_rule_and_the_sampler_reads_what_the_agent_declares(preset):
     """The config contract: a bad value of any field gets a requirement and a valid example, a field nothing reads
     cannot be in a config, and the sampler is built from exactly the fields the agent's BatchSpec declares: each
@@ -127,7 +158,7 @@ def test_every_field_has_a_rule_and_the_sampler_reads_what_the_agent_declares(pr
         assert SamplerConfig.for_agent(agent_class, changed) != sampler, (preset, field)
 
 
-@pytest.mark.parametrize('preset', sorted(PRESETS))
+@pytest.mark.parametrize('preset', CLASS_PRESETS)
 def test_a_field_the_agent_does_not_read_is_refused(preset):
     """Every field of any other preset's config that this preset's agent does not read (another method's
     hyperparameters, a sampler field or goal mixture it does not declare, BYOL-gamma's fields on HGCBC) is refused,
@@ -233,7 +264,7 @@ def changed_value(rule, value):
     return next(c for c in candidates if c != value and type(c) is type(value) and rule.check(c))
 
 
-@pytest.mark.parametrize('preset', sorted(PRESETS))
+@pytest.mark.parametrize('preset', READING_PRESETS)
 def test_a_field_the_presets_settings_never_read_is_refused_when_changed(preset):
     """Every field that its agent reads only under some settings (GCBC's phi fields without use_phi, n-step BYOL's
     target mixture and discount, ce_eps under f_l2, a discount no geometric trajectory goal reads, crop
@@ -288,7 +319,7 @@ def agent_modules():
     return [n for n in names if n != '__init__' and hasattr(importlib.import_module(f'agents.{n}'), 'get_config')]
 
 
-@pytest.mark.parametrize('preset', sorted(PRESETS))
+@pytest.mark.parametrize('preset', CLASS_PRESETS)
 def test_every_config_field_has_a_one_line_comment(preset):
     """House style, and what main.py --print_config shows: each field of a preset's config has its one-line comment,
     from its agent file's get_config(), the shared encoder fields (agents/base.py) or its goal mixture's line."""

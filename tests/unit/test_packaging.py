@@ -74,6 +74,15 @@ def test_each_layer_imports_only_layers_below_it():
     assert not offenders, offenders
 
 
+def test_no_test_imports_the_benchmarks():
+    """benchmarks/ times the code and the tests check it: a test that imports a benchmark checks the benchmark, and a
+    benchmark's shortcut would pass for the library. The documented benchmark commands run as commands
+    (tests/e2e/test_docs.py)."""
+    offenders = [name for name in tracked_text_files() if name.startswith('tests/') and name.endswith('.py')
+                 and 'benchmarks' in top_level_imports(os.path.join(ROOT, name))]
+    assert not offenders, offenders
+
+
 # What runs a run, not what it computes: run-directory errors and the other errors only the run machinery raises, when
 # evaluations run, and whether a run fits the machine's memory. They live in runtime/.
 RUN_MACHINERY = {'RunDirError', 'RunLockedError', 'ResumeMismatchError', 'NonFiniteLossError', 'EvaluationError',

@@ -133,3 +133,26 @@ def test_the_request_is_a_frozen_dataclass_of_declared_fields(tmp_path, monkeypa
     assert (recorded['seed'], recorded['run_name'], recorded['wandb_mode'], recorded['numeric_mode']) == (
         4, 'byol_gamma_a_pointmaze-medium-stitch-v0_sd4', 'offline', 'float32')
     assert not any(tmp_path.iterdir())
+
+
+def test_the_agent_file_is_read_once_by_one_reader(tmp_path):
+    """The --agent file runs once per process, through utils.config_checks.load_config_file: whatever goes wrong in it
+    is that reader's one paragraph (tests/e2e/test_faults_env.py tries each way)."""
+    marks = tmp_path / 'marks'
+    config_file = tmp_path / 'my_gcbc.py'
+    config_file.write_text(f'open({str(marks)!r}, "a").write("read\\n")\nfrom agents.gcbc import get_config\n')
+    request = request_of(['main.py', f'--agent={config_file}', '--agent.batch_size=16', f'--save_dir={tmp_path}'])
+    assert request.config.batch_size == 16 and request.config_defaults['batch_size'] == 1024
+    assert marks.read_text() == 'read\n'
+
+
+def test_a_module_of_agents_that_fails_to_import_is_one_paragraph(tmp_path, monkeypatch):
+    """Every module of agents/ is imported to find the agent classes: one that fails is named as an --agent file
+    would be, with the line, not a traceback."""
+    import agents
+
+    (tmp_path / 'broken_agent_probe.py').write_text('x = 1\nimport no_such_module_here\n')
+    monkeypatch.setattr(agents, '__path__', [str(tmp_path)])
+    with pytest.raises(ConfigError, match=r'broken_agent_probe\.py raised ModuleNotFoundError at line 2 while it was '
+                                          r"read: No module named 'no_such_module_here'\. Fix it, or move it out of agents/"):
+        agents.get_agent_class('gcbc')
