@@ -422,3 +422,64 @@ STUB_MAIN = textwrap.dedent('''
             f.write(json.dumps(record) + '\\n')
     open(os.path.join(run_dir, 'DONE'), 'w').close()
 ''')
+
+
+# ---------------------------------------------------------------------------------------------
+# One update written out as OGBench's agents make it (tests/unit/test_agent_wiring.py, tests/agents/test_target_update.py).
+# ---------------------------------------------------------------------------------------------
+
+
+@jax.jit
+def loss_gradient(agent, batch, noise_key):
+    """d loss / d params of a flat agent's loss on `batch` at its parameters: `jax.grad` of the agent's own loss
+    function, outside `Agent.update`. Everything is an argument: a closed-over agent would be a constant that XLA
+    folds, with other roundings than the update's."""
+    return jax.grad(lambda params: agent.loss_fn(batch, noise_key)(params)[0])(agent.network.params)
+
+
+def adam_step(lr, grads, opt_state, params):
+    """(params, opt_state) after one step of optax's Adam at learning rate `lr` (OGBench's optimizer) on `grads`."""
+    return _adam_step(float(lr), grads, opt_state, params)
+
+
+def _adam_step_of(lr, grads, opt_state, params):
+    import optax
+
+    updates, opt_state = optax.adam(lr).update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+
+_adam_step = jax.jit(_adam_step_of, static_argnums=0)
+
+
+def assert_one_update(agent, batch, updated):
+    """`updated` (agent.update(batch)) is one update as OGBench's agents make it: the step counter and the agent's
+    stream advanced once; parameters and Adam state exactly one optax Adam step on the gradient of the agent's loss
+    (`loss_gradient`, with the noise key the update draws): the same operations, so bit for bit; and every target
+    network at tau * (the online weights before the step) + (1 - tau) * (its old weights), to float32 rounding
+    (`assert_ema_of`), a bound the rule of the weights after the step breaks."""
+    from agents.base import update_keys
+
+    next_rng, noise_key = update_keys(agent.rng)
+    np.testing.assert_array_equal(updated.rng, next_rng)
+    assert int(updated.network.step) == int(agent.network.step) + 1
+    params, opt_state = adam_step(agent.config['lr'], loss_gradient(agent, batch, noise_key), agent.network.opt_state,
+                                  agent.network.params)
+    assert_same_leaves(updated.network.params, params, 'parameters')
+    assert_same_leaves(updated.network.opt_state, opt_state, 'Adam state')
+    assert sorted(updated.targets) == sorted(agent.targets)
+    tau = agent.config['tau'] if agent.targets else None
+    for name, old in agent.targets.items():
+        before, after = agent.network.params[f'modules_{name}'], updated.network.params[f'modules_{name}']
+        assert_ema_of(updated.targets[name], before, old, tau)
+        with pytest.raises(AssertionError):  # the weights after the step are tau * (one Adam step) away
+            assert_ema_of(updated.targets[name], after, old, tau)
+
+
+def assert_same_leaves(got, expected, what=''):
+    """The same tree structure, and every leaf bit for bit (`what` names the trees in the failure message)."""
+    got_paths, got_leaves = zip(*jax.tree_util.tree_leaves_with_path(got))
+    expected_paths, expected_leaves = zip(*jax.tree_util.tree_leaves_with_path(expected))
+    assert got_paths == expected_paths, what
+    for path, a, b in zip(got_paths, got_leaves, expected_leaves):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f'{what}{jax.tree_util.keystr(path)}')
