@@ -25,21 +25,18 @@ from typing import Callable, Dict, Optional, Tuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
-from agents import get_agent_class
 from agents.hierarchical import HierarchicalAgent
 from configs.presets import get_config as preset_config
-from tests.helpers import ACTION_DIM, OBS_DIM, adam_step, assert_one_update, assert_same_leaves, sampler_of, toy_dataset
+from tests.helpers import ACTION_DIM, OBS_DIM, assert_one_update, assert_same_leaves, random_agent, random_batch
 from utils.networks import EnsembleEncoder, EnsemblePredictor
-from utils.optimizers import map_train_states
-from utils.training import sample_batch
 
 pytestmark = pytest.mark.xdist_group('agent_wiring')  # one worker compiles each agent's probe once for all its tests
 
 ALPHA = 2.0  # the auxiliary weight here: a power of two, so alpha * (a gradient) is exact
 NOISE_KEY = jax.random.PRNGKey(7)  # the losses' noise (FB's z and policy noise)
-EX_OBS, EX_ACT = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
 F32 = np.float32
 
 # Tiny networks: one hidden layer of 8 units (FB's forward map needs two), no layer norm (it changes no routing).
@@ -161,15 +158,6 @@ CASES = {
 # ---------------------------------------------------------------------------------------------
 
 
-def random_like(shapes, rng, scale=0.5):
-    """Random arrays shaped like `shapes` (a tree of ShapeDtypeStructs): normal floats, zero integers and keys."""
-    def fill(s):
-        if jnp.issubdtype(s.dtype, jnp.floating):
-            return jnp.asarray(scale * rng.normal(size=s.shape), s.dtype)
-        return jnp.zeros(s.shape, s.dtype)
-    return jax.tree_util.tree_map(fill, shapes)
-
-
 def module_params(agent):
     """{module name: its online parameters} of a flat or hierarchical agent."""
     if isinstance(agent, HierarchicalAgent):
@@ -225,14 +213,9 @@ class Probe:
 @functools.cache
 def probe(case_name) -> Probe:
     case = CASES[case_name]
-    config = case.config()
-    agent_class = get_agent_class(config.agent_name)
-    rng = np.random.default_rng(0)
+    config, rng = case.config(), np.random.default_rng(0)
     # Random parameters instead of the agent's initialisation (checked below on its own): no initialiser to compile.
-    agent = random_like(jax.eval_shape(lambda: agent_class.create(0, EX_OBS, EX_ACT, config)), rng)
-    data = toy_dataset(2, 10)
-    shapes = jax.eval_shape(lambda key: sample_batch(key, data, sampler_of(config)), jax.random.PRNGKey(0))
-    batch = random_like(shapes, rng, scale=1.0)
+    agent, batch = random_agent(config, rng), random_batch(config, rng)
     keys = [key for _, key, _ in case.terms] + ['total_loss']
 
     def values_of(params, targets, batch):
@@ -372,14 +355,8 @@ def test_ensemble_members_start_from_their_own_initialisation():
 
 
 def agent_and_batches(preset):
-    """An agent with random parameters and a fresh Adam state for `preset` (tiny), and two random batches."""
-    config = Case(preset, {}, (), {}, {}).config()
-    agent_class, rng = get_agent_class(config.agent_name), np.random.default_rng(1)
-    agent = random_like(jax.eval_shape(lambda: agent_class.create(0, EX_OBS, EX_ACT, config)), rng)
-    agent = map_train_states(lambda state: state.replace(opt_state=state.tx.init(state.params)), agent)
-    data = toy_dataset(2, 10)
-    shapes = jax.eval_shape(lambda key: sample_batch(key, data, sampler_of(config)), jax.random.PRNGKey(0))
-    return agent, [random_like(shapes, rng, scale=1.0) for _ in range(2)]
+    config, rng = Case(preset, {}, (), {}, {}).config(), np.random.default_rng(1)
+    return random_agent(config, rng), [random_batch(config, rng) for _ in range(2)]
 
 
 def test_one_update_of_a_flat_agent_is_one_adam_step_of_its_loss_gradient():
@@ -388,7 +365,7 @@ def test_one_update_of_a_flat_agent_is_one_adam_step_of_its_loss_gradient():
     (tests/agents/test_target_update.py: every agent with target networks, targets included)."""
     agent, (first, second) = agent_and_batches('gcbc')
     warm, _ = agent.update(first)
-    assert_one_update(warm, second, warm.update(second)[0])
+    assert_one_update(warm, second, *warm.update(second))
 
 
 def test_one_update_of_a_hierarchy_is_one_adam_step_of_each_level():
@@ -396,12 +373,21 @@ def test_one_update_of_a_hierarchy_is_one_adam_step_of_each_level():
     the high level one Adam step (at high_lr) of pi_h's loss, each counter advanced once."""
     agent, (first, second) = agent_and_batches('hgcbc')
     warm, _ = agent.update(first)
-    updated, _ = warm.update(second)
+    updated, info = warm.update(second)
     assert_one_update(warm.low, warm.low_batch(second), updated.low)
-    high = warm.high
-    grads = jax.jit(jax.grad(lambda params, high, low, batch: high.loss(batch, params, low)[0]))(
-        high.network.params, high, warm.low, second)
-    params, opt_state = adam_step(warm.config['high_lr'], grads, high.network.opt_state, high.network.params)
-    assert int(updated.high.network.step) == int(high.network.step) + 1
-    assert_same_leaves(updated.high.network.params, params)
-    assert_same_leaves(updated.high.network.opt_state, opt_state)
+    assert int(updated.high.network.step) == int(warm.high.network.step) + 1
+    params, opt_state, metrics = high_level_update(warm.high, warm.low, second, warm.config['high_lr'])
+    assert_same_leaves(updated.high.network.params, params, 'high-level parameters')
+    assert_same_leaves(updated.high.network.opt_state, opt_state, 'high-level Adam state')
+    assert_same_leaves({key: info[f'high_actor/{key}'] for key in metrics}, metrics, 'high-level metrics')
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def high_level_update(high, low, batch, lr):
+    """pi_h's parameters and Adam state after one optax Adam step at learning rate `lr` on the gradient of its loss,
+    which reads the low level as it was before the step (the metrics and gradient norm computed as the update
+    computes them: see tests/helpers.py, `ogbench_update`)."""
+    grads, metrics = jax.grad(lambda params: high.loss(batch, params, low), has_aux=True)(high.network.params)
+    metrics['grad_norm'] = optax.tree.norm(grads)
+    updates, opt_state = optax.adam(lr).update(grads, high.network.opt_state, high.network.params)
+    return optax.apply_updates(high.network.params, updates), opt_state, metrics
