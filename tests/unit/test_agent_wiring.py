@@ -1,7 +1,8 @@
 """What each agent's losses are fed, checked by what they compute, on any machine. For every agent class, and the
 settings that rewire one (GCBC-phi, BYOL-gamma's n-step objective and EMA targets, the hierarchies' levels), one
 compiled function gives the value of each loss term and of the objective, and their gradients with respect to every
-online parameter, at random parameters, random EMA targets unlike them and a random batch. From it:
+online parameter, at random parameters, random EMA targets unlike them and a random batch (GCBC, GCBC-phi and
+BYOL-gamma^a are probed as the low levels of the hierarchies, which are those agents). From it:
 
 - which modules each term trains: its gradient is exactly zero there, or not zero in any ensemble member (the
   auxiliary loss never reaches the actor head, BC reaches phi, an actor loss never trains the critic it reads);
@@ -9,8 +10,8 @@ online parameter, at random parameters, random EMA targets unlike them and a ran
   one term alone trains a module the objective's gradient there is that term's times its weight, bit for bit (the
   weights set here, alpha = 2 and FB's bc_coef = 2, are powers of two, which scale a gradient without rounding), so
   alpha on the wrong term, or a term counted twice or not at all, fails;
-- what each term reads: its value, recomputed with one batch entry or one target network redrawn, moves or stays
-  bit for bit (the value targets come from the EMA copy, BC reads the actor goals and never the value goals, ...);
+- what each term reads: its value or gradient, recomputed with one batch entry or one target network redrawn, moves,
+  or both stay bit for bit (value targets come from the EMA copy, BC reads the actor goals, never the value goals);
 - that ensemble members are separate: every member has its own parameters (at initialisation too), and a term that
   trains the members one by one gives member 0 the same gradient whatever member 1's parameters are.
 
@@ -81,13 +82,12 @@ HIGH_READS = {'observations', 'high_goals', 'high_targets'}
 BC = ('bc', 'actor/bc_loss', 1.0)
 AUX = ('aux', 'representation/loss', ALPHA)
 HIGH = ('high', 'high_actor/bc_loss', 1.0)
-PREDICTORS = {'forward_predictor': 2, 'backward_predictor': 2}
 
 # GCBC, GCBC-phi and BYOL-gamma^a (geometric, phibar the stop-gradient online encoder) are probed as the low levels of
 # HGCBC, HGCBC-phi and HBYOL-gamma^a, which are those flat agents (agents/hierarchical.py), fed the low goals.
 CASES = {
     # n-step BYOL with an EMA target encoder: psi_f^j(phi(s_t), a_t..a_{t+j-1}) against phibar(s_{t+j}).
-    'byol_nstep_ema': Case('byol_nstep3_a', {'alpha': ALPHA, 'tau': 0.5}, (BC, AUX),
+    'byol_nstep_ema': Case('byol_nstep3_a', {'alpha': ALPHA, 'tau': 0.5, 'nstep': 2}, (BC, AUX),
                            {'bc': {'actor', 'encoder'}, 'aux': {'encoder', 'forward_predictor'}},
                            {'bc': BC_READS, 'aux': {'observations', 'nstep_actions', 'nstep_observations', 'nstep_mask'}},
                            {'aux': {'encoder'}}, {'encoder': 2, 'forward_predictor': 2}, ('aux',)),
