@@ -425,7 +425,8 @@ STUB_MAIN = textwrap.dedent('''
 
 
 # ---------------------------------------------------------------------------------------------
-# One update written out as OGBench's agents make it (tests/unit/test_agent_wiring.py, tests/agents/test_target_update.py).
+# Agents of random parameters, and one update written out as OGBench's agents make it (test_agent_wiring.py,
+# test_target_update.py).
 # ---------------------------------------------------------------------------------------------
 
 
@@ -445,12 +446,14 @@ def random_agent(config, rng):
     """An agent of `config` for OBS_DIM-dimensional observations and ACTION_DIM-dimensional actions with random
     parameters and targets and a fresh Adam state: the agent's structure without compiling its initialisation."""
     from agents import get_agent_class
-    from utils.optimizers import map_train_states
+    from agents.base import TrainState
 
     agent_class = get_agent_class(config['agent_name'])
     ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
     agent = random_like(jax.eval_shape(lambda: agent_class.create(0, ex_obs, ex_act, config)), rng)
-    return map_train_states(lambda state: state.replace(opt_state=state.tx.init(state.params)), agent)
+    is_state = lambda x: isinstance(x, TrainState)  # noqa: E731  (a hierarchy holds one per level)
+    return jax.tree_util.tree_map(lambda x: x.replace(opt_state=x.tx.init(x.params)) if is_state(x) else x, agent,
+                                  is_leaf=is_state)
 
 
 def random_batch(config, rng):
