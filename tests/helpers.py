@@ -422,3 +422,98 @@ STUB_MAIN = textwrap.dedent('''
             f.write(json.dumps(record) + '\\n')
     open(os.path.join(run_dir, 'DONE'), 'w').close()
 ''')
+
+
+# ---------------------------------------------------------------------------------------------
+# Agents of random parameters, and one update written out as OGBench's agents make it (test_agent_wiring.py,
+# test_target_update.py).
+# ---------------------------------------------------------------------------------------------
+
+
+def random_like(shapes, rng, scale=0.5):
+    """Random arrays shaped like `shapes` (a tree of jax.ShapeDtypeStructs): normal floats (std `scale`), zero
+    integers and keys."""
+    import jax.numpy as jnp
+
+    def fill(s):
+        if jnp.issubdtype(s.dtype, jnp.floating):
+            return jnp.asarray(scale * rng.normal(size=s.shape), s.dtype)
+        return jnp.zeros(s.shape, s.dtype)
+    return jax.tree_util.tree_map(fill, shapes)
+
+
+def random_agent(config, rng):
+    """An agent of `config` for OBS_DIM-dimensional observations and ACTION_DIM-dimensional actions with random
+    parameters and targets and a fresh Adam state: the agent's structure without compiling its initialisation."""
+    from agents import get_agent_class
+    from agents.base import TrainState
+
+    agent_class = get_agent_class(config['agent_name'])
+    ex_obs, ex_act = np.zeros((1, OBS_DIM), np.float32), np.zeros((1, ACTION_DIM), np.float32)
+    agent = random_like(jax.eval_shape(lambda: agent_class.create(0, ex_obs, ex_act, config)), rng)
+    is_state = lambda x: isinstance(x, TrainState)  # noqa: E731  (a hierarchy holds one per level)
+    return jax.tree_util.tree_map(lambda x: x.replace(opt_state=x.tx.init(x.params)) if is_state(x) else x, agent,
+                                  is_leaf=is_state)
+
+
+def random_batch(config, rng):
+    """A batch of the entries the sampler draws for `config`'s agent, each standard normal."""
+    from utils.training import sample_batch
+
+    data = toy_dataset(2, 10)
+    return random_like(jax.eval_shape(lambda key: sample_batch(key, data, sampler_of(config)), jax.random.PRNGKey(0)),
+                       rng, scale=1.0)
+
+
+@jax.jit
+def ogbench_update(agent, batch):
+    """One update of a flat agent as OGBench's agents make it, written out here rather than through `Agent.update`:
+    the gradient of the agent's loss at its weights theta_t (its own loss function, with the noise key of the agent's
+    next update), one step of optax's Adam on it at the agent's learning rate, and each target network moved to
+    tau * theta_t + (1 - tau) * target. Returns (params, opt_state, targets, metrics, next rng).
+
+    It also returns what the update logs (the loss's metrics and the gradient norm): XLA fuses a program, and so
+    rounds its sums, by what the program computes, so the same outputs are what makes the two programs the same
+    operations, and their results comparable bit for bit."""
+    import optax
+
+    next_rng, noise_key = jax.random.split(agent.rng)
+    params, tau = agent.network.params, agent.config.get('tau')
+    grads, metrics = jax.grad(agent.loss_fn(batch, noise_key), has_aux=True)(params)
+    metrics['grad_norm'] = optax.tree.norm(grads)
+    updates, opt_state = optax.adam(agent.config['lr']).update(grads, agent.network.opt_state, params)
+    targets = {name: jax.tree_util.tree_map(lambda online, old: tau * online + (1.0 - tau) * old, params[f'modules_{name}'], target)
+               for name, target in agent.targets.items()}
+    return optax.apply_updates(params, updates), opt_state, targets, metrics, next_rng
+
+
+def assert_one_update(agent, batch, updated, metrics=None):
+    """`updated, metrics = agent.update(batch)` is one update as OGBench's agents make it (`ogbench_update`): the
+    parameters, Adam state, targets (from the online weights before the step), metrics (unless None) and RNG bit for
+    bit, the step counter advanced once; and the targets are not those of the weights after the step (tau times one
+    Adam step away)."""
+    params, opt_state, targets, expected_metrics, next_rng = ogbench_update(agent, batch)
+    assert int(updated.network.step) == int(agent.network.step) + 1
+    assert_same_leaves(updated.network.params, params, 'parameters')
+    assert_same_leaves(updated.network.opt_state, opt_state, 'Adam state')
+    assert sorted(updated.targets) == sorted(targets)
+    if targets:
+        assert_same_leaves(updated.targets, targets, 'targets')
+    if metrics is not None:
+        assert_same_leaves(metrics, expected_metrics, 'metrics')
+    np.testing.assert_array_equal(updated.rng, next_rng)
+    tau = agent.config.get('tau')
+    for name, old in agent.targets.items():
+        post_step = jax.tree_util.tree_map(lambda online, old: tau * online + (1.0 - tau) * old,
+                                           updated.network.params[f'modules_{name}'], old)
+        assert not all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(post_step),
+                                                            jax.tree_util.tree_leaves(updated.targets[name])))
+
+
+def assert_same_leaves(got, expected, what=''):
+    """The same tree structure, and every leaf bit for bit (`what` names the trees in the failure message)."""
+    got_paths, got_leaves = zip(*jax.tree_util.tree_leaves_with_path(got))
+    expected_paths, expected_leaves = zip(*jax.tree_util.tree_leaves_with_path(expected))
+    assert got_paths == expected_paths, what
+    for path, a, b in zip(got_paths, got_leaves, expected_leaves):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f'{what}{jax.tree_util.keystr(path)}')

@@ -450,6 +450,41 @@ def test_seeds_set_initial_states(medium_native):
     assert len(np.unique(obs0, axis=0)) == EPISODES  # episodes of one task differ too
 
 
+
+def test_evaluations_of_a_run_at_different_steps_start_from_different_states(medium_native):
+    """main.py evaluates a run at step t with the evaluation seed drawn from fold_in(its evaluation stream, t)
+    (`evaluate_agents`): the evaluations of one run at two steps start their episodes from different states (a score
+    averaging several evaluations averages that many sets of episodes), and one step's are the same each time."""
+    from utils.evaluation import evaluate_agents
+    from utils.random_streams import stream_key
+
+    class RecordingAgent:
+        """An agent that acts with zeros and records the observations and goals its episodes start from."""
+
+        def __init__(self):
+            self.starts = []
+
+        def evaluation_policy(self):
+            calls = []
+
+            def policy(observations, goals):
+                if not calls:
+                    self.starts.append((observations.copy(), goals.copy()))
+                calls.append(1)
+                return np.zeros((len(observations), 2))
+            return policy
+
+    def starts_at(step):
+        agent = RecordingAgent()
+        evaluate_agents(agent, 1, medium_native, jnp.stack([stream_key(0, 'evaluation')]), step, task_ids=(1,),
+                        episodes_per_task=EPISODES, max_steps=1)
+        return agent.starts[0]
+
+    (obs_a, goals_a), (obs_a_again, goals_a_again), (obs_b, goals_b) = starts_at(100), starts_at(100), starts_at(200)
+    np.testing.assert_array_equal(obs_a, obs_a_again)
+    np.testing.assert_array_equal(goals_a, goals_a_again)
+    assert not np.any(np.all(obs_a == obs_b, axis=-1)) and not np.any(np.all(goals_a == goals_b, axis=-1))
+
 @pytest.mark.parametrize('env_fixture', ['medium_native', 'medium_envs'])
 def test_global_numpy_rng_is_restored(request, env_fixture):
     envs = request.getfixturevalue(env_fixture)

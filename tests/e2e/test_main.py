@@ -143,6 +143,78 @@ def test_training_rows_do_not_depend_on_steps_per_call(dataset_dir, tmp_path, un
         assert len(rows) == 16
 
 
+
+# A GCBC run of 20 steps in chunks of 5: two training rows of 10 steps, the checkpoint of step 20.
+TOY_FLAGS = ['--agent=agents/gcbc.py', '--agent.actor_hidden_dims=(16,)', '--agent.batch_size=16', '--train_steps=20',
+             '--log_interval=10', '--steps_per_call=5', '--save_interval=20', '--eval_interval=20', '--eval_episodes=1',
+             '--eval_tasks=1', '--eval_max_steps=2', '--run_name=toy']
+
+
+@pytest.fixture(scope='module')
+def toy_run(dataset_dir, tmp_path_factory):
+    """(the run directory, main.py's request of it, its train and validation data as main.py loads them)."""
+    from utils.datasets import load_dataset
+    from utils.evaluation import make_env
+    from utils.training import DeviceDataset
+
+    save_dir = tmp_path_factory.mktemp('toy')
+    args = main_args(dataset_dir, save_dir, *TOY_FLAGS)
+    run_main(*args)
+    env = make_env(ENV)
+    data = {split: DeviceDataset.from_numpy(**load_dataset(os.path.join(dataset_dir, f'{ENV}{suffix}.npz'),
+                                                           env.observation_space, env.action_space))
+            for split, suffix in (('train', ''), ('val', '-val'))}
+    return save_dir / 'default' / 'toy', request_of(['main.py', *args[len(MAIN_PROCESS):]]), data
+
+
+def toy_agent(request, data, seed=0):
+    """The agent main.py starts the toy run with."""
+    from main import compiled_create
+
+    observations = np.asarray(data['train'].observations[:1])
+    return compiled_create(request.agent_class, observations, np.asarray(data['train'].actions[:1]), request.config)(seed)
+
+
+def test_a_training_row_is_the_mean_of_its_steps(toy_run):
+    """train.csv's row at step 10k holds each metric's mean over steps 10(k-1)+1 .. 10k, recomputed here by training
+    the run's first agent on its batches in its chunks (the same programs: the same per-step values), to the rounding
+    of a float32 mean of 10 terms in any order, (10 + 1) u times their mean magnitude; not the value of one step."""
+    from utils.random_streams import stream_key
+    from utils.training import train
+
+    run_dir, request, data = toy_run
+    agent, steps = toy_agent(request, data), []
+    for start in range(0, 20, 5):
+        agent, infos = train(agent, data['train'], stream_key(0, 'sampling'), start, 5)
+        steps.append({name: np.asarray(values, np.float64) for name, values in infos.items()})
+    per_step = {name: np.concatenate([chunk[name] for chunk in steps]) for name in steps[0]}
+    rows = read_csv(run_dir / 'train.csv')
+    assert [int(row['step']) for row in rows] == [10, 20]
+    for row, first in zip(rows, (0, 10)):
+        for name, values in per_step.items():
+            interval = values[first:first + 10]
+            logged, mean = float(row[f'training/{name}']), interval.mean()
+            assert abs(logged - mean) <= 11 * 2.0 ** -24 * np.abs(interval).mean(), (name, row['step'], logged, mean)
+
+
+def test_the_validation_row_is_the_loss_on_the_validation_file(toy_run):
+    """train.csv's validation/* at step 20 are the losses of the run's agent at step 20 (its checkpoint) on a batch of
+    the validation file drawn from the run's validation streams at that step, bit for bit, and not those of the same
+    batch draw from the training file."""
+    from runtime.checkpoints import load_checkpoint
+    from utils.random_streams import stream_key
+    from utils.training import validation_metrics
+
+    run_dir, request, data = toy_run
+    agent, step, _ = load_checkpoint(str(run_dir / CHECKPOINT_NAME), toy_agent(request, data))
+    keys = [jax.random.fold_in(stream_key(0, name), step) for name in ('validation', 'validation/noise')]
+    on_val, on_train = (jax.device_get(validation_metrics(agent, data[split], *keys)) for split in ('val', 'train'))
+    row = read_csv(run_dir / 'train.csv')[-1]
+    assert int(row['step']) == step == 20
+    logged = {key[len('validation/'):]: float(v) for key, v in row.items() if key.startswith('validation/')}
+    assert logged == {key: float(v) for key, v in on_val.items()}
+    assert logged['total_loss'] != float(on_train['total_loss'])
+
 def test_time_limit_checkpoints_exits_75_and_resumes_exactly(dataset_dir, tmp_path):
     """--time_limit: the run stops at a chunk boundary before its limit with a checkpoint and status 75; --resume
     (here extending it by 100 steps) continues it to the logs of a run nobody stopped."""

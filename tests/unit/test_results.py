@@ -344,6 +344,23 @@ def test_a_cell_of_runs_with_2_evaluations_says_last_2(tmp_path, capsys):
     assert '| antmaze-medium-stitch | GCBC-φ | - | 3 | 20 |' in out
 
 
+
+def test_last_n_sets_the_evaluations_every_view_of_a_seed_averages(tmp_path, capsys):
+    """--last_n=1: every seed scores its final evaluation, in the table's cells, in the choice of each method's best
+    setting, in the comparison with a baseline and in the per-seed listing (the default, 3, is checked above). Here
+    alpha 1 ends best (finals 50, 60, 70) while alpha 6 has the best mean of the last 3 (40 against 30)."""
+    for seed in range(3):
+        write_run(str(tmp_path), MAZE, 'byol_gamma_a', seed, [0.1, 0.1, 0.2, 0.5 + seed / 10], alpha=1)
+        write_run(str(tmp_path), MAZE, 'byol_gamma_a', seed, [0.4, 0.4, 0.4, 0.4], alpha=6)
+        write_run(str(tmp_path), MAZE, 'gcbc', seed, [0.0, 0.3, 0.3, 0.1 + seed / 10])  # finals 10, 20, 30
+    assert results_cli.main([f'--runs={tmp_path}', '--last_n=1', '--per_seed', '--baseline=gcbc']) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert '| antmaze-medium-stitch | **60** ± 8 | 20 ± 8 |' in lines  # means of the finals, std 8.2
+    assert '| antmaze-medium-stitch | α=1 | - |' in lines  # the chosen settings
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 | 3 | 60 | [35, 85] | +40 | [+40, +40] | [+17, +63] |' in lines
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 | 0: 50, 1: 60, 2: 70 |' in lines
+    assert '| antmaze-medium-stitch | GCBC | - | 0: 10, 1: 20, 2: 30 |' in lines
+
 # ---- confidence intervals and per-task success ---------------------------------------------------
 
 # Two-sided 95% quantiles of Student's t (from statistical tables): df 1, 3, 7.
