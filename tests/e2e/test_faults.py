@@ -83,6 +83,10 @@ def test_resume_continues_exactly_or_refuses(pointmaze_data_dir, tmp_path, capsy
         # Other files (one byte appended to the val file) for an extension: refused when the data are found.
         'data': ([f'--dataset_dir={tmp_path / "other-data"}', '--train_steps=60'],
                  ['on other data than it was trained on: val data (', 'sha256 ']),
+        # The same files for the finished run as it is, which has nothing to train: refused all the same (it used to
+        # say "already finished ... nothing to do").
+        'finished-data': ([f'--dataset_dir={tmp_path / "other-data"}'],
+                          ['on other data than it was trained on: val data (', 'sha256 ']),
     }
     shutil.copytree(pointmaze_data_dir, tmp_path / 'other-data')
     with open(tmp_path / 'other-data' / f'{ENV}-val.npz', 'ab') as f:
