@@ -339,7 +339,7 @@ TIME_LIMIT, RESUMED_TIME_LIMIT = 10, 5
 def start_logged(command, log_path):
     """A process whose output goes to `log_path`, for a test to read while it runs."""
     with open(log_path, 'w') as log:
-        return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+        return start(command, stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_for_text(path, text, process, timeout=120):
