@@ -373,6 +373,7 @@ READING_PATH = ['agents/base.py', 'agents/byol_gamma.py', 'main.py', 'utils/netw
 ENCODER_SETTING = 'Adding an encoder setting for every method'
 SPR_EXAMPLE = 'Worked example 1: SPR-cos'
 TD_VALUE_EXAMPLE = 'Worked example 2: TD-value'
+KSTEP_EXAMPLE = 'Worked example 3: K-step SPR'
 
 
 def guide_section(title):
