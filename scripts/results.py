@@ -28,6 +28,7 @@ not, the table is refused with the differing flags named; select one with the fi
 """
 
 import argparse
+import re
 import sys
 
 from experiments import results as R
@@ -94,7 +95,7 @@ def main(argv=None):
     except (ValueError, FileNotFoundError, ConfigError) as e:
         sys.exit(f'Error: {e}')
 
-    success = bool(R.SUCCESS_COLUMN.search(args.metric))  # a success rate: an interval of it is cut to [0, scale]
+    success = bool(re.search(r'success(_last\d+)?$', args.metric))  # a success rate: its intervals cut to [0, scale]
     intervals = R.Intervals(args.confidence, (0.0, args.scale) if success else None)
     print(R.format_latex(table, args.decimals) if latex else R.format_markdown(table, args.decimals, intervals if args.ci else None))
     print()

@@ -104,7 +104,7 @@ def test_the_suite_passes_with_the_changes(applied):
 def test_the_guides_command_for_a_methods_tests_selects_them(applied):
     """The guide's one command for a method's tests (`pytest -n 2 tests/unit tests/agents -k <preset>`), as the guide
     writes it for each example's preset, collects in the copy the method's own test file (all of it) and the generic
-    tests that take its preset: its config's validity, a training run (with the record of its first updates), the
+    tests that take its preset: its config contract, a training run (with the record of its first updates), the
     auxiliary loss kept away from the actor head."""
     copy, env = applied
     documented = dict(re.findall(r'`?(\.venv/bin/python -m pytest -n 2 tests/unit tests/agents -k (\w+))`?',
@@ -121,9 +121,11 @@ def test_the_guides_command_for_a_methods_tests_selects_them(applied):
         assert len(own) == len(re.findall(r'^def test_', example_blocks(
             next(title for title, name in EXAMPLES.items() if name == preset))[f'tests/agents/test_{preset}.py'],
             flags=re.M)), own
-        for generic in (f'test_every_preset_is_valid[{preset}]', f'test_preset_trains_with_finite_decreasing_loss[{preset}]',
-                        f'test_auxiliary_loss_never_reaches_the_actor_head[{preset}]'):
-            assert any(line.endswith(generic) for line in selected), (generic, selected)
+        for generic in (f'tests/unit/test_config.py::test_every_field_has_a_rule_and_the_sampler_reads_what_the_agent_'
+                        f'declares[{preset}]', f'tests/agents/test_agents.py::test_preset_trains_with_finite_decreasing_'
+                        f'loss[{preset}]', f'tests/agents/test_agents.py::test_auxiliary_loss_never_reaches_the_actor_'
+                        f'head[{preset}]'):
+            assert generic in selected, (generic, selected)
 
 
 SETTING_PROBE = '''
