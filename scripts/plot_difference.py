@@ -100,10 +100,10 @@ def latex_labels(method, baseline):
     return tuple(R.METHODS[m].latex if m in R.METHODS else m for m in (method, baseline))
 
 
-def paper_text(method, baseline, latex=False):
-    """What the paper's difference is, for the legend (`latex`: its mathtext labels) and the printed rows."""
+def paper_source(method, baseline, latex=False):
+    """What the paper's difference is made of, for the legend (`latex`: its mathtext labels) and the printed rows."""
     name, reference = latex_labels(method, baseline) if latex else (R.method_label(m) for m in (method, baseline))
-    return f'the paper: {paper.difference_source(name, baseline, reference)}'
+    return paper.difference_source(name, baseline, reference)
 
 
 def plot(rows, method, baseline, confidence, path):
@@ -118,7 +118,7 @@ def plot(rows, method, baseline, confidence, path):
                       ha='center', fontsize='small')
         if reported is not None:
             axes.plot(reported, y, 'D', markerfacecolor='none', markeredgecolor='black', markersize=7,
-                      label=paper_text(method, baseline, latex=True))
+                      label=f'the paper: {paper_source(method, baseline, latex=True)}')
             axes.annotate(f'paper {R._signed(reported, 0)}', (reported, y), textcoords='offset points', xytext=(0, -13),
                           ha='center', fontsize='x-small')
     # Room on both sides for the interval texts, which are centred on their points and wider than most intervals.
@@ -162,7 +162,7 @@ def main(argv=None):
     plot(rows, args.method, args.baseline, args.confidence, args.out)
     for row in rows:
         against = ('no cell in the paper' if row.reported is None
-                   else f'the paper {R._signed(row.reported, 0)}: {paper_text(args.method, args.baseline)[len("the paper: "):]}')
+                   else f'the paper {R._signed(row.reported, 0)}: {paper_source(args.method, args.baseline)}')
         print(f'{row.label}; {"; ".join(row.details)}: {interval_text(row.found, 1)}; {against}')
     print(args.out)
     return 0

@@ -109,9 +109,9 @@ def main(argv=None):
     print(f'{comment}{args.metric} x {args.scale:g}, mean of the last {args.last_n} evaluations per seed; {spread} over '
           f'{table.seed_count} seeds (n=k marks a cell with fewer, or with fewer than {R.FEW_SEEDS}); best setting per '
           f'dataset and method. Bold: a non-RL cell within {R.BOLD_FRACTION:.0%} of the row\'s best non-RL mean (RL: '
-          f'{rl}){separated}. †: includes incomplete runs (no DONE, or missing evaluations). (last k): its seeds have only k < '
-          f'{args.last_n} evaluations, so their scores average those k. ‡: its seeds trained on data from different '
-          f'sources.{clipped}')
+          f'{rl}){separated}. †: includes incomplete runs (no DONE, or missing evaluations). (last k): its seeds have '
+          f'only k < {args.last_n} evaluations, so their scores average those k. ‡: its seeds trained on data from '
+          f'different sources.{clipped}')
     if any(cell.selected_from > 1 for (_, method), cell in table.cells.items() if method in table.methods):
         print(f'{comment}{R.SELECTION_LEGEND}')
     if table.unaveraged:
