@@ -22,6 +22,7 @@ seed-wise differences, with Welch's as a check; two cells that did not score the
 """
 
 import dataclasses
+import decimal
 import os
 import re
 from collections import Counter, defaultdict
@@ -109,6 +110,7 @@ class Cell:
     runs: List[SeedResult]
     scores: np.ndarray  # One per seed that has at least one evaluation.
     seeds: Tuple[int, ...] = ()  # The seed of each score, in the same order.
+    selected_from: int = 1  # The settings it was chosen from, by best mean on these same seeds (`best_cells`).
 
     @property
     def n(self) -> int:
@@ -427,12 +429,14 @@ def group_cells(runs: Sequence[SeedResult], last_n: int = 3, scale: float = 100.
 
 def best_cells(cells: Dict[Tuple[str, str], List[Cell]]) -> Dict[Tuple[str, str], Cell]:
     """The setting with the highest mean per (env, method); ties go to the first in sorted order. A NaN mean is
-    never the highest, unless every setting's is NaN."""
+    never the highest, unless every setting's is NaN. Each chosen cell records how many settings it was chosen from
+    (`selected_from`): chosen on the seeds it reports, a best of several is biased upward, and the tables say so."""
     best = {}
     for key, candidates in cells.items():
         scored = [cell for cell in candidates if cell.n]
         if scored:  # max keeps the first of equal means
-            best[key] = max(scored, key=lambda cell: (not np.isnan(cell.mean), np.nan_to_num(cell.mean, nan=0.0)))
+            chosen = max(scored, key=lambda cell: (not np.isnan(cell.mean), np.nan_to_num(cell.mean, nan=0.0)))
+            best[key] = dataclasses.replace(chosen, selected_from=len(scored))
     return best
 
 
@@ -440,6 +444,20 @@ def setting_label(setting: Sequence[Tuple[str, object]]) -> str:
     def value(v):
         return format(v, 'g') if isinstance(v, float) else str(v)
     return ', '.join(f'{SETTING_ABBREVIATIONS.get(k, k)}={value(v)}' for k, v in setting)
+
+
+def selection_note(cell: Cell) -> Tuple[str, ...]:
+    """('best of k',) for a cell chosen as the best of its k settings on the seeds it reports; () otherwise."""
+    return (f'best of {cell.selected_from}',) if cell.selected_from > 1 else ()
+
+
+def chosen_setting_label(cell: Cell) -> str:
+    """A chosen cell's setting, '-' for none, with '(best of k)' when it was selected among k on its own seeds."""
+    return ' '.join([setting_label(cell.setting) or '-'] + [f'({note})' for note in selection_note(cell)])
+
+
+SELECTION_LEGEND = ('best of k: the setting with the best mean of k, chosen on the very seeds the cell reports, so its '
+                    'number is biased upward; confirm it on fresh seeds, or fix the setting before the runs.')
 
 
 def method_label(method: str, latex: bool = False) -> str:
@@ -461,6 +479,17 @@ def row_marks(means: Dict[str, float], rl_methods=RL_METHODS, fraction: float = 
     best_method = max(non_rl, key=non_rl.get)
     threshold = fraction * non_rl[best_method]
     return {m: 'best' if m == best_method else 'bold' if m in non_rl and means[m] >= threshold else '' for m in means}
+
+
+def separated_marks(cells: Dict[str, Cell], marks: Dict[str, str], intervals: 'Intervals',
+                    rl_methods=RL_METHODS) -> Dict[str, str]:
+    """A row's marks where its cells show intervals: a marked cell keeps its mark only if the row has unmarked non-RL
+    cells and the interval of its difference from each (paired by seed, or Welch's) lies above 0, so bold never claims
+    more than the intervals beside it separate (a cell alone in its row, or with only cells as good, is not bold)."""
+    unmarked = [cells[m] for m in cells if not marks.get(m) and m not in rl_methods]
+    return {method: mark if mark and unmarked and all(intervals.difference(cells[method], other).low > 0
+                                                      for other in unmarked) else ''
+            for method, mark in marks.items()}
 
 
 @dataclasses.dataclass
@@ -541,7 +570,15 @@ def protocol_differences(cells: Sequence[Cell]) -> List[str]:
 
 
 def _number(value: float, decimals: int) -> str:
-    return 'NaN' if np.isnan(value) else f'{value:.{decimals}f}'
+    """`value` at `decimals` decimals, a tie rounded away from zero, as a reader rounds (6.75 -> 6.8, 11.55 -> 11.6).
+    A score or a difference of means is a ratio of integers (successes over episodes, tasks, evaluations and seeds,
+    denominators far below 1e7) that float arithmetic reaches to about 1e-13: a tie arrives as 6.7499999999999964.
+    Read to 9 decimals first, a tie is a tie again, and a value that is not one (at least 1e-7 from it) keeps its
+    side."""
+    if not np.isfinite(value):
+        return 'NaN' if np.isnan(value) else str(value)
+    exact = decimal.Decimal(f'{value:.9f}')
+    return str(exact.quantize(decimal.Decimal(1).scaleb(-decimals), rounding=decimal.ROUND_HALF_UP))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -550,6 +587,16 @@ class Intervals:
     seeds (`paired_interval`), with Welch's (`welch_interval`) as a check and as the interval where seeds do not pair."""
 
     confidence: float = 0.95
+    # What a score can be (a success rate x 100): a shown interval is cut to it, and marked (`format_interval`); a
+    # difference of two scores is cut to (low - high, high - low). None: any value.
+    value_range: Optional[Tuple[float, float]] = (0.0, 100.0)
+
+    @property
+    def difference_range(self) -> Optional[Tuple[float, float]]:
+        if self.value_range is None:
+            return None
+        low, high = self.value_range
+        return low - high, high - low
 
     def interval(self, scores) -> Tuple[float, float]:
         return t_interval(scores, self.confidence)
@@ -566,10 +613,22 @@ class Intervals:
                 f'methods did not score the same seeds')
 
 
-def format_interval(low: float, high: float, decimals: int) -> str:
+CLIPPED = 'clipped'  # the note of an interval cut to what its value can be
+
+
+def _clipped(low: float, high: float, value_range: Optional[Tuple[float, float]]) -> Tuple[float, float, str]:
+    """The interval cut to `value_range` (a t-interval of few seeds reaches past what a success rate can be: 56 [-80,
+    192] for 2 seeds), with ' (clipped)' when it was cut."""
+    if value_range is None or (low >= value_range[0] and high <= value_range[1]):
+        return low, high, ''
+    return max(low, value_range[0]), min(high, value_range[1]), f' ({CLIPPED})'
+
+
+def format_interval(low: float, high: float, decimals: int, value_range: Optional[Tuple[float, float]] = None) -> str:
     if not (np.isfinite(low) and np.isfinite(high)):
         return '[n<2]'  # one seed: no interval
-    return f'[{_number(low, decimals)}, {_number(high, decimals)}]'
+    low, high, note = _clipped(low, high, value_range)
+    return f'[{_number(low, decimals)}, {_number(high, decimals)}]{note}'
 
 
 def _signed(value: float, decimals: int) -> str:
@@ -582,10 +641,12 @@ def _signed(value: float, decimals: int) -> str:
     return ('+' if value > 0 else '-') + _number(abs(value), decimals)
 
 
-def format_signed_interval(low: float, high: float, decimals: int) -> str:
+def format_signed_interval(low: float, high: float, decimals: int,
+                           value_range: Optional[Tuple[float, float]] = None) -> str:
     if not (np.isfinite(low) and np.isfinite(high)):
         return '[n<2]'
-    return f'[{_signed(low, decimals)}, {_signed(high, decimals)}]'
+    low, high, note = _clipped(low, high, value_range)
+    return f'[{_signed(low, decimals)}, {_signed(high, decimals)}]{note}'
 
 
 def seeds_text(cell: Cell, last_n: int) -> str:
@@ -616,19 +677,21 @@ def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, d
         present = [m for m in (methods or ordered({m for e, m in cells if e == env}, list(METHODS))) if (env, m) in cells]
         for method in present:
             for cell in cells[(env, method)]:
-                if not cell.n or (method == baseline and cell is not reference):
+                if not cell.n or (method == baseline and cell.setting != reference.setting):
                     continue
-                row = (f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {seeds_text(cell, last_n)} | '
-                       f'{_number(cell.mean, decimals)} | {format_interval(*ci.interval(cell.scores), decimals)} | ')
+                setting = chosen_setting_label(reference) if method == baseline else setting_label(cell.setting) or '-'
+                row = (f'| {env} | {method_label(method)} | {setting} | {seeds_text(cell, last_n)} | '
+                       f'{_number(cell.mean, decimals)} | {format_interval(*ci.interval(cell.scores), decimals, ci.value_range)} | ')
                 if method == baseline:
                     row += '(baseline) | | |'
                 else:
                     found = ci.difference(cell, reference)
-                    primary = format_signed_interval(found.low, found.high, decimals)
+                    primary = format_signed_interval(found.low, found.high, decimals, ci.difference_range)
                     if not found.paired:
                         seeds = ', '.join(map(str, found.unpaired_seeds))
                         primary += f' (unpaired: seed{"s" if len(found.unpaired_seeds) > 1 else ""} {seeds} in one only; Welch)'
-                    row += f'{_signed(found.value, decimals)} | {primary} | {format_signed_interval(*found.welch, decimals)} |'
+                    welch = format_signed_interval(*found.welch, decimals, ci.difference_range)
+                    row += f'{_signed(found.value, decimals)} | {primary} | {welch} |'
                 lines.append(row)
     return '\n'.join(lines)
 
@@ -654,13 +717,16 @@ class Entry:
     missing: bool = False  # no runs (drawn ·); a mean that is NaN has runs, and is drawn NaN
 
 
-def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
+def table_rows(table: Table, ci: Optional['Intervals'] = None) -> List[Tuple[str, bool, List[Entry]]]:
     """(row label, whether it is an average row, its entries in column order): what format_markdown and
-    format_latex draw, each in its own notation."""
+    format_latex draw, each in its own notation. With `ci` (cells shown with intervals) a cell is marked only where
+    its intervals separate it (`separated_marks`), and average rows, which show none, are not marked."""
     rows = []
     for env in table.envs:
         present = {m: table.cells[(env, m)] for m in table.methods if (env, m) in table.cells}
         marks = row_marks({m: c.mean for m, c in present.items()}, table.rl_methods)
+        if ci is not None:
+            marks = separated_marks(present, marks, ci, table.rl_methods)
         entries = []
         for method in table.methods:
             cell = present.get(method)
@@ -668,13 +734,13 @@ def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
                 entries.append(Entry(method, float('nan'), None, (), '', missing=True))
                 continue
             few = cell.n < table.seed_count or cell.n < FEW_SEEDS
-            notes = ((f'n={cell.n}',) if few else ()) + short_note(cell, table.last_n) \
+            notes = ((f'n={cell.n}',) if few else ()) + short_note(cell, table.last_n) + selection_note(cell) \
                 + (('unfinished',) if cell.unfinished else ()) + (('mixed data',) if len(cell.data_sources) > 1 else ())
             entries.append(Entry(method, cell.mean, cell.std, tuple(cell.scores), marks[method], notes))
         rows.append((env, False, entries))
     for name, row in table.averages:
         means = {m: float('nan') if v is None else v for m, v in row.items()}
-        marks = row_marks(means, table.rl_methods)
+        marks = row_marks(means, table.rl_methods) if ci is None else dict.fromkeys(means, '')
         rows.append((name, True, [Entry(m, means[m], None, (), marks[m], (NOT_AVERAGED,) * ((name, m) in table.unaveraged),
                                         missing=row[m] is None)
                                   for m in table.methods]))
@@ -692,7 +758,7 @@ def format_markdown(table: Table, decimals: int = 0, ci: Optional[Intervals] = N
     """The paper's table; cells are mean ± std over seeds, or mean [t-interval] with `ci`."""
     lines = ['| dataset | ' + ' | '.join(method_label(m) for m in table.methods) + ' |',
              '|---|' + '---|' * len(table.methods)]
-    for label, average, entries in table_rows(table):
+    for label, average, entries in table_rows(table, ci):
         cells = []
         for entry in entries:
             if entry.missing:
@@ -704,7 +770,8 @@ def format_markdown(table: Table, decimals: int = 0, ci: Optional[Intervals] = N
             mean = _number(entry.mean, decimals)
             text = f'**{mean}**' if entry.mark else mean
             if not average:
-                text += ' ' + (format_interval(*ci.interval(entry.scores), decimals) if ci else f'± {_number(entry.std, decimals)}')
+                text += ' ' + (format_interval(*ci.interval(entry.scores), decimals, ci.value_range) if ci
+                               else f'± {_number(entry.std, decimals)}')
                 text += ''.join(MARKDOWN_NOTES.get(note, f' ({note})') for note in entry.notes)
             cells.append(text)
         lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
@@ -730,7 +797,8 @@ def format_latex(table: Table, decimals: int = 0) -> str:
                 cells.append(rf'\textit{{{NOT_AVERAGED}}}')
                 continue
             value = rf'\mathbf{{{_number(entry.mean, decimals)}}}' if entry.mark else _number(entry.mean, decimals)
-            notes = [LATEX_NOTES.get(note, note) for note in entry.notes]
+            # A selected setting is said in the settings table beside it (`format_settings`), not in the cell.
+            notes = [LATEX_NOTES.get(note, note) for note in entry.notes if not note.startswith('best of')]
             text = (f'${value}' + (rf' \pm {_number(entry.std, decimals)}' if entry.std is not None else '')
                     + ('^{' + ','.join(notes) + '}' if notes else '') + '$')
             if entry.mark == 'best':
@@ -761,8 +829,8 @@ def format_task_table(table: Table, last_n: int = 3, scale: float = 100.0, decim
     for env, method, cell, per_task in rows:
         task_entries = [_number(float(np.mean(per_task[t])), decimals) if t in per_task and per_task[t].size else '·'
                         for t in tasks]
-        lines.append(f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {seeds_text(cell, last_n)} | '
-                     f'{_number(cell.mean, decimals)} | {format_interval(*ci.interval(cell.scores), decimals)} | '
+        lines.append(f'| {env} | {method_label(method)} | {chosen_setting_label(cell)} | {seeds_text(cell, last_n)} | '
+                     f'{_number(cell.mean, decimals)} | {format_interval(*ci.interval(cell.scores), decimals, ci.value_range)} | '
                      + ' | '.join(task_entries) + ' |')
     return '\n'.join(lines)
 
@@ -784,7 +852,7 @@ def format_settings(table: Table, latex: bool = False) -> str:
     """The chosen hyperparameters per cell, in the same layout (Markdown, or LaTeX comments)."""
     rows = [['dataset'] + [method_label(m) for m in table.methods]]
     for env in table.envs:
-        rows.append([env] + [setting_label(table.cells[(env, m)].setting) or '-' if (env, m) in table.cells else '·'
+        rows.append([env] + [chosen_setting_label(table.cells[(env, m)]) if (env, m) in table.cells else '·'
                              for m in table.methods])
     if latex:
         return '\n'.join('% ' + ' | '.join(row) for row in rows)
@@ -802,7 +870,7 @@ def format_seed_scores(table: Table, last_n: int = 3, scale: float = 100.0, deci
                 continue
             scores = [(run.seed, seed_score(run, last_n, scale)) for run in sorted(cell.runs, key=lambda r: r.seed)]
             text = ', '.join(f'{seed}: {"-" if score is None else _number(score, decimals)}' for seed, score in scores)
-            lines.append(f'| {env} | {method_label(method)} | {setting_label(cell.setting) or "-"} | {text} |')
+            lines.append(f'| {env} | {method_label(method)} | {chosen_setting_label(cell)} | {text} |')
     return '\n'.join(lines)
 
 

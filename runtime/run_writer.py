@@ -1,7 +1,7 @@
 """What main.py writes for its seeds, behind one context manager, and the checks a run directory passes first.
 
     with RunSet.open(request) as runs:       # owns (locks) every seed's directory; checks --resume (reads only)
-        if runs.already_finished: return    # --resume of a run that reached --train_steps: nothing to do
+        if runs.already_finished: return    # --resume of a run that reached --train_steps (its data, if there, checked)
         runs.check_dataset(record)           # a resumed run must find the very files it was trained on
         runs.begin(record)                   # the first writes: flags.json, config.json, dataset.json; logs opened
         runs.writers[k].log_train(...), .log_eval(...), .save_checkpoint(...)
@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import json
 import logging
+import os
 from typing import Dict, List, Optional
 
 import jax
@@ -24,6 +25,7 @@ import tqdm
 
 from runtime import provenance
 from runtime.checkpoints import check_resumable, checkpoint_header, checkpoint_step, save_checkpoint
+from runtime.dataset_files import dataset_paths
 from runtime.errors import ResumeMismatchError, RunDirError
 from runtime.loggers import CsvLogger, WandbLogger
 from runtime.request import Request, flag_defaults, numeric_mode, plain, resume_may_differ
@@ -304,7 +306,9 @@ class RunSet:
                     f'runs (--num_seeds=1 --seed=...), or move the lagging run directories away.'
                 )
             runs = cls(request, writers, steps[0])
-            if not runs.already_finished:
+            if runs.already_finished:
+                runs.check_present_dataset()
+            else:
                 for writer in writers:
                     writer.run_dir.check_logs()  # the run rewrites them: one it cannot read stops it now
             yield runs
@@ -322,6 +326,14 @@ class RunSet:
     def check_dataset(self, record: Dict):
         for writer in self.writers:
             writer.check_dataset(record)
+
+    def check_present_dataset(self):
+        """For a finished run's --resume, which trains nothing and so obtains no data: the files at --dataset_dir, when
+        both are there, must be those the run trained on, as for any --resume (ResumeMismatchError naming the change)."""
+        flags = self.request.flags
+        paths = dataset_paths(flags.env_name, flags.dataset_dir)
+        if all(os.path.isfile(path) for path in paths):
+            self.check_dataset(provenance.dataset_record(flags.env_name, *paths))
 
     def begin(self, dataset: Dict):
         """The first writes (each seed's metadata, see RunWriter.begin), then the logs, truncated to the start step."""

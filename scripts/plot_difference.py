@@ -7,11 +7,13 @@ seed's score as scripts/results.py computes it) with its paired t-interval over 
 Each --runs is LABEL=FOLDERS (folders comma-separated, as scripts/results.py's --runs); a row's label adds the
 dataset, the budget (gradient steps), the evaluations each seed's score averages, the setting, the seeds of each side
 and where the data came from. The method is shown at its best setting per dataset (the cell scripts/results.py
-reports). Seed i of both methods shares its batches and evaluation resets, so the interval is the paired t-interval
+reports), and a row whose setting is the best of several says so: chosen on the seeds it reports, it is biased
+upward. Seed i of both methods shares its batches and evaluation resets, so the interval is the paired t-interval
 of the seed-wise differences; Welch's interval is printed beside it as a check, and is the interval, marked
 unpaired, where the two did not score the same seeds. An interval that excludes 0 separates the two. Where the
-paper's main table has both methods on a row's dataset, a diamond marks the paper's difference (1M steps, OGBench's
-data, best of 4 α); rows without one say so.
+paper's main table has both methods on a row's dataset, a diamond marks the paper's difference: its own method's
+cell (1M steps, OGBench's data, best of 4 α) minus, for GCBC, the number it quotes from OGBench's paper, so two
+papers' runs rather than one paired cell; rows without one say so.
 """
 
 import argparse
@@ -74,6 +76,8 @@ def differences(labelled_runs, method, baseline, confidence, last_n=3):
             steps = dict(cell.runs[0].protocol).get('train_steps')
             evaluations = min(min(len(run.values), last_n) for run in cell.runs + reference.runs if len(run.values))
             setting = R.setting_label(cell.setting)
+            if cell.selected_from > 1:
+                setting += f' (best of {cell.selected_from}, chosen on these seeds)'
             origins = '; '.join(sorted({data_origin(run.data_source) for run in cell.runs + reference.runs}))
             budget = f'{steps / 1000:g}k steps, score = mean of {evaluations} evaluations{", " + setting if setting else ""}'
             seeds = f'n = {cell.n} vs {reference.n} seeds, {"paired" if found.paired else "unpaired"}'
@@ -83,11 +87,23 @@ def differences(labelled_runs, method, baseline, confidence, last_n=3):
 
 
 def interval_text(found, decimals):
-    """'+7 [-0.4, +14] paired, Welch [-0.0, +14]', or the Welch interval alone marked unpaired."""
-    paired = f'{R._signed(found.value, decimals)} {R.format_signed_interval(found.low, found.high, decimals)}'
+    """'+7 [-0.4, +14] paired, Welch [-0.0, +14]', or the Welch interval alone marked unpaired; a bound past what a
+    difference of success rates can be is cut there and marked."""
+    span = R.Intervals().difference_range
+    paired = f'{R._signed(found.value, decimals)} {R.format_signed_interval(found.low, found.high, decimals, span)}'
     if not found.paired:
         return f'{paired} Welch (unpaired)'
-    return f'{paired} paired, Welch {R.format_signed_interval(*found.welch, decimals)}'
+    return f'{paired} paired, Welch {R.format_signed_interval(*found.welch, decimals, span)}'
+
+
+def latex_labels(method, baseline):
+    return tuple(R.METHODS[m].latex if m in R.METHODS else m for m in (method, baseline))
+
+
+def paper_source(method, baseline, latex=False):
+    """What the paper's difference is made of, for the legend (`latex`: its mathtext labels) and the printed rows."""
+    name, reference = latex_labels(method, baseline) if latex else (R.method_label(m) for m in (method, baseline))
+    return paper.difference_source(name, baseline, reference)
 
 
 def plot(rows, method, baseline, confidence, path):
@@ -102,7 +118,7 @@ def plot(rows, method, baseline, confidence, path):
                       ha='center', fontsize='small')
         if reported is not None:
             axes.plot(reported, y, 'D', markerfacecolor='none', markeredgecolor='black', markersize=7,
-                      label=f"the paper's difference ({paper.MAIN_TABLE_SETTING})")
+                      label=f'the paper: {paper_source(method, baseline, latex=True)}')
             axes.annotate(f'paper {R._signed(reported, 0)}', (reported, y), textcoords='offset points', xytext=(0, -13),
                           ha='center', fontsize='x-small')
     # Room on both sides for the interval texts, which are centred on their points and wider than most intervals.
@@ -112,7 +128,7 @@ def plot(rows, method, baseline, confidence, path):
     axes.axvline(0.0, color='black', linewidth=0.8)
     axes.set_yticks(positions, [row.text() for row in rows], fontsize='x-small')
     axes.set_ylim(-0.7, len(rows) - 0.3)
-    name, reference = (R.METHODS[m].latex if m in R.METHODS else m for m in (method, baseline))
+    name, reference = latex_labels(method, baseline)
     axes.set_xlabel(f'success of {name} minus {reference} (points)\n{confidence:.0%} paired t-interval over seeds; '
                     f"Welch's beside it, as a check", fontsize='small')
     if any(row.reported is not None for row in rows):
@@ -146,7 +162,7 @@ def main(argv=None):
     plot(rows, args.method, args.baseline, args.confidence, args.out)
     for row in rows:
         against = ('no cell in the paper' if row.reported is None
-                   else f'the paper {R._signed(row.reported, 0)} ({paper.MAIN_TABLE_SETTING})')
+                   else f'the paper {R._signed(row.reported, 0)}: {paper_source(args.method, args.baseline)}')
         print(f'{row.label}; {"; ".join(row.details)}: {interval_text(row.found, 1)}; {against}')
     print(args.out)
     return 0

@@ -28,6 +28,7 @@ not, the table is refused with the differing flags named; select one with the fi
 """
 
 import argparse
+import re
 import sys
 
 from experiments import results as R
@@ -94,17 +95,25 @@ def main(argv=None):
     except (ValueError, FileNotFoundError, ConfigError) as e:
         sys.exit(f'Error: {e}')
 
-    intervals = R.Intervals(args.confidence)
+    success = bool(re.search(r'success(_last\d+)?$', args.metric))  # a success rate: its intervals cut to [0, scale]
+    intervals = R.Intervals(args.confidence, (0.0, args.scale) if success else None)
     print(R.format_latex(table, args.decimals) if latex else R.format_markdown(table, args.decimals, intervals if args.ci else None))
     print()
     rl = ', '.join(sorted(table.rl_methods)) or 'none'
     spread = f'mean [{intervals.describe()}]' if args.ci else 'mean ± std'
+    separated = ('; with intervals shown, only if it is ahead of every non-RL cell below that 95% by an interval of '
+                 'the difference (paired by seed, or Welch\'s) above 0 (an average row, which shows none, is never bold)'
+                 ) if args.ci else ''
+    clipped = (f' (clipped): the interval reaches past what a success rate x {args.scale:g} can be and is shown cut to '
+               f'[0, {args.scale:g}].') if args.ci and success else ''
     print(f'{comment}{args.metric} x {args.scale:g}, mean of the last {args.last_n} evaluations per seed; {spread} over '
           f'{table.seed_count} seeds (n=k marks a cell with fewer, or with fewer than {R.FEW_SEEDS}); best setting per '
-          f'dataset and method. Bold: within {R.BOLD_FRACTION:.0%} of the best non-RL method in the row (RL: {rl}). '
-          f'†: includes incomplete runs (no DONE, or missing evaluations). (last k): its seeds have only k < '
-          f'{args.last_n} evaluations, so their scores average those k. ‡: its seeds trained on data from different '
-          f'sources.')
+          f'dataset and method. Bold: a non-RL cell within {R.BOLD_FRACTION:.0%} of the row\'s best non-RL mean (RL: '
+          f'{rl}){separated}. †: includes incomplete runs (no DONE, or missing evaluations). (last k): its seeds have '
+          f'only k < {args.last_n} evaluations, so their scores average those k. ‡: its seeds trained on data from '
+          f'different sources.{clipped}')
+    if any(cell.selected_from > 1 for (_, method), cell in table.cells.items() if method in table.methods):
+        print(f'{comment}{R.SELECTION_LEGEND}')
     if table.unaveraged:
         print()
     for line in R.unaveraged_lines(table):

@@ -9,8 +9,10 @@ Shared helpers live in tests/helpers.py; no test module imports another."""
 import fcntl
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 
 import pytest
 
@@ -50,6 +52,34 @@ def pytest_configure(config):
         # JAX installs its at-fork warning when its backend starts; started here, every test that forks this
         # process meets pyproject.toml's filter, whichever tests ran before it.
         jax.devices()
+
+
+def pytest_sessionstart(session):
+    # A SIGTERM (a CI job's timeout, `kill`) interrupts the session as Ctrl-C does, so its teardown still ends the
+    # processes the tests started (a SIGKILL cannot be caught).
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f'{signal.Signals(signum).name}')
+
+
+@pytest.fixture(autouse=True)
+def no_started_process_outlives_its_test():
+    """What a test started with tests.helpers.start and left running ends with the test, however it ends."""
+    from tests.helpers import STARTED, end_started
+
+    before = len(STARTED)
+    yield
+    end_started(before)
+
+
+def pytest_sessionfinish(session):
+    # After the last teardown, and after an interrupted one: whatever tests.helpers.start made and is still running.
+    from tests.helpers import end_started
+
+    end_started()
 
 
 def pytest_collection_finish(session):

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -45,8 +46,59 @@ def main_command(data_dir, save_dir, *extra, env=ENV):
             f'--save_dir={save_dir}', *TINY, *extra]
 
 
-def start(command, env=None):
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+# Every process `start` made in this test process, oldest first: tests/conftest.py ends those still running (with
+# everything they started) when the test that started them ends, and the rest when the session ends or is interrupted.
+STARTED = []
+
+
+def start(command, env=None, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
+    """`command` running in a process group of its own: a Ctrl-C at the terminal reaches pytest, never it directly;
+    pytest's teardown ends it (`end_started`)."""
+    process = subprocess.Popen(command, cwd=cwd, stdout=stdout, stderr=stderr, text=True, env=env, process_group=0)
+    STARTED.append(process)
+    return process
+
+
+def process_table():
+    """{pid: (parent pid, process group)} of every process /proc lists now."""
+    table = {}
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            try:
+                with open(f'/proc/{entry}/stat') as f:
+                    fields = f.read().rsplit(')', 1)[1].split()
+            except (OSError, IndexError):
+                continue  # ended meanwhile
+            table[int(entry)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def end_started(since=0):
+    """SIGKILL every process `start` made from the `since`-th on that still runs, with every process it started (also
+    those in sessions of their own: a sweep's jobs) and every other process in its group, then reap it. (Only a
+    running leader's group is ours for sure: the number of one that has ended may be another process's now.)"""
+    ending, STARTED[since:] = STARTED[since:], []
+    running = [process for process in ending if process.poll() is None]
+    table = process_table() if running else {}
+    children = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    for process in running:
+        doomed, tree = {pid for pid, (_, group) in table.items() if group == process.pid}, [process.pid]
+        while tree:
+            pid = tree.pop()
+            doomed.add(pid)
+            tree.extend(children.get(pid, []))
+        for pid in doomed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.wait()
+    for process in ending:
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def finish(process, timeout=300):
@@ -321,6 +373,7 @@ READING_PATH = ['agents/base.py', 'agents/byol_gamma.py', 'main.py', 'utils/netw
 ENCODER_SETTING = 'Adding an encoder setting for every method'
 SPR_EXAMPLE = 'Worked example 1: SPR-cos'
 TD_VALUE_EXAMPLE = 'Worked example 2: TD-value'
+KSTEP_EXAMPLE = 'Worked example 3: K-step SPR'
 
 
 def guide_section(title):

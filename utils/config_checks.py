@@ -148,7 +148,8 @@ def check_types(config, defaults):
 # values in that order). Every field of an agent's config has a rule, so a field no rule owns is one nothing
 # reads: an error. A field read only under some settings says which (`Rule.only_when`), and a config that changes it
 # where nothing reads it is an error too. The sampler's fields have theirs (SAMPLER_RULES, the goal mixtures), for the
-# agents whose BatchSpec declares them. Agents, the sampler and the networks check nothing themselves.
+# agents whose BatchSpec declares them; an agent's own rule on such a field, or on a common one, holds beside the
+# shared rule (AllOf). Agents, the sampler and the networks check nothing themselves.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -170,6 +171,33 @@ class Rule:
             return self
         predicate, settings = self.read_if
         return Rule(self.check, self.requirement, self.example, (lambda config: predicate(transform(config)), settings))
+
+    def broken_by(self, *values) -> 'Rule':
+        """The rule `values` break (this one), None if they meet it."""
+        return None if self.check(*values) else self
+
+
+class AllOf(Rule):
+    """The rules of a field that several owners read (an agent's own rule on a sampler field, a goal mixture's or a
+    common field): a value must meet every one, and a value that breaks one is described by the first it breaks, so
+    an agent's stricter rule (`nstep >= 1`) holds beside the shared one (`nstep >= 0`) instead of being replaced by it.
+    The field is read wherever any of its owners reads it."""
+
+    def __init__(self, *rules):
+        self.rules = rules
+        conditions = [rule.read_if for rule in rules]
+        read_if = None if None in conditions else (lambda config: any(p(config) for p, _ in conditions),
+                                                    ' or '.join(dict.fromkeys(s for _, s in conditions)))
+        super().__init__(lambda *values: self.broken_by(*values) is None, rules[0].requirement, rules[0].example, read_if)
+
+    def broken_by(self, *values) -> Rule:
+        return next((rule for rule in self.rules if not rule.check(*values)), None)
+
+    def only_when(self, predicate, settings: str) -> Rule:
+        return AllOf(*(rule.only_when(predicate, settings) for rule in self.rules))
+
+    def reading(self, transform) -> Rule:
+        return AllOf(*(rule.reading(transform) for rule in self.rules))
 
 
 def is_finite_number(value) -> bool:
@@ -260,27 +288,36 @@ class RuleOwner:
 
 
 def field_rules(agent_class) -> dict:
-    """{field: Rule} of every field an agent's config may (and must, for the sampler's) hold: COMMON_RULES, the
-    agent's CONFIG_RULES and the sampler fields its BATCH declares (goal mixtures, `discount`, SAMPLER_FIELDS). A
-    goal mixture's fields are read when the agent draws it (its BATCH may draw it under some settings only), its
-    `geom_sample` when it also draws trajectory goals; `discount`, unless the agent's losses read it, when a mixture
-    draws geometric trajectory offsets."""
-    rules = {**COMMON_RULES, **{k: r for k, r in agent_class.CONFIG_RULES.items() if isinstance(k, str)}}
+    """{field: Rule} of every field an agent's config may (and must, for the sampler's) hold: the agent's CONFIG_RULES,
+    COMMON_RULES and the sampler fields its BATCH declares (goal mixtures, `discount`, SAMPLER_FIELDS). A field that
+    the agent and a shared owner both have a rule for is held to both (`AllOf`, the agent's first). A goal mixture's
+    fields are read when the agent draws it (its BATCH may draw it under some settings only), its `geom_sample` when it
+    also draws trajectory goals; `discount`, unless the agent's losses read it, when a mixture draws geometric
+    trajectory offsets."""
+    rules = {k: r for k, r in agent_class.CONFIG_RULES.items() if isinstance(k, str)}
+
+    def also(field, rule):
+        held = rules.get(field)
+        rules[field] = rule if held is None or held is rule else AllOf(held, rule)
+
+    for field, rule in COMMON_RULES.items():
+        also(field, rule)
     spec = agent_class.BATCH
     for mixture in spec.mixtures:
         drawn, when = spec.draw_condition(mixture)
         for field in MIXTURE_PROBABILITIES:
-            rules[f'{mixture}_{field}'] = probability(0.0) if drawn is None else probability(0.0).only_when(drawn, when)
-        rules[f'{mixture}_geom_sample'] = switch(False).only_when(
+            also(f'{mixture}_{field}', probability(0.0) if drawn is None else probability(0.0).only_when(drawn, when))
+        also(f'{mixture}_geom_sample', switch(False).only_when(
             functools.partial(spec.draws_trajectory_goals, mixture),
-            f'{mixture} goals come from the trajectory ({mixture}_p_trajgoal > 0{", " + when if when else ""})')
+            f'{mixture} goals come from the trajectory ({mixture}_p_trajgoal > 0{", " + when if when else ""})'))
     if spec.goals:
-        rules['goal_rule'] = one_of(*GOAL_RULES)
-    if spec.goals and 'discount' not in rules:
-        rules['discount'] = DISCOUNT_RULE.only_when(
-            spec.geometric_offsets, 'a goal mixture draws geometric trajectory offsets (<mixture>_geom_sample=True '
-                                    'and <mixture>_p_trajgoal > 0)')
-    rules.update({field: SAMPLER_RULES[field] for field in spec.reads})
+        also('goal_rule', one_of(*GOAL_RULES))
+        if 'discount' not in rules:  # an agent whose losses read it has its own rule (DISCOUNT_RULE: gamma < 1 too)
+            rules['discount'] = DISCOUNT_RULE.only_when(
+                spec.geometric_offsets, 'a goal mixture draws geometric trajectory offsets (<mixture>_geom_sample=True '
+                                        'and <mixture>_p_trajgoal > 0)')
+    for field in spec.reads:
+        also(field, SAMPLER_RULES[field])
     return rules
 
 
@@ -363,8 +400,9 @@ def validate_config(config, agent_class):
         rule = rule_for(key, agent_class)
         if isinstance(value, float) and not math.isfinite(value):
             raise _invalid(key, value, 'must be finite', rule.example if rule else "its config file's default")
-        if rule is not None and not rule.check(value):
-            raise _invalid(key, value, rule.requirement, rule.example)
+        broken = rule.broken_by(value) if rule is not None else None
+        if broken is not None:
+            raise _invalid(key, value, broken.requirement, broken.example)
     joint = {**_mixture_rules(agent_class), **{k: r for k, r in agent_class.CONFIG_RULES.items() if isinstance(k, tuple)}}
     for fields, rule in joint.items():
         if all(field in config for field in fields) and not rule.check(*(config[f] for f in fields)):

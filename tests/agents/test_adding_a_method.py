@@ -1,9 +1,9 @@
 """docs/adding_a_method.md's changes, applied for real: in a copy of the repository, the encoder setting for every
-method and both worked examples are written where the document puts them (the ENCODER_FIELDS entry and its reader in
-agents/base.py; each example's agent file, its entry at the end of configs/presets.py's METHODS, its test), the record
-command is run, and then the methods' own tests, the generic agent and config tests, and the new setting's behaviour
-are checked there. The changes touch exactly the files the document lists. An edit of the document, or of the code,
-that breaks them fails here."""
+method and the three worked examples are written where the document puts them (the ENCODER_FIELDS entry and its
+reader in agents/base.py; each example's agent file, its entry at the end of configs/presets.py's METHODS, its test),
+the record command is run, and then the methods' own tests, the generic agent and config tests, the new setting's
+behaviour and the guide's command for a method's tests are checked there. The changes touch exactly the files the
+document lists. An edit of the document, or of the code, that breaks them fails here."""
 
 import json
 import os
@@ -14,14 +14,14 @@ import sys
 
 import pytest
 
-from tests.helpers import (ENCODER_SETTING, READING_PATH, ROOT, SPR_EXAMPLE, TD_VALUE_EXAMPLE, example_blocks,
-                           placed_blocks, presets_source_with_entry)
+from tests.helpers import (ENCODER_SETTING, KSTEP_EXAMPLE, READING_PATH, ROOT, SPR_EXAMPLE, TD_VALUE_EXAMPLE,
+                           example_blocks, guide_section, placed_blocks, presets_source_with_entry)
 
 pytestmark = pytest.mark.xdist_group('adding_a_method')
 
-EXAMPLES = {SPR_EXAMPLE: 'cosine_spr', TD_VALUE_EXAMPLE: 'td_value'}
-DOCUMENTED_FILES = ['agents/base.py', 'agents/cosine_spr.py', 'agents/td_value.py', 'configs/presets.py',
-                    'tests/agents/test_cosine_spr.py', 'tests/agents/test_td_value.py']
+EXAMPLES = {SPR_EXAMPLE: 'cosine_spr', TD_VALUE_EXAMPLE: 'td_value', KSTEP_EXAMPLE: 'kstep_spr'}
+DOCUMENTED_FILES = ['agents/base.py', 'configs/presets.py'] + [path for name in EXAMPLES.values()
+                                                                for path in (f'agents/{name}.py', f'tests/agents/test_{name}.py')]
 
 
 def repository_copy(destination):
@@ -72,7 +72,7 @@ def applied(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=str(copy), JAX_PLATFORMS='cpu')
     record = subprocess.run([sys.executable, '-m', 'tests.agents.test_regression', '--record'], cwd=copy, env=env,
                             capture_output=True, text=True, timeout=600)
-    assert record.returncode == 0 and 'cosine_spr, td_value' in record.stdout, record.stdout + record.stderr[-3000:]
+    assert record.returncode == 0 and ', '.join(EXAMPLES.values()) in record.stdout, record.stdout + record.stderr[-3000:]
     return copy, env
 
 
@@ -83,22 +83,49 @@ def test_the_changes_touch_only_what_the_guide_lists(applied):
     before = json.loads(subprocess.run(['git', 'show', 'HEAD:tests/data/agent_metrics.json'], cwd=copy, capture_output=True,
                                        text=True, check=True).stdout)
     after = json.loads((copy / 'tests' / 'data' / 'agent_metrics.json').read_text())
-    assert sorted(after) == sorted([*before, 'cosine_spr', 'td_value']) and all(after[p] == before[p] for p in before)
+    assert sorted(after) == sorted([*before, *EXAMPLES.values()]) and all(after[p] == before[p] for p in before)
 
 
 def test_the_suite_passes_with_the_changes(applied):
     """The methods' own tests, and every generic test that takes the new presets, in the copy; BYOL-gamma^a's trained
     numbers equal its record there, so the new encoder setting at its default changes nothing."""
     copy, env = applied
-    tests = ['tests/agents/test_cosine_spr.py', 'tests/agents/test_td_value.py', 'tests/agents/test_agents.py',
-             'tests/agents/test_regression.py', 'tests/unit/test_config.py']
+    tests = [f'tests/agents/test_{name}.py' for name in EXAMPLES.values()] + [
+        'tests/agents/test_agents.py', 'tests/agents/test_regression.py', 'tests/unit/test_config.py']
     result = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-k',
-                             'cosine_spr or td_value or every_preset or finite_decreasing_loss and byol_gamma_a',
+                             ' or '.join(EXAMPLES.values()) + ' or every_preset or finite_decreasing_loss and byol_gamma_a',
                              *tests], cwd=copy, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
     passed = int(summary.split(' passed')[0].split()[-1])
-    assert passed >= 12 and 'failed' not in summary, result.stdout[-4000:]
+    assert passed >= 19 and 'failed' not in summary, result.stdout[-4000:]
+
+
+def test_the_guides_command_for_a_methods_tests_selects_them(applied):
+    """The guide's one command for a method's tests (`pytest -n 2 tests/unit tests/agents -k <preset>`), as the guide
+    writes it for each example's preset, collects in the copy the method's own test file (all of it) and the generic
+    tests that take its preset: its config contract, a training run (with the record of its first updates), the
+    auxiliary loss kept away from the actor head."""
+    copy, env = applied
+    documented = dict(re.findall(r'`?(\.venv/bin/python -m pytest -n 2 tests/unit tests/agents -k (\w+))`?',
+                                 guide_section(SPR_EXAMPLE) + guide_section(KSTEP_EXAMPLE)))
+    assert sorted(documented.values()) == ['cosine_spr', 'kstep_spr'], documented
+    for command, preset in documented.items():
+        words = command.split()
+        assert words[:6] == ['.venv/bin/python', '-m', 'pytest', '-n', '2', 'tests/unit'] and words[-2] == '-k'
+        collect = [sys.executable, *words[1:3], '--collect-only', '-q', '-p', 'no:cacheprovider', *words[5:]]
+        listed = subprocess.run(collect, cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+        assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-2000:]
+        selected = [line for line in listed.stdout.splitlines() if '::' in line]
+        own = [line for line in selected if line.startswith(f'tests/agents/test_{preset}.py::')]
+        assert len(own) == len(re.findall(r'^def test_', example_blocks(
+            next(title for title, name in EXAMPLES.items() if name == preset))[f'tests/agents/test_{preset}.py'],
+            flags=re.M)), own
+        for generic in (f'tests/unit/test_config.py::test_every_field_has_a_rule_and_the_sampler_reads_what_the_agent_'
+                        f'declares[{preset}]', f'tests/agents/test_agents.py::test_preset_trains_with_finite_decreasing_'
+                        f'loss[{preset}]', f'tests/agents/test_agents.py::test_auxiliary_loss_never_reaches_the_actor_'
+                        f'head[{preset}]'):
+            assert generic in selected, (generic, selected)
 
 
 SETTING_PROBE = '''

@@ -18,7 +18,7 @@ import pytest
 from runtime.dataset_files import dataset_lock, dataset_lock_path
 from runtime.provenance import sha256_file
 from runtime.subprocesses import set_up_then_exec
-from tests.helpers import bound_by_file_modes
+from tests.helpers import bound_by_file_modes, start
 
 pytestmark = pytest.mark.xdist_group('test_dataset_faults')  # its module fixtures are built once, in one worker
 
@@ -54,8 +54,7 @@ def start_main(data_dir, save_dir, *extra, setup=None):
     """main.py as a child; with `setup` (Python source), started by set_up_then_exec."""
     command = [sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data_dir}', f'--save_dir={save_dir}',
                *TINY, *extra]
-    return subprocess.Popen(command if setup is None else set_up_then_exec(setup, command), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start(command if setup is None else set_up_then_exec(setup, command))
 
 
 def finish(process, timeout=300):
@@ -97,9 +96,8 @@ def test_two_mains_needing_the_same_missing_file_both_train_on_the_same_bytes(sm
 def main_waiting_for_the_lock(data, tmp_path, log):
     """main.py started on `data` (its output into `log`), once it says it waits for the dataset's lock."""
     with open(log, 'w') as output:
-        process = subprocess.Popen([sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data}',
-                                    f'--save_dir={tmp_path / "runs"}', *TINY], cwd=ROOT, stdout=output,
-                                   stderr=subprocess.STDOUT, text=True)
+        process = start([sys.executable, 'main.py', f'--env_name={ENV}', f'--dataset_dir={data}',
+                         f'--save_dir={tmp_path / "runs"}', *TINY], stdout=output, stderr=subprocess.STDOUT)
     deadline = time.time() + 120
     while 'waiting for it to finish' not in log.read_text():
         assert process.poll() is None and time.time() < deadline, log.read_text()[-3000:]
@@ -143,8 +141,7 @@ def test_a_process_whose_generator_was_killed_says_so_and_obtains_the_files_itse
     that process ended without writing it (before: "the other process finished after 8 s", then regenerating), then
     regenerates the file from the train file's provenance and trains on it."""
     data = copy_data(small_data, tmp_path / 'data', names=(TRAIN,))
-    holder = subprocess.Popen([sys.executable, '-c', LOCK_HOLDER, ENV, str(data)], cwd=ROOT, stdout=subprocess.PIPE,
-                              text=True)
+    holder = start([sys.executable, '-c', LOCK_HOLDER, ENV, str(data)], stderr=None)
     try:
         assert holder.stdout.readline().strip() == 'holding'
         log = tmp_path / 'main.log'
@@ -248,9 +245,8 @@ def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path, sig, code, 
     # As from a terminal: Ctrl-C at its default however this suite was started (a shell's background job, nohup,
     # passes SIGINT ignored to its children; an ignored signal stays ignored across exec, a handled one does not).
     interactive = 'import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)'
-    process = subprocess.Popen(set_up_then_exec(interactive, [sys.executable, 'scripts/generate_dataset.py',
-                                                              f'--env_name={ENV}', f'--dataset_dir={data}']),
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = start(set_up_then_exec(interactive, [sys.executable, 'scripts/generate_dataset.py', f'--env_name={ENV}',
+                                                   f'--dataset_dir={data}']))
     lock = dataset_lock_path(ENV, str(data))
     deadline = time.time() + 120
     while not os.path.exists(lock):  # generating (5000 episodes: minutes)
@@ -296,8 +292,7 @@ def test_two_generations_of_the_same_missing_dataset_both_succeed(small_data, tm
     data = tmp_path / 'data'
     command = [sys.executable, 'scripts/generate_dataset.py', f'--env_name={ENV}', f'--dataset_dir={data}',
                '--num_episodes=60', '--num_val_episodes=6']
-    processes = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for _ in range(2)]
+    processes = [start(command) for _ in range(2)]
     results = [finish(process) for process in processes]
     for code, out, err in results:
         assert code == 0 and f'Wrote {data / TRAIN} and {data / VAL}' in out, err[-3000:]

@@ -76,7 +76,8 @@ from typing import List, Tuple
 
 import pytest
 
-from tests.helpers import SPR_EXAMPLE, TD_VALUE_EXAMPLE, example_blocks, module_from_source, presets_source_with_entry
+from tests.helpers import (KSTEP_EXAMPLE, SPR_EXAMPLE, TD_VALUE_EXAMPLE, example_blocks, module_from_source,
+                           presets_source_with_entry)
 
 pytestmark = pytest.mark.xdist_group('test_docs')  # its sandbox is built once, in one worker
 
@@ -109,7 +110,7 @@ NOT_RUN = [
                                                  'tests/agents/test_adding_a_method.py runs it in a copy of the '
                                                  'repository with the worked example applied'),
     (r'class CosineSPRAgent|cosine_spr.: Method\(|from agents\.cosine_spr import|class TDValueAgent|td_value.: Method\('
-     r'|from agents\.td_value import',
+     r'|from agents\.td_value import|class KStepSPRAgent|kstep_spr.: Method\(|from agents\.kstep_spr import',
      "a file of one of docs/adding_a_method.md's worked examples: tests/agents/test_adding_a_method.py writes it where "
      'the page says and runs its tests'),
     (r"'encoder_activation': EncoderField|activation=getattr\(nn, config\.encoder_activation\)",
@@ -429,7 +430,8 @@ def path_problems(page):
     headings that do not exist."""
     with open(os.path.join(ROOT, page)) as f:
         text = f.read()
-    created = set(example_blocks(SPR_EXAMPLE)) | set(example_blocks(TD_VALUE_EXAMPLE))  # files the reader creates
+    # files the reader creates
+    created = {path for title in (SPR_EXAMPLE, TD_VALUE_EXAMPLE, KSTEP_EXAMPLE) for path in example_blocks(title)}
     problems = []
     for match in REPO_PATH.finditer(text):
         path = match.group(1)

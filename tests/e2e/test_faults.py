@@ -83,6 +83,10 @@ def test_resume_continues_exactly_or_refuses(pointmaze_data_dir, tmp_path, capsy
         # Other files (one byte appended to the val file) for an extension: refused when the data are found.
         'data': ([f'--dataset_dir={tmp_path / "other-data"}', '--train_steps=60'],
                  ['on other data than it was trained on: val data (', 'sha256 ']),
+        # The same files for the finished run as it is, which has nothing to train: refused all the same (it used to
+        # say "already finished ... nothing to do").
+        'finished-data': ([f'--dataset_dir={tmp_path / "other-data"}'],
+                          ['on other data than it was trained on: val data (', 'sha256 ']),
     }
     shutil.copytree(pointmaze_data_dir, tmp_path / 'other-data')
     with open(tmp_path / 'other-data' / f'{ENV}-val.npz', 'ab') as f:
@@ -335,7 +339,7 @@ TIME_LIMIT, RESUMED_TIME_LIMIT = 10, 5
 def start_logged(command, log_path):
     """A process whose output goes to `log_path`, for a test to read while it runs."""
     with open(log_path, 'w') as log:
-        return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+        return start(command, stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_for_text(path, text, process, timeout=120):

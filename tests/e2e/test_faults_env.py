@@ -100,8 +100,7 @@ def test_an_empty_folder_flag_is_refused_not_read_as_the_working_directory(tmp_p
     work.mkdir()
     empty = {'save_dir': main_command(pointmaze_data_dir, '', *BUDGET),
              'dataset_dir': main_command('', tmp_path / 'runs', *BUDGET, '--generate_dataset')}
-    processes = {name: subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for name, command in empty.items()}
+    processes = {name: start(command, cwd=work) for name, command in empty.items()}
     sweep = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=s', '--method=gcbc',
                             f'--envs={ENV}', '--save_dir=', '--dry_run'], cwd=work, capture_output=True, text=True,
                            timeout=300)

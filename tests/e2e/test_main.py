@@ -17,6 +17,7 @@ from main import request_of
 from runtime.checkpoints import CHECKPOINT_NAME, checkpoint_step
 from runtime.exits import EXIT_TIME_LIMIT
 from tests.helpers import MAIN_PROCESS, OPTIMIZED_XLA_ENV
+from tests.helpers import start as start_process
 
 pytestmark = pytest.mark.xdist_group('test_main')  # its module fixtures are built once, in one worker
 
@@ -36,8 +37,7 @@ def main_args(dataset_dir, save_dir, *extra):
 
 
 def start(args, env=None, cwd=ROOT):
-    return subprocess.Popen(list(args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=None if env is None else dict(os.environ, **env))
+    return start_process(list(args), cwd=cwd, env=None if env is None else dict(os.environ, **env))
 
 
 def finish(process, check=True, timeout=600):

@@ -20,6 +20,7 @@ import pytest
 
 from runtime.run_dir import CHECKPOINT_NAME
 from tests.helpers import ROOT, STUB_MAIN
+from tests.helpers import start as start_process
 
 pytestmark = pytest.mark.xdist_group('slurm')  # one worker runs them, one after the other, on the one cluster
 
@@ -78,7 +79,7 @@ def sweep_command(name, save_dir, data_dir, main_flags, *options, methods=('gcbc
 
 
 def start(command, env):
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return start_process(command, env=env, stderr=subprocess.STDOUT)
 
 
 def finish(process, timeout=300):

@@ -18,7 +18,7 @@ import pytest
 
 from experiments import sweep
 from scripts import sweep as sweep_cli
-from tests.helpers import STUB_MAIN
+from tests.helpers import STUB_MAIN, start
 from utils.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -256,11 +256,10 @@ def test_a_local_sweep_prints_each_start_and_end_and_the_steps_its_running_jobs_
 
 def test_interrupt_stops_runs_with_sigterm(tmp_path, stub_main, pointmaze_data_dir):
     env = dict(os.environ, STUB_WAIT='1')
-    process = subprocess.Popen(
+    process = start(
         [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=int', f'--envs={ENV}', '--method=gcbc',
          '--seeds=0-2', f'--save_dir={tmp_path}', '--workers=2', f'--main={stub_main}', '--',
-         f'--dataset_dir={pointmaze_data_dir}', '--nodownload'],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+         f'--dataset_dir={pointmaze_data_dir}', '--nodownload'], stderr=subprocess.STDOUT, env=env)
     started = [tmp_path / 'int' / f'gcbc_{ENV}_sd{seed}' / 'STARTED' for seed in (0, 1)]
     deadline = time.time() + 60
     while not all(p.exists() for p in started):
@@ -496,9 +495,8 @@ def test_two_sweeps_into_one_folder_report_their_own_failure(tmp_path, stub_main
     log, led by main.py's Error paragraph, with none of the first sweep's lines."""
     flags = ['--name=shared', f'--envs={ENV}', '--method=gcbc', '--seeds=0', f'--save_dir={tmp_path}', '--workers=1',
              f'--main={stub_main}', '--', f'--dataset_dir={pointmaze_data_dir}', '--nodownload']
-    first = subprocess.Popen([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), *flags], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=dict(os.environ, STUB_LOCK='1'))
+    first = start([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), *flags], stderr=subprocess.STDOUT,
+                  env=dict(os.environ, STUB_LOCK='1'))
     try:
         started, deadline = tmp_path / 'shared' / f'gcbc_{ENV}_sd0' / 'STARTED', time.time() + 60
         while not started.exists():

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.helpers import MAIN_PROCESS
+from tests.helpers import MAIN_PROCESS, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = 'pointmaze-medium-stitch-v0'
@@ -162,8 +162,7 @@ def test_a_killed_runs_wandb_history_is_whole_after_resume(tmp_path, pointmaze_d
               '--run_name=k']
     env = dict(os.environ, WANDB_API_KEY='', WANDB_SILENT='true')
     run_dir = tmp_path / 'default' / 'k'
-    process = subprocess.Popen([*common, '--train_steps=100000000'], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = start([*common, '--train_steps=100000000'], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (run_dir / 'checkpoint.msgpack').exists():
         assert process.poll() is None and time.time() < deadline

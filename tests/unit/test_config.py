@@ -329,3 +329,48 @@ def test_every_config_field_has_a_one_line_comment(preset):
     assert not undocumented, f'{preset}: fields without a comment: {undocumented}'
     listing = config_listing(config, f'configs/presets.py:{preset}')
     assert len(listing.splitlines()) == 1 + len(config) and '(no comment' not in listing
+
+
+KSTEP_CONFIG_FILE = '''
+import ml_collections
+from agents.base import encoder_fields
+from utils.training import goal_mixture
+
+
+def get_config():
+    return ml_collections.ConfigDict(dict(agent_name='kstep_rollout', lr=3e-4, batch_size=1024, **encoder_fields(),
+                                          alpha=1.0, frame_stack=1, p_aug=0.0, goal_rule='ogbench',
+                                          **goal_mixture('actor'), nstep=3))
+'''
+
+
+def test_an_agents_stricter_rule_on_a_sampler_field_holds_beside_the_samplers(tmp_path, monkeypatch):
+    """A new agent (a K-step latent rollout) reads the sampler's `nstep` and needs at least one step: its own rule,
+    `nstep >= 1`, holds beside the sampler's `nstep >= 0` (replaced by it, `nstep=0` would pass the
+    request check and crash in the sampler), and main.py's request check refuses `--agent.nstep=0` with one
+    paragraph naming that one field and the agent's requirement, before it writes anything."""
+    import agents
+    from agents.base import BCAgent
+
+    class KStepRolloutAgent(BCAgent):
+        CONFIG_RULES = {'nstep': at_least(1, 3)}
+        BATCH = BCAgent.BATCH.with_(reads=['nstep'])
+
+    registered = agents.agent_classes()
+    monkeypatch.setattr(agents, 'agent_classes', lambda: {**registered, 'kstep_rollout': KStepRolloutAgent})
+    config_file = tmp_path / 'kstep.py'
+    config_file.write_text(KSTEP_CONFIG_FILE)
+    save_dir = tmp_path / 'runs'
+    command = ['main.py', f'--agent={config_file}', f'--dataset_dir={tmp_path}', '--nodownload', f'--save_dir={save_dir}']
+    assert request_of(command + ['--agent.nstep=1']).config.nstep == 1
+    for bad in (0, -1):
+        with pytest.raises(ConfigError) as error:
+            request_of(command + [f'--agent.nstep={bad}'])
+        paragraph = str(error.value)
+        assert f'agent.nstep={bad} is invalid: it must be >= 1' in paragraph and '\n' not in paragraph, paragraph
+        assert re.findall(r'agent\.(\w+)=', paragraph) == ['nstep'] * paragraph.count('agent.'), paragraph
+    assert not save_dir.exists()
+    # The shared rule still holds for the agent, and a common field's rule composes the same way.
+    rules = field_rules(KStepRolloutAgent)
+    assert not rules['nstep'].check(-1) and not rules['nstep'].check(0) and rules['nstep'].check(2)
+    assert rules['batch_size'].broken_by(0).requirement == 'must be >= 1'

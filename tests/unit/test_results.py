@@ -1,7 +1,9 @@
 """Results tables and learning curves from synthetic run directories (no training)."""
 
 import csv
+import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -17,6 +19,13 @@ from scripts import results as results_cli
 MAZE = 'antmaze-medium-stitch-v0'
 HUMANOID = 'humanoidmaze-medium-stitch-v0'
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def half_away(value, decimals=0, signed=False):
+    """`value` rounded as a reader rounds, a tie away from zero, with '+' for a positive one when `signed`: an
+    independent check of the tables' rounding (the float's error, ~1e-13 here, is absorbed by the 1e-9)."""
+    magnitude = math.floor(abs(value) * 10 ** decimals + 0.5 + 1e-9) / 10 ** decimals
+    return ('-' if value < 0 else '+' if signed and value > 0 else '') + f'{magnitude:.{decimals}f}'
 
 
 def write_run(root, env, preset, seed, successes, alpha=None, done=True, steps=None, seed_column=None,
@@ -92,11 +101,11 @@ def test_table_numbers_and_best_alpha(sweep_dir):
     alpha1 = [c for c in cells[('antmaze-medium-stitch', 'byol_gamma_a')] if c.setting == (('alpha', 1.0),)][0]
     assert alpha1.mean == pytest.approx(41.0) and alpha1.n == 3
     rows = markdown_rows(R.format_markdown(table))
-    assert rows['antmaze-medium-stitch'][0] == '**62** ± 2'
-    assert rows['humanoidmaze-medium-stitch'][0] == '**30** ± 0'
+    assert rows['antmaze-medium-stitch'][0] == '**62** ± 2 (best of 2)'  # alpha 6, chosen over alpha 1 on these seeds
+    assert rows['humanoidmaze-medium-stitch'][0] == '**30** ± 0 (best of 2)'
     assert rows['antmaze-medium-stitch'][2] == '50 ± 0 (n=2) †'  # 2 of 3 seeds, one unfinished
     settings = markdown_rows(R.format_settings(table))
-    assert settings['antmaze-medium-stitch'][0] == 'α=6' and settings['humanoidmaze-medium-stitch'][0] == 'α=1'
+    assert settings['antmaze-medium-stitch'][0] == 'α=6 (best of 2)' and settings['humanoidmaze-medium-stitch'][0] == 'α=1 (best of 2)'
 
 
 def test_bolding_rule(sweep_dir):
@@ -105,8 +114,8 @@ def test_bolding_rule(sweep_dir):
     assert R.row_marks({'a': 60.0, 'fb': 90.0}, rl_methods=frozenset()) == {'a': '', 'fb': 'best'}
     _, table = table_for(sweep_dir)
     rows = markdown_rows(R.format_markdown(table))
-    assert rows['antmaze-medium-stitch'] == ['**62** ± 2', '**59** ± 0', '50 ± 0 (n=2) †', '90 ± 0']
-    assert rows['humanoidmaze-medium-stitch'] == ['**30** ± 0', '·', '28 ± 0 (n=2)', '10 ± 0']
+    assert rows['antmaze-medium-stitch'] == ['**62** ± 2 (best of 2)', '**59** ± 0', '50 ± 0 (n=2) †', '90 ± 0']
+    assert rows['humanoidmaze-medium-stitch'] == ['**30** ± 0 (best of 2)', '·', '28 ± 0 (n=2)', '10 ± 0']
     # Averages need every dataset of the method: TRA ran on one only.
     assert rows['average'] == ['**46**', '·', '39', '50']
 
@@ -182,7 +191,7 @@ def test_bad_input_errors(sweep_dir, tmp_path, capsys):
 def test_results_cli(sweep_dir, capsys):
     assert results_cli.main([f'--runs={sweep_dir}', '--details']) == 0
     out = capsys.readouterr().out
-    assert '| antmaze-medium-stitch | **62** ± 2 | **59** ± 0 | 50 ± 0 (n=2) † | 90 ± 0 |' in out
+    assert '| antmaze-medium-stitch | **62** ± 2 (best of 2) | **59** ± 0 | 50 ± 0 (n=2) † | 90 ± 0 |' in out
     assert 'Incomplete runs, or runs with fewer than 3 evaluations (1):' in out and 'gcbc_antmaze-medium-stitch-v0_sd1 (seed 1): running or stopped, last evaluation at step 300 of 1000' in out
     assert 'antmaze-medium-stitch byol_gamma_a [α=1]: 41 ± 1 (n=3, unfinished 0)' in out
     assert results_cli.main([f'--runs={sweep_dir}', '--format=latex']) == 0
@@ -337,7 +346,7 @@ def test_a_cell_of_runs_with_2_evaluations_says_last_2(tmp_path, capsys):
                   steps=[100, 150, 200])
     assert results_cli.main([f'--runs={tmp_path}', '--ci', '--baseline=gcbc_phi', '--per_task']) == 0
     out = capsys.readouterr().out
-    gcbc_row = next(line for line in out.splitlines() if line.startswith('| antmaze-medium-stitch | **'))
+    gcbc_row = next(line for line in out.splitlines() if line.startswith('| antmaze-medium-stitch | ') and '[' in line)
     assert gcbc_row.count('(last 2)') == 1 and '†' not in gcbc_row, gcbc_row
     assert '(last k): its seeds have only k < 3 evaluations' in out
     assert '| antmaze-medium-stitch | GCBC | - | 3 (last 2) | 25 |' in out
@@ -471,8 +480,10 @@ def test_per_task_table_and_ci_in_the_cli(tmp_path, capsys):
     assert results_cli.main([f'--runs={root}', '--ci', '--per_task']) == 0
     out = capsys.readouterr().out
     low, high = R.t_interval([60.0, 50.0])
-    assert f'| antmaze-medium-stitch | **55** [{low:.0f}, {high:.0f}] (n=2) |' in out
-    assert f'| antmaze-medium-stitch | GCBC | - | 2 | 55 | [{low:.0f}, {high:.0f}] | 30 | 80 |' in out
+    assert low < 0 and high > 100  # 55 ± 12.7 x 5: past what a success rate can be, so shown cut to [0, 100]
+    assert '| antmaze-medium-stitch | 55 [0, 100] (clipped) (n=2) |' in out  # alone in its row: nothing to be bold over
+    assert '| antmaze-medium-stitch | GCBC | - | 2 | 55 | [0, 100] (clipped) | 30 | 80 |' in out
+    assert '(clipped): the interval reaches past what a success rate x 100 can be and is shown cut to [0, 100].' in out
     assert '95% Student-t interval of the mean over seeds' in out
 
 
@@ -506,20 +517,23 @@ def test_comparison_against_a_baseline_in_the_cli(tmp_path, capsys):
     assert '| − GCBC | 95% paired interval | 95% Welch interval |' in out and 'paired t-interval over seeds' in out
     reference = 100 * np.array(gcbc)
     gcbc_low, gcbc_high = R.t_interval(reference)
-    assert f'| antmaze-medium-stitch | GCBC | - | 4 | 18 | [{gcbc_low:.0f}, {gcbc_high:.0f}] | (baseline) | | |' in out
+    assert (f'| antmaze-medium-stitch | GCBC | - | 4 | 18 | [{half_away(gcbc_low)}, {half_away(gcbc_high)}] | (baseline) '
+            f'| | |') in out
     for alpha, values in byol.items():  # every alpha is listed, not only the best one
         scores = 100 * np.array(values)
         low, high = R.paired_interval(scores, reference)
         welch_low, welch_high = R.welch_interval(scores, reference)
         difference = scores.mean() - reference.mean()
         ci_low, ci_high = R.t_interval(scores)
-        assert (f'| antmaze-medium-stitch | BYOL-γ^a | α={alpha} | 4 | {scores.mean():.0f} | [{ci_low:.0f}, {ci_high:.0f}] | '
-                f'{difference:+.0f} | [{low:+.0f}, {high:+.0f}] | [{welch_low:+.0f}, {welch_high:+.0f}] |') in out
+        signed = functools.partial(half_away, signed=True)
+        assert (f'| antmaze-medium-stitch | BYOL-γ^a | α={alpha} | 4 | {half_away(scores.mean())} | [{half_away(ci_low)}, '
+                f'{half_away(ci_high)}] | {signed(difference)} | [{signed(low)}, {signed(high)}] | [{signed(welch_low)}, '
+                f'{signed(welch_high)}] |') in out
     assert R.paired_interval(100 * np.array(byol[1]), reference)[0] > 0  # alpha 1 separates from GCBC
     unpaired = 100 * np.array([0.2, 0.3, 0.25])
     welch_low, welch_high = R.welch_interval(unpaired, reference)
-    welch = f'[{welch_low:+.0f}, {welch_high:+.0f}]'
-    assert (f'| α=40 | 3 | 25 | [{R.t_interval(unpaired)[0]:.0f}, {R.t_interval(unpaired)[1]:.0f}] | +8 | '
+    welch = f'[{half_away(welch_low, signed=True)}, {half_away(welch_high, signed=True)}]'
+    assert (f'| α=40 | 3 | 25 | [{half_away(R.t_interval(unpaired)[0])}, {half_away(R.t_interval(unpaired)[1])}] | +8 | '
             f'{welch} (unpaired: seeds 2, 3, 4 in one only; Welch) | {welch} |') in out
     with pytest.raises(SystemExit, match="Baseline 'tra' has no runs here; methods found: byol_gamma_a, gcbc"):
         results_cli.main([f'--runs={root}', '--baseline=tra'])
@@ -587,9 +601,11 @@ def test_runs_at_different_protocols_are_never_compared(tmp_path):
 
 
 def test_the_difference_figure_pairs_by_seed_and_sets_the_paper_beside_it(tmp_path, capsys):
-    """scripts/plot_difference.py: a row per dataset naming budget, evaluations, seeds and data; the paired interval
-    with Welch's beside it, Welch's alone marked unpaired where the seeds differ; the paper's difference where its main
-    table has the dataset, and 'no cell in the paper' where not."""
+    """scripts/plot_difference.py: a row per dataset naming budget, evaluations, setting (marked where it is the best
+    of several, chosen on these seeds), seeds and data; the paired interval with Welch's beside it, Welch's alone
+    marked unpaired where the seeds differ; the paper's difference where its main table has the dataset, said for
+    what it is (its own BYOL-gamma^a cell minus the GCBC number it quotes from OGBench), and 'no cell in the paper'
+    where not."""
     from scripts import plot_difference
 
     root = str(tmp_path / 'runs')
@@ -597,6 +613,7 @@ def test_the_difference_figure_pairs_by_seed_and_sets_the_paper_beside_it(tmp_pa
     for seed in range(4):
         write_run(root, MAZE, 'gcbc', seed, [gcbc[seed]] * 3)
         write_run(root, MAZE, 'byol_gamma_a', seed, [byol[seed]] * 3, alpha=1)
+        write_run(root, MAZE, 'byol_gamma_a', seed, [gcbc[seed]] * 3, alpha=6)  # worse: alpha 1 is the best of 2
         write_run(root, 'pointmaze-medium-stitch-v0', 'gcbc', seed, [gcbc[seed]] * 3)
         if seed != 3:  # BYOL-gamma^a's seed 3 missing on pointmaze: the seeds do not pair
             write_run(root, 'pointmaze-medium-stitch-v0', 'byol_gamma_a', seed, [byol[seed]] * 3, alpha=1)
@@ -604,13 +621,16 @@ def test_the_difference_figure_pairs_by_seed_and_sets_the_paper_beside_it(tmp_pa
     out = capsys.readouterr().out.splitlines()
     scores, reference = 100 * np.array(byol), 100 * np.array(gcbc)
     paired, welch = R.paired_interval(scores, reference), R.welch_interval(scores, reference)
-    assert out[0] == (f'T: antmaze-medium-stitch; 1k steps, score = mean of 3 evaluations, α=1; n = 4 vs 4 seeds, paired; '
-                      f'data: unrecorded: +{scores.mean() - reference.mean():.1f} [+{paired[0]:.1f}, +{paired[1]:.1f}] '
-                      f'paired, Welch [+{welch[0]:.1f}, +{welch[1]:.1f}]; the paper +13 ({paper.MAIN_TABLE_SETTING})')
+    signed = functools.partial(half_away, decimals=1, signed=True)
+    assert out[0] == (f'T: antmaze-medium-stitch; 1k steps, score = mean of 3 evaluations, α=1 (best of 2, chosen on '
+                      f'these seeds); n = 4 vs 4 seeds, paired; data: unrecorded: {signed(scores.mean() - reference.mean())} '
+                      f'[{signed(paired[0])}, {signed(paired[1])}] paired, Welch [{signed(welch[0])}, {signed(welch[1])}]; '
+                      f"the paper +13: its BYOL-γ^a ({paper.MAIN_TABLE_SETTING}) minus the GCBC number it quotes from "
+                      f"OGBench")
     unpaired = R.welch_interval(scores[:3], reference)
     assert out[1] == ('T: pointmaze-medium-stitch; 1k steps, score = mean of 3 evaluations, α=1; n = 3 vs 4 seeds, '
-                             f'unpaired; data: unrecorded: +{scores[:3].mean() - reference.mean():.1f} '
-                             f'[{unpaired[0]:+.1f}, {unpaired[1]:+.1f}] Welch (unpaired); no cell in the paper')
+                             f'unpaired; data: unrecorded: {signed(scores[:3].mean() - reference.mean())} '
+                             f'[{signed(unpaired[0])}, {signed(unpaired[1])}] Welch (unpaired); no cell in the paper')
     assert out[2] == f'{tmp_path}/difference.png' and os.path.getsize(out[2]) > 10_000
     assert plot_difference.data_origin("generated (this project's SAC ant expert (not OGBench's expert), v0.4.0, seed 0, "
                                        "5000+500 episodes)") == "data generated by this project's SAC ant expert (not OGBench's expert)"
@@ -627,3 +647,80 @@ def test_the_paper_table_in_code_is_the_one_method_md_prints():
     assert paper.main_table_difference('antmaze-medium-stitch', 'byol_gamma_a', 'gcbc') == 13.0
     assert paper.main_table_difference('pointmaze-large-stitch', 'byol_gamma_a', 'gcbc') is None
     assert paper.main_table_difference('antmaze-medium-stitch', 'hgcbc', 'gcbc') is None
+
+
+# ---- what a shown number claims: its rounding, its range, its bold, its selection ------------------------------
+
+
+def test_ties_round_away_from_zero_as_a_reader_rounds():
+    """A tie prints as a reader rounds it, however float arithmetic reached it: the committed CPU record's +6.75 came
+    out of a difference of means as 6.7499999999999964 and printed +6.7 (round-half-even of the float); 11.55 as
+    11.549999999999997 printed 11.5. A value a hair from a tie keeps its side."""
+    assert R._signed(6.7499999999999964, 1) == '+6.8' and R._signed(11.549999999999997, 1) == '+11.6'
+    assert R._signed(-17.125000000000007, 2) == '-17.13' and R._number(22.5, 0) == '23' and R._number(23.5, 0) == '24'
+    assert R._number(6.7499, 1) == '6.7' and R._number(6.7501, 1) == '6.8' and R._signed(-0.25, 0) == '-0.3'
+    assert R._number(float('nan'), 1) == 'NaN' and R._number(100.0, 0) == '100' and R._number(0.0, 2) == '0.00'
+    # The CPU record's own difference, from its files, prints as its exact value rounds.
+    best = R.best_cells(R.group_cells(R.load_runs([os.path.join(ROOT, 'results', 'cpu_stitch_6k')])))
+    found = R.difference(best[('pointmaze-large-stitch', 'byol_gamma_a')], best[('pointmaze-large-stitch', 'gcbc')])
+    assert found.value != 6.75 and abs(found.value - 6.75) < 1e-12 and R._signed(found.value, 1) == '+6.8'
+
+
+def test_a_shown_interval_is_cut_to_what_a_success_rate_can_be_and_says_so():
+    assert R.format_interval(-80.4, 192.0, 0, (0.0, 100.0)) == '[0, 100] (clipped)'
+    assert R.format_interval(3.0, 104.0, 0, (0.0, 100.0)) == '[3, 100] (clipped)'
+    assert R.format_interval(3.0, 99.6, 0, (0.0, 100.0)) == '[3, 100]'  # rounds to the end, not past it: not cut
+    assert R.format_interval(-80.4, 192.0, 0) == '[-80, 192]'  # a metric without a range
+    assert R.format_signed_interval(-130.0, 20.0, 0, R.Intervals().difference_range) == '[-100, +20] (clipped)'
+
+
+def test_bold_with_intervals_only_where_they_separate(tmp_path, capsys):
+    """With intervals shown, a cell within 95% of the row's best is bold only if it is ahead of every non-RL cell
+    below that 95% by an interval of the difference above 0: 2 seeds of 56 [-80, 192] against 30 are not bold (the
+    paper's rule alone made it so), 8 seeds that separate are; a cell alone in its row is not bold; without
+    intervals the paper's rule stands."""
+    root = str(tmp_path / 'two')
+    for seed, (a, b) in enumerate([(0.45, 0.30), (0.67, 0.30)]):
+        write_run(root, MAZE, 'byol_gamma_a', seed, [a] * 3, alpha=1)
+        write_run(root, MAZE, 'gcbc', seed, [b] * 3)
+    assert results_cli.main([f'--runs={root}', '--ci']) == 0
+    row = markdown_rows(capsys.readouterr().out.split('\n\n')[0])['antmaze-medium-stitch']
+    assert row == ['56 [0, 100] (clipped) (n=2)', '30 [30, 30] (n=2)'], row
+    assert results_cli.main([f'--runs={root}']) == 0
+    assert markdown_rows(capsys.readouterr().out.split('\n\n')[0])['antmaze-medium-stitch'][0].startswith('**56**')
+    root = str(tmp_path / 'eight')
+    for seed in range(8):
+        write_run(root, MAZE, 'byol_gamma_a', seed, [0.55 + seed / 100] * 3, alpha=1)
+        write_run(root, MAZE, 'tra', seed, [0.56 + seed / 100] * 3, alpha=10)
+        write_run(root, MAZE, 'gcbc', seed, [0.30 + (seed % 3) / 100] * 3)
+        write_run(root, MAZE, 'fb', seed, [0.9] * 3)  # RL: never bold, and no cell needs to be ahead of it
+    _, table = table_for(root)
+    rows = markdown_rows(R.format_markdown(table, ci=R.Intervals()))
+    assert [cell.startswith('**') for cell in rows['antmaze-medium-stitch']] == [True, True, False, False]
+    alone = str(tmp_path / 'alone')
+    for seed in range(8):
+        write_run(alone, MAZE, 'gcbc', seed, [0.5 + seed / 100] * 3)
+    _, table = table_for(alone)
+    assert not markdown_rows(R.format_markdown(table, ci=R.Intervals()))['antmaze-medium-stitch'][0].startswith('**')
+
+
+def test_a_setting_selected_on_the_same_seeds_says_so_wherever_it_is_shown(tmp_path, capsys):
+    """A cell that is the best of several settings says 'best of k' in the table, the per-task and per-seed tables,
+    the chosen settings and the baseline's row, and the legend says what that costs; a single setting says nothing."""
+    root = str(tmp_path)
+    for seed in range(3):
+        for alpha, value in ((1, 0.3), (6, 0.4), (40, 0.2), (100, 0.1)):
+            write_run(root, MAZE, 'byol_gamma_a', seed, [value + seed / 100] * 3, alpha=alpha)
+        write_run(root, MAZE, 'gcbc', seed, [0.2 + seed / 100] * 3)
+    assert results_cli.main([f'--runs={root}', '--ci', '--per_task', '--per_seed', '--baseline=byol_gamma_a,gcbc']) == 0
+    out = capsys.readouterr().out
+    main_row = markdown_rows(out.split('\n\n')[0])['antmaze-medium-stitch']
+    assert main_row[0].endswith(' (best of 4)') and 'best of' not in main_row[1], main_row
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=6 (best of 4) | 3 | 41 |' in out  # per task
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=6 (best of 4) | 0: 40, 1: 41, 2: 42 |' in out  # per seed
+    assert '| antmaze-medium-stitch | α=6 (best of 4) | - |' in out  # chosen settings
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=6 (best of 4) | 3 | 41 |' in out.split('Against')[1]  # baseline
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 | 3 | 31 |' in out.split('Against')[2]  # every setting, unmarked
+    assert R.SELECTION_LEGEND in out and 'chosen on the very seeds the cell reports' in R.SELECTION_LEGEND
+    assert results_cli.main([f'--runs={root}', '--methods=gcbc']) == 0
+    assert R.SELECTION_LEGEND not in capsys.readouterr().out
