@@ -188,8 +188,8 @@ def beside_training(preset, env, make_envs, policy, seeds, args):
     from utils.training import DeviceDataset
 
     raw = synthetic_dataset(env.observation_space.shape[0], env.action_space.shape[0], num_episodes=100, length=201)
-    state, run, _, _ = compile_training(preset, 1, raw, DeviceDataset.from_numpy(**raw), args.train_batch_size,
-                                        args.steps_per_call)
+    state, run, _ = compile_training(preset, 1, raw, DeviceDataset.from_numpy(**raw), args.train_batch_size,
+                                     args.steps_per_call)
     state, infos = run(state)  # a first call outside the timed region
     jax.device_get(infos)
     stop, updates = threading.Event(), []
