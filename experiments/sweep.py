@@ -790,7 +790,9 @@ def summarize_local(outcomes: Sequence[JobOutcome]) -> Tuple[str, int]:
 IGNORE_SIGUSR2 = 'import signal; signal.signal(signal.SIGUSR2, signal.SIG_IGN)'
 
 
-EXCERPT_BEGIN, EXCERPT_END = "--- this attempt's log ---", '--- end of log excerpt ---'
+# The line MainCommand appends to a job's log when its main.py ends: how the attempt ended. The launcher reads it,
+# with the runs' own DONE files, once the job's state says it ended (it never unpickles submitit's result file).
+OUTCOME = '=== outcome: '
 SLURM_MAX_REQUEUES = 20
 
 
@@ -826,11 +828,24 @@ class MainCommand:
         self._at_time_limit = False
 
     def __call__(self, command: Sequence[str], log_path: str) -> str:
+        from submitit.core.utils import UncompletedJobError
+
+        try:
+            message = self.run(command, log_path)
+        except UncompletedJobError as e:  # submitit's handler, raised in this thread: main.py saved, no requeue
+            message = str(e)
+        with open(log_path, 'a') as log:
+            log.write(f'{OUTCOME}{message}\n')
+        if message != 'main.py exited with status 0':
+            raise RuntimeError(f'{message} Log: {log_path}')
+        return log_path
+
+    def run(self, command: Sequence[str], log_path: str) -> str:
+        """main.py's run of `command`, its output appended to `log_path`: how it ended, in one sentence."""
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         with open(log_path, 'a') as log:
             log.write(f'\n=== {datetime.datetime.now().isoformat(timespec="seconds")} {shlex.join(command)}\n')
             log.flush()
-            log_start = log.tell()
             self._process = subprocess.Popen(set_up_then_exec(IGNORE_SIGUSR2, command), cwd=REPO_ROOT, stdout=log,
                                              stderr=subprocess.STDOUT, env=child_environment(1))
             # Poll rather than wait(): wait() would hold the lock that `checkpoint` (a signal handler
@@ -838,7 +853,6 @@ class MainCommand:
             while self._process.poll() is None:
                 time.sleep(0.25)
         returncode = self._process.returncode
-        log_end = os.path.getsize(log_path)
         if returncode == EXIT_TIME_LIMIT:
             sig = _submitit_requeue_signal()
             if sig is not None and self.requeues < self.max_requeues:
@@ -849,14 +863,10 @@ class MainCommand:
                 signal.raise_signal(sig)  # submitit's handler: checkpoint(), requeue, exit this process
             why = (f'after {self.requeues} requeues (--max_timeouts={self.max_requeues})' if sig is not None
                    else 'and the job could not requeue itself')
-            raise RuntimeError(f'main.py stopped at its --time_limit (exit {returncode}, checkpoint saved) {why}; '
-                               f'relaunch the sweep to resume. Log: {log_path}')
+            return f'main.py stopped at its --time_limit (exit {returncode}, checkpoint saved) {why}; relaunch the sweep to resume.'
         if returncode == EXIT_PREEMPTED:
-            raise RuntimeError(f'main.py was stopped by SIGTERM (checkpoint saved); relaunch the sweep to resume. Log: {log_path}')
-        if returncode != 0:
-            raise RuntimeError(f'main.py exited with status {returncode}. Log: {log_path}\n{EXCERPT_BEGIN}\n'
-                               f'{attempt_excerpt(log_path, log_start, log_end)}\n{EXCERPT_END}')
-        return log_path
+            return 'main.py was stopped by SIGTERM (checkpoint saved); relaunch the sweep to resume.'
+        return f'main.py exited with status {returncode}'
 
     def checkpoint(self, command: Sequence[str], log_path: str):
         import submitit
@@ -920,127 +930,186 @@ def launch_submitit(jobs: Sequence[Job], folder: str, name: str, options: SlurmO
                      array_parallelism=options.array_parallelism, setup=list(options.setup))
         parameters.update({f'slurm_{key}': value for key, value in slurm.items() if value})
     executor.update_parameters(**parameters)
-    return executor.map_array(MainCommand(options.max_timeouts), [job.command for job in jobs],
-                              [job.log_path for job in jobs])
+    handles = executor.map_array(MainCommand(options.max_timeouts), [job.command for job in jobs],
+                                 [job.log_path for job in jobs])
+    if cluster == 'slurm':
+        watcher = slurm_states()
+        for handle in handles:
+            handle.watcher = watcher
+            watcher.register_job(handle.job_id)
+    return handles
 
 
-# Slurm job states after which a job will not run again unless someone acts (squeue's long names). A job in any
-# other state (PENDING, RUNNING, REQUEUED, COMPLETING, ...) may still run or write its result.
+# Slurm job states after which a job will not run again unless someone acts (scontrol's names), and FORGOTTEN, the
+# state of a job Slurm no longer knows (it forgets an ended job MinJobAge after its end, 300 s by default). A job in
+# any other state (PENDING, RUNNING, REQUEUED, COMPLETING, ...) may still run or write to its runs.
+FORGOTTEN = 'FORGOTTEN'
 SLURM_ENDED_STATES = {'BOOT_FAIL', 'CANCELLED', 'COMPLETED', 'DEADLINE', 'FAILED', 'NODE_FAIL', 'OUT_OF_MEMORY',
-                      'PREEMPTED', 'TIMEOUT', 'REQUEUE_HOLD', 'SPECIAL_EXIT'}
-# Slurm forgets an ended job after its MinJobAge (300 s by default); squeue then answers this for its id.
-SLURM_UNKNOWN_JOB = 'Invalid job id'
+                      'PREEMPTED', 'TIMEOUT', 'REQUEUE_HOLD', 'SPECIAL_EXIT', FORGOTTEN}
+# Why Slurm holds a job PENDING that cannot start as submitted: it asks for more than its partition or any node has
+# (CPUs, memory, GPUs, nodes, time), or for a constraint, account, QOS or dependency that cannot be met.
+NEVER_STARTS = {'PartitionConfig', 'PartitionNodeLimit', 'PartitionTimeLimit', 'BadConstraints', 'InvalidAccount',
+                'InvalidQOS', 'DependencyNeverSatisfied'}
 
 
-def slurm_job_states(job_ids: Sequence[str]) -> Tuple[Optional[Dict[str, str]], Optional[str]]:
-    """({job id: state} of the jobs Slurm still knows, array tasks as `<array id>_<index>` (as submitit and squeue
-    --array name them), those that ended within MinJobAge included (--states=all), None), or (None, what failed)
-    when squeue gives no answer (the controller busy, restarting or down). Not sacct: a cluster without accounting
-    storage has none, and submitit asks it at intervals of up to 10 minutes."""
-    arrays = sorted({job_id.split('_')[0] for job_id in job_ids})
+def scontrol_records(text: str) -> Dict[str, Dict[str, str]]:
+    """{job id: {'State', 'Reason', 'Restarts'}} of `scontrol show job --oneliner` output, array tasks named
+    `<array>_<task>` as submitit names them (the one record of a range of tasks still pending, e.g. ArrayTaskId=2-7%4,
+    stands for each of them)."""
+    records = {}
+    for line in text.splitlines():
+        fields = dict(re.findall(r'(\w+)=(\S*)', line))
+        if 'JobId' not in fields:
+            continue
+        record = dict(State=fields.get('JobState', 'UNKNOWN'), Reason=fields.get('Reason', ''),
+                      Restarts=fields.get('Restarts', '0'))
+        array, tasks = fields.get('ArrayJobId'), fields.get('ArrayTaskId')
+        if not (array and tasks):
+            records[fields['JobId']] = record
+            continue
+        for part in tasks.split('%')[0].split(','):
+            first, _, last = part.partition('-')
+            records.update({f'{array}_{task}': record for task in range(int(first), int(last or first) + 1)})
+    return records
+
+
+def slurm_states(delay_s: float = 30.0):
+    """A submitit watcher of Slurm job states (what `job.state` and `job.get_info()` read) that asks `scontrol show
+    job`: submitit's own asks sacct, which needs accounting storage, which many clusters lack. It asks on submitit's
+    schedule (2, 4, 8, ... s after a submission, then every `delay_s`); a job Slurm no longer knows is FORGOTTEN, and
+    `error` says why the last question got no answer (None when it was answered). submitit is imported here, on
+    first use: the tables import this module for its seed ranges."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    class SlurmStates(SlurmInfoWatcher):
+        error = None
+
+        def update(self):
+            self._num_calls += 1
+            self._last_status_check, self.error = time.time(), None
+            for array in sorted({job.split('_')[0] for job in self._registered - self._finished}):
+                try:
+                    answer = subprocess.run(['scontrol', 'show', 'job', '--oneliner', array], capture_output=True,
+                                            text=True, timeout=60)
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    self.error = f'scontrol: {e.strerror if isinstance(e, OSError) else "no answer within 60 s"}'
+                    return
+                if answer.returncode == 0:
+                    self._info_dict.update(scontrol_records(answer.stdout))
+                elif 'Invalid job id' in answer.stderr:
+                    self._info_dict.update({job: dict(State=FORGOTTEN) for job in self._registered
+                                            if job.split('_')[0] == array})
+                else:
+                    self.error = 'scontrol: ' + (' '.join(answer.stderr.split())[-200:] or f'exit status {answer.returncode}')
+                    return
+
+    return SlurmStates(delay_s)
+
+
+def last_attempt(log_path: str, start: int = 0) -> Tuple[Optional[str], int, int]:
+    """(how main.py ended, as the OUTCOME line MainCommand wrote says, or None; the byte offsets where that attempt
+    begins and where its outcome line begins) of the last attempt a job's log holds after byte `start`."""
     try:
-        result = subprocess.run(['squeue', '--noheader', '--array', '--states=all', f'--jobs={",".join(arrays)}',
-                                 '--format=%i|%T'], capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return None, 'squeue gave no answer within 60 s'
-    except OSError as e:
-        return None, f'squeue could not run ({e.strerror or e})'
-    if result.returncode != 0:
-        if SLURM_UNKNOWN_JOB in result.stderr:
-            return {}, None
-        return None, 'squeue: ' + (' '.join(result.stderr.split())[-200:] or f'exit status {result.returncode}')
-    return dict(line.strip().split('|', 1) for line in result.stdout.splitlines() if '|' in line), None
+        with open(log_path, 'rb') as f:
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return None, start, start
+    begin = max([m.end() for m in re.finditer(rb'^=== \d{4}-\d\d-\d\dT\S* .*\n', data, re.M)], default=0)
+    outcomes = list(re.finditer(rb'^' + re.escape(OUTCOME.encode()) + rb'(.*)$', data[begin:], re.M))
+    if not outcomes:
+        return None, start + begin, start + len(data)
+    return outcomes[-1].group(1).decode(errors='replace'), start + begin, start + begin + outcomes[-1].start()
 
 
-class SlurmUnanswered(Exception):
-    """squeue has not answered for longer than the sweep waits for it."""
-
-    def __init__(self, error: str, seconds: float):
-        super().__init__(error, seconds)
-        self.error, self.seconds = error, seconds
-
-
-def submitit_outcome(job: Job, handle) -> JobOutcome:
-    """A finished submitit job's outcome, from its result: 'ok', 'failed', 'stopped' (main.py stopped by SIGTERM,
-    a checkpoint saved) or 'time limit' (main.py's --time_limit reached more often than the job may requeue
-    itself, or the job could not requeue); `error` holds the job's error text."""
-    try:
-        handle.result()
+def ended_outcome(job: Job, log_start: int, ended_as: str, timed_out: bool = False) -> JobOutcome:
+    """The outcome of a job that has ended, from its runs and its log after `log_start`: 'ok' when every run has DONE;
+    else how its last main.py ended (OUTCOME: 'stopped' by SIGTERM, 'time limit', or 'failed'); else, when no main.py
+    of it ended, 'stopped' (`timed_out`: 'time limit'), ended as `ended_as` says."""
+    if all(run.is_finished() for run in job.runs):
         return JobOutcome(job, 'ok')
-    except Exception as e:  # submitit re-raises the job's error with its traceback as text
-        text = str(e)
-        # MainCommand's own message (the traceback above it also shows the source line that raised it).
-        if re.search(r'^RuntimeError: main\.py was stopped by SIGTERM', text, re.M):
-            status = 'stopped'
-        elif (re.search(r'^RuntimeError: main\.py stopped at its --time_limit', text, re.M)
-              or 'Job not requeued because: timed-out too many times' in text):
-            status = 'time limit'
-        else:
-            status = 'failed'
-        return JobOutcome(job, status, error=text)
+    message, begin, end = last_attempt(job.log_path, log_start)
+    if message is None:
+        return JobOutcome(job, 'time limit' if timed_out else 'stopped', ended_as=ended_as)
+    status = ('stopped' if message.startswith('main.py was stopped by SIGTERM') else
+              'time limit' if message.startswith(('main.py stopped at its --time_limit', 'Job not requeued')) else 'failed')
+    return JobOutcome(job, status, log_start=begin, log_end=end, error=message)
 
 
-def wait_submitit(jobs: Sequence[Job], handles: Sequence, cluster: str, out=None, poll_s: float = 0.25,
-                  squeue_every_s: float = 2.0, result_grace_s: float = 15.0,
-                  unanswered_limit_s: float = 30 * 60) -> List[JobOutcome]:
-    """Wait for every submitted job, printing one line as each ends (`summarize_submitit` adds the details).
+def wait_submitit(jobs: Sequence[Job], handles: Sequence, log_starts: Sequence[int], cluster: str, out=None,
+                  poll_s: float = 0.25, result_grace_s: float = 15.0,
+                  progress_interval: float = PROGRESS_INTERVAL_S) -> List[JobOutcome]:
+    """Wait for every submitted job: a line as each ends (`summarize_submitit` adds the details) and as Slurm requeues
+    one, and every `progress_interval` seconds (0: never) where the others are: pending and why, or the step their
+    runs reached (`job_progress`, this submission's part of each log starting at `log_starts`).
 
-    A job has ended when its result is written (it finished, or raised), or when Slurm says it will not run
-    again without a result (cancelled, killed at its time limit without a requeue, out of memory, node failure,
-    or no longer known to Slurm): then it is 'stopped', with that state, and its run resumes from its last
-    checkpoint when the sweep runs again. A job that submitit or Slurm requeues is waited for through its new
-    start.
-
-    Results are looked for every `poll_s`; squeue is asked less often as the wait goes on (every `squeue_every_s`
-    at first, every 30 s after about 10 minutes), to keep a long sweep's load on the controller low. While squeue
-    does not answer, a line says so (what failed, for how long) every minute at most; after `unanswered_limit_s`
-    without an answer the wait ends with SlurmUnanswered (the jobs themselves are not touched)."""
+    The states are submitit's (`job.state`; on Slurm from `slurm_states`). A job has ended when its state says it
+    will not run again (SLURM_ENDED_STATES; on the local executor, when its process has ended); its outcome then comes
+    from its runs and its log (`ended_outcome`), never from submitit's result file, a pickle that anyone who can write
+    the sweep's folder could fill with code. A job that ended without a main.py outcome is given `result_grace_s` for
+    its files to appear (a network file system's delay). A job Slurm holds PENDING for a reason it can never start
+    for (NEVER_STARTS) ends the wait with a ConfigError naming it (the job is left as it is); while Slurm does not
+    answer, a line says so, and the states stay as last answered."""
     out = out or sys.stdout
     outcomes: Dict[int, JobOutcome] = {}
     ended_since: Dict[int, float] = {}
+    restarts: Dict[int, int] = {}
     labels = {'ok': 'ok', 'failed': 'FAILED', 'stopped': 'stopped', 'time limit': 'stopped at its time limit'}
-    started, states, asked = time.monotonic(), None, -math.inf
-    unanswered_since, reported = None, -math.inf
+    started = reported = time.monotonic()
+    silence = None
     while True:
         pending = [i for i in range(len(jobs)) if i not in outcomes]
         if not pending:
             return [outcomes[i] for i in range(len(jobs))]
-        now = time.monotonic()
-        if cluster == 'slurm' and now - asked >= min(30.0, squeue_every_s + (now - started) / 20):
-            (states, error), asked = slurm_job_states([handles[i].job_id for i in pending]), now
-            if states is None:
-                unanswered_since = now if unanswered_since is None else unanswered_since
-                silent = now - unanswered_since
-                if silent >= unanswered_limit_s:
-                    raise SlurmUnanswered(error, silent)
-                if now - reported >= min(60.0, unanswered_limit_s / 4):
-                    print(f'Slurm has not answered for {silent:.0f} s ({error}); still waiting, for at most '
-                          f'{unanswered_limit_s / 60:g} min without an answer.', file=out, flush=True)
-                    reported = now
-            elif unanswered_since is not None:
-                print(f'Slurm answers again after {now - unanswered_since:.0f} s.', file=out, flush=True)
-                unanswered_since, reported = None, -math.inf
+        now, states = time.monotonic(), {}
         for i in pending:
             job, handle = jobs[i], handles[i]
-            if handle.paths.result_pickle.exists():
-                outcome = submitit_outcome(job, handle)
+            if cluster == 'slurm':
+                info = handle.get_info(mode='standard')
+                state, reason, restarts_now = info.get('State', 'UNKNOWN'), info.get('Reason', ''), int(info.get('Restarts') or 0)
+                ended = state in SLURM_ENDED_STATES
             else:
-                if cluster == 'slurm':  # no answer from squeue (states None): not ended, as far as is known
-                    state = None if states is None else states.get(handle.job_id)
-                    ended = states is not None and (state is None or state in SLURM_ENDED_STATES)
-                    ended_as = f'Slurm state {state}' if state else 'no longer known to Slurm'
-                else:
-                    ended, ended_as = handle.done(), f'process state {handle.state}'
-                if not ended:
-                    ended_since.pop(i, None)
-                    continue
-                # The result file may appear after the state changes (a network file system's delay).
-                if now - ended_since.setdefault(i, now) < result_grace_s:
-                    continue
-                outcome = JobOutcome(job, 'stopped', ended_as=ended_as)
+                state, reason, restarts_now, ended = handle.state, '', 0, handle.done()
+            states[i] = (state, reason)
+            if state == 'PENDING' and reason in NEVER_STARTS:
+                raise ConfigError(
+                    f'Slurm holds job {handle.job_id} ({job.name}) PENDING with reason {reason}: it cannot start as '
+                    f'submitted (it asks for more than its partition or any node has: --cpus, --mem_gb, --gpus, '
+                    f'--time_min; or for an account, QOS or constraint the cluster refuses). The jobs were left as they '
+                    f'are: cancel them (scancel {handle.job_id.split("_")[0]}) and submit again with what the partition '
+                    f'offers (scontrol show partition).')
+            if restarts_now > restarts.setdefault(i, restarts_now):
+                print(f'[requeued] {job.name}: Slurm requeued job {handle.job_id} (restart {restarts_now}); waiting '
+                      f'for it to run again.', file=out, flush=True)
+            restarts[i] = restarts_now
+            if not ended:
+                ended_since.pop(i, None)
+                continue
+            outcome = ended_outcome(job, log_starts[i], f'Slurm state {state}' if cluster == 'slurm'
+                                    else f'process state {state}', timed_out=state == 'TIMEOUT')
+            if outcome.ended_as and now - ended_since.setdefault(i, now) < result_grace_s:
+                continue
             outcomes[i] = outcome
-            state_note = f' ({outcome.ended_as}, no result)' if outcome.ended_as else ''
+            state_note = f' ({outcome.ended_as}, before its main.py ended)' if outcome.ended_as else ''
             print(f'[{len(outcomes)}/{len(jobs)}] {job.name}: {labels[outcome.status]}{state_note} (job {handle.job_id})',
+                  file=out, flush=True)
+        error = getattr(handles[0].watcher, 'error', None) if cluster == 'slurm' else None
+        if error != silence:
+            print(f'Slurm does not answer ({error}); still waiting, with the jobs as Slurm last gave them.' if error
+                  else 'Slurm answers again.', file=out, flush=True)
+            silence = error
+        if progress_interval and now - reported >= progress_interval and len(outcomes) < len(jobs):
+            reported, where = now, []
+            for i, (state, reason) in states.items():
+                if i in outcomes:
+                    continue
+                if state == 'PENDING':
+                    where.append(f'{jobs[i].name}: pending' + (f' ({reason})' if reason and reason != 'None' else ''))
+                elif state in ('RUNNING', 'COMPLETING') or cluster != 'slurm':
+                    where.append(job_progress(jobs[i], log_starts[i]))
+                else:
+                    where.append(f'{jobs[i].name}: {state.lower()}')
+            print(f'[progress {elapsed_text(now - started)}, {len(outcomes)}/{len(jobs)} done] ' + '; '.join(where),
                   file=out, flush=True)
         time.sleep(poll_s)
 
@@ -1056,25 +1125,15 @@ def summarize_submitit(outcomes: Sequence[JobOutcome], handles: Sequence) -> Tup
              + (f', {len(stopped)} stopped' if stopped else '')
              + (f', {len(timed)} stopped at their time limit' if timed else '') + '.']
     for outcome, handle in zip(outcomes, handles):
-        if outcome.status != 'failed':
-            continue
-        error = outcome.error or ''
-        reason = re.search(r'(?<=^RuntimeError: )main\.py exited with status -?\d+', error, re.M)
-        reason = reason.group(0) if reason else (error.strip().splitlines() or ['no error text'])[-1]
-        lines.append(f'FAILED {outcome.job.name}: {reason}; log {outcome.job.log_path} (submitit log {handle.paths.stderr}):')
-        # This attempt's part of the log (MainCommand cuts it out: another sweep may share the file).
-        excerpt = re.search(re.escape(EXCERPT_BEGIN) + r'\n(.*?)\n' + re.escape(EXCERPT_END), error, re.S)
-        lines.append(excerpt.group(1) if excerpt else log_tail(outcome.job.log_path))
-    for outcome in stopped + timed:
-        if outcome.ended_as:
-            why = f'it ended without a result ({outcome.ended_as})'
-        elif outcome.status == 'stopped':
-            why = 'main.py was stopped by SIGTERM (checkpoint saved)'
-        else:
-            why = re.search(r'^RuntimeError: (main\.py stopped at its --time_limit[^;]*)|(Job not requeued because: [^.]*)',
-                            outcome.error or '', re.M)
-            why = (why.group(1) or why.group(2)) if why else 'stopped at its time limit'
-        lines.append(f'STOPPED {outcome.job.name}: {why}; log {outcome.job.log_path}.')
+        if outcome.status == 'failed':
+            lines.append(f'FAILED {outcome.job.name}: {outcome.error}; log {outcome.job.log_path} (submitit log '
+                         f'{handle.paths.stderr}):')
+            lines.append(attempt_excerpt(outcome.job.log_path, outcome.log_start, outcome.log_end))
+    for outcome, handle in zip(outcomes, handles):
+        if outcome.status in ('stopped', 'time limit'):
+            why = (f'it ended before its main.py did ({outcome.ended_as}; submitit log {handle.paths.stderr})'
+                   if outcome.ended_as else outcome.error.split(';')[0].rstrip('.'))
+            lines.append(f'STOPPED {outcome.job.name}: {why}; log {outcome.job.log_path}.')
     if stopped or timed:
         lines.append('Stopped runs resume from their last checkpoints when the same sweep command runs again.')
     return '\n'.join(lines), (1 if failed else EXIT_INTERRUPTED if stopped else EXIT_TIME_LIMIT if timed else 0)

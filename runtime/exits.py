@@ -65,7 +65,6 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 # main.py's exit statuses besides 0 (finished) and 1 (a named error above). Each of these means the run stopped
 # with a checkpoint of its last step saved, and `--resume` continues it exactly.
-EXIT_UNAVAILABLE = 69  # a sweep gave up waiting for a Slurm controller that does not answer (EX_UNAVAILABLE)
 EXIT_TIME_LIMIT = 75  # --time_limit reached (75 is EX_TEMPFAIL: "try again later")
 EXIT_HANGUP = 129  # SIGHUP (the terminal closed, an ssh connection dropped): handled as SIGTERM
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)

@@ -12,6 +12,7 @@ each with its own line style and band hatching.
 
 import argparse
 import os
+import re
 import sys
 
 import matplotlib
@@ -34,10 +35,21 @@ BAND_HATCHES = (None, '///', '\\\\\\', '...')
 
 
 def output_path(template: str, env: str) -> str:
+    """The figure of dataset `env`: --out with {env} replaced by it, else with _<env> before its extension."""
     if '{env}' in template:
-        return template.format(env=env)
+        return template.replace('{env}', env)
     stem, extension = os.path.splitext(template)
     return f'{stem}_{env}{extension or ".png"}'
+
+
+def check_dataset_names(runs):
+    """Figures are named after the datasets the runs record: a recorded name that is not a dataset name (a path, as in
+    `../../x`) is refused, naming the run, before any figure is written, so no figure lands outside --out."""
+    for run in runs:
+        if not re.fullmatch(r'[A-Za-z0-9_-]+', run.env):
+            raise ValueError(f'{run.run_dir}: the env_name its flags.json records ({run.env!r}, less its version) is '
+                             f'not a dataset name (letters, digits, "-" and "_"), and figures are named after it. '
+                             f'Restore its flags.json, or move the run out of --runs.')
 
 
 def plot_environment(env, method_cells, path, metric, scale, intervals=None):
@@ -112,6 +124,7 @@ def main(argv=None):
                            warn=lambda m: print(f'Warning: {m}', file=sys.stderr))
         if not runs:
             raise ValueError(f'No run directories (folders with eval.csv) under {args.runs}.')
+        check_dataset_names(runs)
         cells = R.group_cells(runs, args.last_n, args.scale)
     except (ValueError, FileNotFoundError, ConfigError) as e:
         sys.exit(f'Error: {e}')

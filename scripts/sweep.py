@@ -52,8 +52,8 @@ def parse_args(argv):
                         help='local with --runs_per_gpu > 1: the memory fraction each job preallocates '
                              '(default 0.9 / runs_per_gpu - 0.02).')
     parser.add_argument('--progress_interval', type=float, default=sweep.PROGRESS_INTERVAL_S,
-                        help='local: seconds between the lines that give the step each running job has reached '
-                             '(0: none); a line also marks each job\'s start and end.')
+                        help='Seconds between the lines that give the step each running job has reached, or why a '
+                             'Slurm job is pending (--wait) (0: none); a line also marks each job\'s start and end.')
     parser.add_argument('--prepare_datasets', action=argparse.BooleanOptionalAction, default=True,
                         help='Obtain each dataset here, once, before launching (default). --no-prepare_datasets: '
                              'this machine cannot see the jobs\' --dataset_dir; each job then obtains it itself.')
@@ -87,9 +87,6 @@ def parse_args(argv):
     slurm.add_argument('--wait', action='store_true',
                        help='slurm: wait for the jobs, report each as it ends and exit as the local backend does '
                             '(always on for submitit_local).')
-    slurm.add_argument('--slurm_unanswered_min', type=float, default=30.0,
-                       help='slurm --wait: stop waiting (exit 69, jobs untouched) after Slurm has not answered squeue '
-                            'for this many minutes; a line says so every minute meanwhile.')
     args = parser.parse_args(own)
     if not (math.isfinite(args.progress_interval) and args.progress_interval >= 0):
         parser.error(f'--progress_interval must be a number of seconds, 0 (no progress lines) or more, got '
@@ -196,6 +193,7 @@ def submit(args, jobs):
     folder = os.path.join(jobs[0].runs[0].save_dir, args.name, 'submitit')
     cluster = 'slurm' if args.backend == 'slurm' else 'local'
     before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    log_starts = [os.path.getsize(job.log_path) if os.path.exists(job.log_path) else 0 for job in jobs]
     try:
         submitted = sweep.launch_submitit(jobs, folder, args.name, options, cluster=cluster)
     except Exception as e:  # submitit wraps sbatch's refusal in several types
@@ -211,18 +209,13 @@ def submit(args, jobs):
         return 0
     array = submitted[0].job_id.split('_')[0]
     try:
-        outcomes = sweep.wait_submitit(jobs, submitted, cluster, unanswered_limit_s=60 * args.slurm_unanswered_min)
+        outcomes = sweep.wait_submitit(jobs, submitted, log_starts, cluster, progress_interval=args.progress_interval)
     except KeyboardInterrupt:
-        if cluster == 'local':
-            raise
-        print(f'\nStopped waiting; the jobs go on in Slurm (squeue --jobs={array}). '
-              f'Rerun the sweep once they have ended: it resumes what did not finish.', flush=True)
+        print(f'\nInterrupted: stopped waiting for job array {array}' + (', whose jobs go on in Slurm' * (cluster == 'slurm'))
+              + '. Rerun the sweep once they have ended: it resumes what did not finish.', flush=True)
         return exits.EXIT_INTERRUPTED
-    except sweep.SlurmUnanswered as silence:
-        print(f'\nStopped waiting: Slurm has not answered for {silence.seconds / 60:.1f} min ({silence.error}). '
-              f'The jobs were not touched and may still run (squeue --jobs={array} once the controller answers). '
-              f'Rerun the same command then: it skips finished runs and resumes the others.', flush=True)
-        return exits.EXIT_UNAVAILABLE
+    except ConfigError as e:
+        sys.exit(f'Error: {e}')
     report, status = sweep.summarize_submitit(outcomes, submitted)
     print(report, flush=True)
     return status

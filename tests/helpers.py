@@ -99,6 +99,28 @@ def skip_without_rendering(reason):
     pytest.fail(f'Rendering works on this machine, yet: {reason}')
 
 
+def analysis_run(save_dir, dataset_dir, group='analysis', name='byol'):
+    """A BYOL-gamma^a run directory with the files the analyses read (flags.json and config.json as main.py writes
+    them for its request, the checkpoint of step 100), its agent as initialised; its path."""
+    import main
+    from experiments import analysis
+    from runtime.checkpoints import save_checkpoint
+    from runtime.run_dir import RunDir
+    from utils.evaluation import make_env
+
+    request = main.request_of(['main.py', f'--env_name={ENV}', f'--dataset_dir={dataset_dir}', f'--save_dir={save_dir}',
+                               '--agent=configs/presets.py:byol_gamma_a', '--agent.actor_hidden_dims=(32,32)',
+                               '--train_steps=100', f'--run_group={group}', f'--run_name={name}'])
+    run_dir = RunDir.at(save_dir, group, name)
+    os.makedirs(run_dir.path)
+    run_dir.write_metadata(request.seed_flags(0), request.config_record())
+    env = make_env(ENV)
+    create = main.compiled_create(request.agent_class, analysis.example_batch(env.observation_space),
+                                  analysis.example_batch(env.action_space), request.config)
+    save_checkpoint(run_dir.path, create(0), 100)
+    return run_dir.path
+
+
 # ---------------------------------------------------------------------------------------------
 # A child bound by file modes although the tests run as root.
 # ---------------------------------------------------------------------------------------------
@@ -422,3 +444,42 @@ STUB_MAIN = textwrap.dedent('''
             f.write(json.dumps(record) + '\\n')
     open(os.path.join(run_dir, 'DONE'), 'w').close()
 ''')
+
+
+# ---------------------------------------------------------------------------------------------
+# Slurm's commands as stand-ins, for the Slurm backend's faults on a machine without Slurm.
+# ---------------------------------------------------------------------------------------------
+
+FAKE_JOB = '4242'  # the id the stand-in sbatch gives every submission
+SCONTROL = '''#!{python}
+import json, os, sys
+calls_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'scontrol_calls')
+calls = int(open(calls_file).read()) if os.path.exists(calls_file) else 0
+open(calls_file, 'w').write(str(calls + 1))
+answer = {answers!r}[min(calls, {count} - 1)]
+if answer.get('touch'):
+    open(answer['touch'], 'w').close()
+sys.stdout.write(answer.get('out', ''))
+sys.stderr.write(answer.get('err', ''))
+sys.exit(answer.get('code', 0))
+'''
+
+
+def fake_slurm(folder, *answers):
+    """The environment of a process that finds stand-ins for Slurm's commands in `folder` first on its PATH: sbatch
+    takes any job as job FAKE_JOB and runs nothing, srun is there, and scontrol gives `answers[k]` at its k-th call
+    (the last one from then on). An answer is a dict: `out`, `err`, `code` (its exit status), and `touch`, a file
+    it creates first (a run's DONE, as if the job had run)."""
+    folder.mkdir()
+    (folder / 'sbatch').write_text(f'#!/bin/sh\necho "Submitted batch job {FAKE_JOB}"\n')
+    (folder / 'srun').write_text('#!/bin/sh\nexit 1\n')
+    (folder / 'scontrol').write_text(SCONTROL.format(python=sys.executable, answers=list(answers), count=len(answers)))
+    for tool in ('sbatch', 'srun', 'scontrol'):
+        (folder / tool).chmod(0o755)
+    return dict(os.environ, PATH=f'{folder}{os.pathsep}{os.environ["PATH"]}')
+
+
+def job_record(state):
+    """scontrol's one-line record of the stand-in job, in `state`."""
+    return dict(out=f'JobId={FAKE_JOB} JobName=s UserId=me(1) JobState={state} Reason=None Dependency=(null) '
+                    f'Restarts=0 BatchFlag=1\n')

@@ -12,6 +12,7 @@ import pytest
 from experiments import analysis
 from scripts import horizon, rep_heatmap, sp_correlation
 from utils.evaluation import evaluate, evaluation_metrics, make_env, make_eval_envs, one_env
+from tests.helpers import analysis_run
 from utils.maze import pointmaze_oracle_policy
 
 pytestmark = pytest.mark.xdist_group('test_analysis')  # its module fixtures are built once, in one worker
@@ -31,23 +32,7 @@ def tiny_run(dataset_dir, tmp_path_factory):
     """A BYOL-gamma^a run directory with the files the analyses read (flags.json and config.json as main.py writes
     them for its request, the checkpoint of step 100), its agent as initialised: the scripts' outputs are checked
     here, not what a trained agent gives (tests/e2e/test_docs.py runs the scripts on runs main.py trained)."""
-    import main
-    from main import request_of
-    from runtime.checkpoints import save_checkpoint
-    from runtime.run_dir import RunDir
-
-    save_dir = str(tmp_path_factory.mktemp('runs'))
-    request = request_of(['main.py', f'--env_name={ENV}', f'--dataset_dir={dataset_dir}', f'--save_dir={save_dir}',
-                          '--agent=configs/presets.py:byol_gamma_a', '--agent.actor_hidden_dims=(32,32)',
-                          '--train_steps=100', '--run_group=analysis', '--run_name=byol'])
-    run_dir = RunDir.at(save_dir, 'analysis', 'byol')
-    os.makedirs(run_dir.path)
-    run_dir.write_metadata(request.seed_flags(0), request.config_record())
-    env = make_env(ENV)
-    create = main.compiled_create(request.agent_class, analysis.example_batch(env.observation_space),
-                                                 analysis.example_batch(env.action_space), request.config)
-    save_checkpoint(run_dir.path, create(0), 100)
-    return run_dir.path
+    return analysis_run(str(tmp_path_factory.mktemp('runs')), dataset_dir)
 
 
 @pytest.fixture(scope='module')

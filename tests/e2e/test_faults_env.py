@@ -14,8 +14,8 @@ import pytest
 from runtime import checkpoints
 from runtime.loggers import read_csv_rows
 from runtime.subprocesses import set_up_then_exec
-from tests.helpers import (BUDGET, ENDLESS, ENV, MAIN, MAIN_PROCESS, ROOT, error_paragraph, finish, main_command, run,
-                           start, wait_until)
+from tests.helpers import (BUDGET, ENDLESS, ENV, FAKE_JOB, MAIN, MAIN_PROCESS, ROOT, error_paragraph, fake_slurm,
+                           finish, job_record, main_command, run, start, wait_until)
 
 
 # main.py with the wall clock stepped 2 hours ahead as training starts (NTP, a laptop's suspend), as time.time sees it.
@@ -246,31 +246,27 @@ def test_run_files_that_are_not_what_main_py_wrote_are_named_and_nothing_is_writ
             assert stat.S_ISFIFO(os.lstat(run_dir / cases[case][0]).st_mode), case
 
 
-def fake_slurm(folder, squeue_error):
-    """A PATH folder whose sbatch accepts any job array (and runs nothing) and whose squeue fails like an unreachable
-    controller."""
-    folder.mkdir()
-    (folder / 'sbatch').write_text('#!/bin/sh\necho "Submitted batch job 4242"\n')
-    (folder / 'squeue').write_text(f'#!/bin/sh\necho "{squeue_error}" >&2\nexit 1\n')
-    for tool in ('sbatch', 'squeue'):
-        (folder / tool).chmod(0o755)
-    return dict(os.environ, PATH=f'{folder}{os.pathsep}{os.environ["PATH"]}')
+def slurm_sweep(tmp_path, data_dir, *options):
+    """scripts/sweep.py --backend=slurm --wait of one GCBC run, as a user starts it."""
+    return [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=s', '--method=gcbc', f'--envs={ENV}',
+            '--seeds=0', f'--save_dir={tmp_path / "runs"}', '--backend=slurm', '--wait', '--gpus=0',
+            '--no-prepare_datasets', *options, '--', f'--dataset_dir={data_dir}', '--nodownload']
 
 
-def test_a_slurm_controller_that_does_not_answer_is_reported_then_given_up(tmp_path, pointmaze_data_dir):
-    """--wait while squeue fails: a line names what failed and for how long, and after --slurm_unanswered_min the
-    sweep stops waiting with exit 69 and the command to rerun, touching no job."""
+def test_a_slurm_controller_that_does_not_answer_is_said_and_waited_for(tmp_path, pointmaze_data_dir):
+    """--wait while scontrol fails (the controller busy or restarting): a line names what failed and that the sweep
+    still waits, one says when Slurm answers again, and the job's outcome is then read as usual."""
     error = 'slurm_load_jobs error: Unable to contact slurm controller (connect failure)'
-    env = fake_slurm(tmp_path / 'bin', error)
-    command = [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=s', '--method=gcbc',
-               '--envs=pointmaze-medium-stitch-v0', '--seeds=0', f'--save_dir={tmp_path / "runs"}', '--backend=slurm',
-               '--wait', '--slurm_unanswered_min=0.05', '--gpus=0', '--no-prepare_datasets', '--',
-               f'--dataset_dir={pointmaze_data_dir}', '--nodownload']
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    done = tmp_path / 'runs' / 's' / f'gcbc_{ENV}_sd0' / 'DONE'
+    env = fake_slurm(tmp_path / 'bin', dict(err=error + '\n', code=1), dict(err=error + '\n', code=1),
+                     dict(job_record('COMPLETED'), touch=str(done)))
+    os.makedirs(done.parent)
+    result = subprocess.run(slurm_sweep(tmp_path, pointmaze_data_dir), cwd=ROOT, capture_output=True, text=True,
+                            env=env, timeout=300)
     out = result.stdout + result.stderr
-    assert result.returncode == 69, out[-3000:]
-    assert 'Slurm has not answered for' in out and error in out and 'still waiting, for at most 0.05 min' in out
-    assert 'Stopped waiting: Slurm has not answered for' in out and 'Rerun the same command then' in out
+    assert result.returncode == 0 and f'[1/1] gcbc_{ENV}_sd0: ok (job {FAKE_JOB})' in out, out[-3000:]
+    assert f'Slurm does not answer (scontrol: {error}); still waiting' in out and 'Slurm answers again.' in out
+    assert out.count('Slurm does not answer') == 1  # said once, not at every question
 
 
 def test_a_missing_rendering_backend_stops_only_what_renders(tmp_path, pointmaze_data_dir):

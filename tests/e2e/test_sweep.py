@@ -309,38 +309,59 @@ def test_submitit_checkpoint_stops_main_and_requeues_same_command(tmp_path, stub
 
 
 class FakeSlurmJob:
-    """A submitted job as `wait_submitit` sees it: an id, submitit's result file, and the result (or the error text,
-    traceback included, that submitit raises)."""
+    """A submitted job as `wait_submitit` sees it: an id, and Slurm's record of it at each question (the last one
+    stays); a record with an `error` is a question Slurm did not answer."""
 
-    def __init__(self, folder, job_id, error=None, result=False):
-        self.job_id, self.error = job_id, error
-        self.paths = types.SimpleNamespace(result_pickle=folder / f'{job_id}_result.pkl', stderr=folder / f'{job_id}.err')
-        if result or error:
-            self.paths.result_pickle.write_text('')
+    watcher = types.SimpleNamespace(error=None)  # what the jobs of one submission share
 
-    def result(self):
-        if self.error:
-            raise RuntimeError(f'Job (task=0) failed\nTraceback (most recent call last):\n  ...\n{self.error}')
+    def __init__(self, folder, job_id, *records):
+        self.job_id, self.records = job_id, list(records)
+        self.paths = types.SimpleNamespace(stderr=folder / f'{job_id}.err')
+
+    def get_info(self, mode):
+        record = self.records.pop(0) if len(self.records) > 1 else self.records[0]
+        self.watcher.error = record.get('error')
+        return record
 
 
-def test_waiting_reports_slurm_jobs_that_ended_without_a_result(tmp_path, monkeypatch):
-    """--wait on Slurm: a job whose main.py was stopped by SIGTERM, or that Slurm cancelled or forgot without a result,
-    is reported stopped (resumable), not waited for forever; no answer from squeue ends nothing."""
+def test_waiting_reads_each_outcome_from_slurms_states_and_the_runs_never_from_submitits_result(tmp_path):
+    """--wait on Slurm: a job ends when its state says so; its outcome comes from its runs (DONE: ok) and how its last
+    main.py ended (its log), never from submitit's result file, which is not even there; a job that ended before its
+    main.py did (cancelled, forgotten) is stopped, resumable. Between, the progress lines say why a job is pending, a
+    requeue is reported as one, and a question Slurm did not answer is said."""
     jobs = sweep.build_jobs(grid(tmp_path, seeds=range(4), methods=('gcbc',)), python='py', main_path='main.py')
-    handles = [FakeSlurmJob(tmp_path, '7_0', result=True),
-               FakeSlurmJob(tmp_path, '7_1', error='RuntimeError: main.py was stopped by SIGTERM (checkpoint saved); ...'),
-               FakeSlurmJob(tmp_path, '7_2'), FakeSlurmJob(tmp_path, '7_3')]
-    answers = iter([None, {'7_2': 'RUNNING', '7_3': 'PENDING'}, {'7_2': 'CANCELLED'}])
-    monkeypatch.setattr(sweep, 'slurm_job_states', lambda ids: (lambda a: (a, None if a is not None else 'no answer'))(next(answers)))
+    os.makedirs(tmp_path / 'sw')
+    for job, outcome in zip(jobs[:2], ('main.py exited with status 0', 'main.py was stopped by SIGTERM (checkpoint '
+                                                                        'saved); relaunch the sweep to resume.')):
+        with open(job.log_path, 'w') as log:
+            log.write(f'older attempt\n=== 2026-01-01T00:00:00 main.py ...\nError: {job.name}\n{sweep.OUTCOME}{outcome}\n')
+    os.makedirs(jobs[0].runs[0].run_dir)
+    open(os.path.join(jobs[0].runs[0].run_dir, 'DONE'), 'w').close()
+    running, pending = dict(State='RUNNING', Restarts='0'), dict(State='PENDING', Reason='Resources', Restarts='0')
+    handles = [FakeSlurmJob(tmp_path, '7_0', running, running, dict(State='COMPLETED')),
+               FakeSlurmJob(tmp_path, '7_1', running, dict(State='FAILED')),
+               FakeSlurmJob(tmp_path, '7_2', pending, pending, running, dict(pending, Restarts='1', Reason='BeginTime'),
+                            dict(State='CANCELLED', Restarts='1')),
+               FakeSlurmJob(tmp_path, '7_3', pending, dict(pending, error='scontrol: no answer within 60 s'), pending,
+                            pending, pending, dict(State=sweep.FORGOTTEN))]
     out = io.StringIO()
-    outcomes = sweep.wait_submitit(jobs, handles, 'slurm', out, poll_s=0, squeue_every_s=0, result_grace_s=0)
-    assert [o.status for o in outcomes] == ['ok', 'stopped', 'stopped', 'stopped']
-    assert [o.ended_as for o in outcomes] == [None, None, 'Slurm state CANCELLED', 'no longer known to Slurm']
-    assert f'gcbc_{ENV}_sd2: stopped (Slurm state CANCELLED, no result) (job 7_2)' in out.getvalue()
+    outcomes = sweep.wait_submitit(jobs, handles, [0] * 4, 'slurm', out, poll_s=0, result_grace_s=0,
+                                   progress_interval=1e-9)
+    text = out.getvalue()
+    assert [o.status for o in outcomes] == ['ok', 'stopped', 'stopped', 'stopped'], text
+    assert [o.ended_as for o in outcomes] == [None, None, 'Slurm state CANCELLED', f'Slurm state {sweep.FORGOTTEN}']
+    assert f'gcbc_{ENV}_sd3: pending (Resources)' in text and f'gcbc_{ENV}_sd2: pending (BeginTime)' in text
+    assert 'Slurm does not answer (scontrol: no answer within 60 s); still waiting' in text and 'Slurm answers again.' in text
+    assert f'[requeued] gcbc_{ENV}_sd2: Slurm requeued job 7_2 (restart 1)' in text
+    assert f'gcbc_{ENV}_sd2: stopped (Slurm state CANCELLED, before its main.py ended) (job 7_2)' in text
     report, status = sweep.summarize_submitit(outcomes, handles)
-    assert status == 130 and report.startswith('1 jobs finished, 0 failed, 3 stopped.')
-    assert f'STOPPED gcbc_{ENV}_sd1: main.py was stopped by SIGTERM (checkpoint saved)' in report
-    assert f'STOPPED gcbc_{ENV}_sd3: it ended without a result (no longer known to Slurm)' in report
+    assert status == 130 and report.startswith('1 jobs finished, 0 failed, 3 stopped.'), report
+    assert f'STOPPED gcbc_{ENV}_sd1: main.py was stopped by SIGTERM (checkpoint saved); log' in report
+    assert f'STOPPED gcbc_{ENV}_sd3: it ended before its main.py did (Slurm state {sweep.FORGOTTEN}; submitit log ' in report
+    never = [FakeSlurmJob(tmp_path, '8', dict(State='PENDING', Reason='PartitionConfig'))]
+    with pytest.raises(ConfigError, match=r'Slurm holds job 8 \(gcbc_.*_sd0\) PENDING with reason PartitionConfig: it '
+                                          r'cannot start as submitted .* \(scancel 8\)'):
+        sweep.wait_submitit(jobs[:1], never, [0], 'slurm', io.StringIO(), poll_s=0)
 
 
 def test_submitit_reports_a_failed_job(tmp_path, stub_main, capsys, pointmaze_data_dir):
