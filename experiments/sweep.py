@@ -38,6 +38,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from runtime.exits import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
 from runtime import atomic_io
+from runtime.errors import StorageError
 from runtime.run_dir import FLAGS_FILE, TRAIN_LOG, RunDir
 from runtime.subprocesses import set_up_then_exec
 from utils.errors import ConfigError
@@ -268,8 +269,11 @@ def job_command(runs: Sequence[SweepRun], main_flags: Sequence[str], python: str
 
 
 def build_jobs(runs: Sequence[SweepRun], main_flags: Sequence[str] = (), seeds_per_job: int = 1,
-               python: str = sys.executable, main_path: str = DEFAULT_MAIN) -> List[Job]:
-    """Jobs for the unfinished runs; with seeds_per_job > 1, consecutive seeds of one setting share a job."""
+               python: str = sys.executable, main_path: str = DEFAULT_MAIN, request_of: Optional[Callable] = None) -> List[Job]:
+    """Jobs for the unfinished runs; with seeds_per_job > 1, consecutive seeds of one setting share a job. A run is
+    finished when it has DONE and, given `request_of` (main.request_of), when its own command would change nothing
+    (`resume_step`): a run whose --train_steps grew is resumed, and one whose --resume main.py would refuse (another
+    protocol, config or a shorter budget) is kept, for `check_job_commands` to name the difference."""
     if seeds_per_job < 1:
         raise ConfigError(f'seeds_per_job must be at least 1, got {seeds_per_job}.')
     check_main_flags(main_flags)
@@ -281,8 +285,23 @@ def build_jobs(runs: Sequence[SweepRun], main_flags: Sequence[str] = (), seeds_p
                 f'--agent.{sorted(clash)[0]} is given for every run and also in the spec of method {run.preset}; '
                 f'the run names would not match what runs. Set it in one place.'
             )
+    requests = {}
+
+    def finished(run: SweepRun) -> bool:
+        if not run.is_finished() or request_of is None:
+            return run.is_finished()
+        argv = list(job_command([run], main_flags, python, main_path)[1:])
+        key = tuple(arg for arg in argv[1:] if not arg.startswith(('--seed=', '--run_name=')))
+        try:
+            if key not in requests:
+                requests[key] = request_of(argv)
+            request = for_runs(requests[key], [run])
+            return resume_step(run, request) == request.flags.train_steps
+        except (ConfigError, StorageError):  # a command main.py refuses: kept, and named by check_job_commands
+            return False
+
     jobs, chunk = [], []
-    for run in (r for r in runs if not r.is_finished()):
+    for run in (r for r in runs if not finished(r)):
         if chunk and (len(chunk) == seeds_per_job or run.base_name != chunk[-1].base_name or run.env != chunk[-1].env
                       or run.seed != chunk[-1].seed + 1):
             jobs.append(Job(tuple(chunk), job_command(chunk, main_flags, python, main_path)))
@@ -317,10 +336,10 @@ def check_grid(methods: Sequence[MethodSpec], envs: Sequence[str], main_flags: S
 
 
 def check_job_commands(jobs: Sequence[Job], request_of: Callable) -> Tuple[List[str], list]:
-    """main.py's own request check (`request_of`, main.request_of, which starts nothing) of every job's command:
-    (the problems that would stop a job at start, one line per distinct paragraph; the Requests of the jobs that
-    pass). Commands that differ only in their seed and run name are checked once."""
-    from runtime.errors import StorageError
+    """main.py's own checks, which start nothing, of every job's command: its request (`request_of`,
+    main.request_of; commands that differ only in their seed and run name are checked once) and, for each run that
+    has a checkpoint, its --resume (`resume_step`). Returns (the problems that would stop a job at start, one line
+    per distinct paragraph; the Requests of the jobs that pass)."""
     from runtime.run_dir import name_too_long
 
     problems, requests, checked = [], [], {}
@@ -341,12 +360,41 @@ def check_job_commands(jobs: Sequence[Job], request_of: Callable) -> Tuple[List[
             except (ConfigError, StorageError) as e:
                 checked[key] = f'{job.name}: {e}'
         outcome = checked[key]
+        if not isinstance(outcome, str):
+            try:
+                for run in job.runs:
+                    resume_step(run, for_runs(outcome, job.runs))
+            except ConfigError as e:
+                outcome = f'{run.name}: {e}'
         if isinstance(outcome, str):
             if outcome not in problems:
                 problems.append(outcome)
         else:
             requests.append(outcome)
     return problems, requests
+
+
+def for_runs(request, runs: Sequence[SweepRun]):
+    """`request`, checked for a command that differs from the command of the job of `runs` only in its seed and run
+    name, as that job's own command makes it."""
+    name = runs[0].name if len(runs) == 1 else runs[0].base_name
+    return dataclasses.replace(request, flags=dataclasses.replace(request.flags, seed=runs[0].seed, run_name=name),
+                               seeds=tuple(run.seed for run in runs), run_names=tuple(run.name for run in runs))
+
+
+def resume_step(run: SweepRun, request) -> Optional[int]:
+    """main.py's own --resume check of `run` against `request` (its job's, `for_runs`), reading only: the step of its
+    checkpoint (None without one), or main.py's ConfigError (the recorded flags or config differ, the budget falls
+    below the checkpoint, a damaged record) before anything is launched."""
+    from runtime.checkpoints import checkpoint_header
+    from runtime.run_writer import RunWriter
+
+    writer = RunWriter(request, run.seed, run.name)
+    if not writer.run_dir.has_checkpoint():
+        return None
+    writer.start_step, _ = checkpoint_header(writer.checkpoint_path)
+    writer.check_same_run()
+    return writer.start_step
 
 
 def prepare_datasets(requests, log=print) -> Dict[str, Tuple[str, str]]:

@@ -130,7 +130,8 @@ def main(argv=None):
         envs = [env.strip() for env in args.envs.split(',') if env.strip()]
         seeds = sweep.parse_seeds(args.seeds)
         runs = sweep.build_runs(args.name, methods, envs, seeds, args.save_dir)
-        jobs = sweep.build_jobs(runs, main_flags, len(seeds) if args.seeds_per_job is None else args.seeds_per_job, main_path=os.path.abspath(args.main))
+        jobs = sweep.build_jobs(runs, main_flags, len(seeds) if args.seeds_per_job is None else args.seeds_per_job,
+                                main_path=os.path.abspath(args.main), request_of=request_of)
         problems, requests = sweep.check_grid(methods, envs, main_flags), []
         if not problems:
             problems, requests = sweep.check_job_commands(jobs, request_of)

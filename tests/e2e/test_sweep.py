@@ -18,7 +18,7 @@ import pytest
 
 from experiments import sweep
 from scripts import sweep as sweep_cli
-from tests.helpers import STUB_MAIN
+from tests.helpers import BUDGET, STUB_MAIN, TINY
 from utils.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -394,6 +394,33 @@ def test_submitit_local_runs_a_tiny_grid(tmp_path, capsys, pointmaze_data_dir):
     table = capsys.readouterr().out
     assert '| pointmaze-medium-stitch | ' in table and 'over 2 seeds' in table
     assert table.count('finished, last evaluation at step 30 of 30, 1 evaluation(s) (fewer than 3)') == 2
+
+
+def test_a_finished_run_whose_budget_or_protocol_changed_is_never_skipped(tmp_path, pointmaze_data_dir):
+    """A relaunched sweep took "has DONE" for finished: given a larger --train_steps (or another --eval_episodes) it said
+    "1 finished (skipped), 0 to run" and the new budget never ran. Each finished run's recorded flags and config are
+    compared with what the sweep would launch (main.py's own --resume check): a longer --train_steps resumes and
+    extends the run; another protocol, or a budget below the run's, is refused before anything is launched, naming
+    the difference; only an unchanged run is skipped."""
+    def relaunch(*flags):
+        command = [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=grow', f'--envs={ENV}',
+                   '--method=gcbc', '--seeds=0', f'--save_dir={tmp_path}', '--', f'--dataset_dir={pointmaze_data_dir}',
+                   *TINY, *BUDGET, *flags]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return result.returncode, result.stdout + result.stderr
+
+    run_dir = tmp_path / 'grow' / f'gcbc_{ENV}_sd0'
+    code, out = relaunch()
+    assert code == 0 and (run_dir / 'DONE').exists(), out
+    code, out = relaunch('--train_steps=60')
+    assert code == 0 and '1 runs: 0 finished (skipped), 1 to run in 1 jobs.' in out, out
+    assert (run_dir / 'DONE').exists() and '60,' in (run_dir / 'eval.csv').read_text().splitlines()[-1]
+    code, out = relaunch('--train_steps=60', '--eval_episodes=3')
+    assert code == 1 and 'Error: this sweep would fail at start:' in out and '--eval_episodes: 2 -> 3' in out, out
+    code, out = relaunch('--train_steps=40')
+    assert code == 1 and '--train_steps=40 is below the step of the checkpoint' in out, out
+    code, out = relaunch('--train_steps=60')
+    assert code == 0 and '1 runs: 1 finished (skipped), 0 to run in 0 jobs.' in out, out
 
 
 def test_paper_grid_scripts(tmp_path):
