@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from configs.presets import METHODS, method_of, methods_of_kind
+from configs.presets import METHODS, PRESETS, method_of, methods_of_kind
 from runtime import atomic_io
 from runtime.lock_owner import read_owner
 from runtime.loggers import read_csv_rows
@@ -79,6 +79,13 @@ class SeedResult:
     eval_interval: Optional[int] = None
     data_source: str = 'unrecorded'  # provenance label of the dataset it trained on (runtime/provenance.py)
     protocol: Tuple[Tuple[str, object], ...] = ()  # its PROTOCOL_FLAGS values: what its numbers measure
+    data_sha256: str = ''  # of the train file it trained on, as dataset.json records it ('' when it does not)
+
+    @property
+    def data(self) -> Tuple[str, str]:
+        """What it trained on: the provenance label and the train file's sha256 (one generation command can give
+        different files on different machines under one label)."""
+        return self.data_source, self.data_sha256
 
     def expected_evaluations(self) -> Optional[int]:
         """How many evaluations its flags imply: one per --eval_interval, and one at --train_steps."""
@@ -131,8 +138,13 @@ class Cell:
         return [run for run in self.runs if not run.complete]
 
     @property
-    def data_sources(self) -> List[str]:
-        return sorted({run.data_source for run in self.runs})
+    def data_sources(self) -> List[Tuple[str, str]]:
+        return sorted({run.data for run in self.runs})
+
+    @property
+    def batch_size(self) -> str:
+        """The batch size its seeds trained at (several, comma-separated, when they differ)."""
+        return ', '.join(sorted({str(run.config.get('batch_size')) for run in self.runs}))
 
 
 def hashable(value):
@@ -313,9 +325,11 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                     raise unreadable(path, problem)
             rows = read_eval_rows(os.path.join(directory, EVAL_LOG), metric, warn)
             done = find_upward(directory, root, DONE_FILE) is not None
-            data_source = record_label(read_json(find_upward(directory, root, DATASET_FILE)))
+            dataset = read_json(find_upward(directory, root, DATASET_FILE))
+            data_source = record_label(dataset)
+            data_sha256 = str(((dataset or {}).get('files') or {}).get('train', {}).get('sha256') or '')
             env = re.sub(r'-v\d+$', '', flags['env_name'])
-            method = method_of(config.get('preset') or config['agent_name'])
+            method = method_ran(config, directory, warn)
             setting = {k: hashable(v) for k, v in flatten(config).items() if k.split('.')[0] not in NON_SETTING_CONFIG}
             protocol = tuple((k, hashable(flags[k])) for k in PROTOCOL_FLAGS if k in flags)
             if not matches(dict(protocol), where or {}):
@@ -343,7 +357,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                                      f'expected integer `step` and numeric {metric!r} columns.') from e
                 check_success_values(os.path.join(directory, EVAL_LOG), metric, steps, values, task_values, warn)
                 run = SeedResult(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'),
-                                 task_values, flags.get('eval_interval'), data_source, protocol)
+                                 task_values, flags.get('eval_interval'), data_source, protocol, data_sha256)
                 key = (env, method, tuple(sorted(setting.items())), protocol, seed)
                 if key in seen:
                     raise ValueError(
@@ -353,6 +367,54 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                 seen[key] = directory
                 runs.append(run)
     return sorted(runs, key=lambda r: (r.env, r.method, r.seed, r.run_dir))
+
+
+def agent_name(method: str) -> str:
+    """The agent_name a method's runs record: its agent file's, or the variant a shared file's get_config takes."""
+    agent, _, variant = METHODS[method].agent.partition(':')
+    return variant or agent
+
+
+# Config fields that a data family's variant of a preset sets (the visual batch size and discount, an RL family's
+# alpha, ...): settings of a method, never what tells two methods apart.
+FAMILY_FIELDS = frozenset(key for preset in PRESETS.values() if preset.family for key in preset.overrides)
+
+
+def is_method(method: str, config: Dict[str, object]) -> bool:
+    """Whether a run's config is `method`'s: its agent, and the fields that tell that method from the others of its
+    agent (gcbc_phi's use_phi=True; BYOL-gamma's ablations' switches) as the method sets them, or at the agent's own
+    value (one that no other method of the agent sets) where it does not set them."""
+    name = agent_name(method)
+    if config.get('agent_name') != name:
+        return False
+    siblings = [METHODS[m].overrides for m in METHODS if m != method and agent_name(m) == name]
+    for key in {key for overrides in siblings for key in overrides} - FAMILY_FIELDS:
+        own = METHODS[method].overrides
+        if key in own and config.get(key) != own[key]:
+            return False
+        if key not in own and config.get(key) in [overrides[key] for overrides in siblings if key in overrides]:
+            return False
+    return True
+
+
+def method_ran(config: Dict[str, object], run_dir: str, warn=lambda message: None) -> str:
+    """A run's column, by what ran: its preset's method when the run is that method (`is_method`); else the one
+    method its config is, else its agent's name, with a warning that the preset label (a free config field) does not
+    match. A label this project does not know names its own column."""
+    label = config.get('preset') or config['agent_name']
+    method = method_of(label)
+    if method not in METHODS or is_method(method, config):
+        return method
+    matching = [m for m in METHODS if is_method(m, config)]
+    # Of those, the ones whose every override holds (BYOL-gamma^a's none, over gamma=0's discount 0), most specific first.
+    holding = sorted((m for m in matching if all(config.get(k) == v for k, v in METHODS[m].overrides.items())),
+                     key=lambda m: -len(METHODS[m].overrides))
+    if len(holding) > 1 and len(METHODS[holding[0]].overrides) == len(METHODS[holding[1]].overrides):
+        holding = []
+    ran = holding[0] if holding else matching[0] if len(matching) == 1 else str(config['agent_name'])
+    warn(f'{run_dir}: its config.json says preset {label!r}, but its config (agent {config["agent_name"]}) is not '
+         f'{METHODS[method].label}\'s: it is reported as {method_label(ran)}, what its config is.')
+    return ran
 
 
 SUCCESS_COLUMN = re.compile(r'(^|/)(\w+_)?success(_last\d+)?$')
@@ -438,26 +500,30 @@ def paired_interval(scores, baseline, confidence: float = 0.95) -> Tuple[float, 
 
 @dataclasses.dataclass(frozen=True)
 class Difference:
-    """One cell minus a baseline's cell: the difference of their means and its interval, paired by seed when both
-    cells scored the same seeds, else Welch's (`paired` False, the seeds scored by one cell only in
-    `unpaired_seeds`); Welch's interval is kept as a check either way."""
+    """One cell minus a baseline's cell: the difference of their means and its interval, paired by seed when seed i
+    of both drew the same batches (the same seeds, batch size and data), else Welch's (`paired` False, why in
+    `unpaired`); Welch's interval is kept as a check either way."""
 
     value: float
     low: float
     high: float
     paired: bool
     welch: Tuple[float, float]
-    unpaired_seeds: Tuple[int, ...] = ()
+    unpaired: str = ''  # why the seeds do not pair (they differ, or drew different batches or data), when they do not
 
 
 def difference(cell: 'Cell', reference: 'Cell', confidence: float = 0.95) -> Difference:
     """`cell` minus `reference` (`Difference`): the paired t-interval over the seeds both scored, when they scored the
-    same seeds; Welch's over all seeds otherwise."""
+    same seeds at one batch size on the same data (then seed i of both drew the same batches); Welch's over all seeds
+    otherwise, saying why."""
     welch = welch_interval(cell.scores, reference.scores, confidence)
     value = cell.mean - reference.mean
-    if sorted(cell.seeds) != sorted(reference.seeds):
-        unpaired = tuple(sorted(set(cell.seeds) ^ set(reference.seeds)))
-        return Difference(value, *welch, paired=False, welch=welch, unpaired_seeds=unpaired)
+    unpaired = tuple(sorted(set(cell.seeds) ^ set(reference.seeds)))
+    why = (f'seed{"s" * (len(unpaired) > 1)} {", ".join(map(str, unpaired))} in one only' if unpaired else
+           f'batch sizes differ: {cell.batch_size} vs {reference.batch_size}' if cell.batch_size != reference.batch_size
+           else 'they trained on different data' if cell.data_sources != reference.data_sources else '')
+    if why:
+        return Difference(value, *welch, paired=False, welch=welch, unpaired=why)
     baseline = dict(zip(reference.seeds, reference.scores))
     low, high = paired_interval(cell.scores, [baseline[seed] for seed in cell.seeds], confidence)
     return Difference(value, low, high, paired=True, welch=welch)
@@ -729,8 +795,7 @@ def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, d
                     found = ci.difference(cell, reference)
                     primary = format_signed_interval(found.low, found.high, decimals)
                     if not found.paired:
-                        seeds = ', '.join(map(str, found.unpaired_seeds))
-                        primary += f' (unpaired: seed{"s" if len(found.unpaired_seeds) > 1 else ""} {seeds} in one only; Welch)'
+                        primary += f' (unpaired: {found.unpaired}; Welch)'
                     row += f'{_signed(found.value, decimals)} | {primary} | {format_signed_interval(*found.welch, decimals)} |'
                 lines.append(row)
     return '\n'.join(lines)
@@ -764,6 +829,8 @@ def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
     for env in table.envs:
         present = {m: table.cells[(env, m)] for m in table.methods if (env, m) in table.cells}
         marks = row_marks({m: c.mean for m, c in present.items()}, table.rl_methods)
+        batches_differ = len({cell.batch_size for cell in present.values()}) > 1
+        data_differ = len({data for cell in present.values() for data in cell.data_sources}) > 1
         entries = []
         for method in table.methods:
             cell = present.get(method)
@@ -772,7 +839,8 @@ def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
                 continue
             few = cell.n < table.seed_count or cell.n < FEW_SEEDS
             notes = ((f'n={cell.n}',) if few else ()) + short_note(cell, table.last_n) \
-                + (('unfinished',) if cell.unfinished else ()) + (('mixed data',) if len(cell.data_sources) > 1 else ())
+                + ((f'batch {cell.batch_size}',) if batches_differ else ()) \
+                + (('unfinished',) if cell.unfinished else ()) + (('mixed data',) if data_differ else ())
             entries.append(Entry(method, cell.mean, cell.std, tuple(cell.scores), marks[method], notes))
         rows.append((env, False, entries))
     for name, row in table.averages:
@@ -941,12 +1009,15 @@ def data_source_lines(table: 'Table') -> List[str]:
     """One line per dataset row: where the data of its runs came from (several sources: all, with counts)."""
     lines = []
     for env in table.envs:
-        counts = Counter(run.data_source for method in table.methods if (env, method) in table.cells
+        counts = Counter(run.data for method in table.methods if (env, method) in table.cells
                          for run in table.cells[(env, method)].runs)
         if len(counts) == 1:
-            lines.append(f'{env}: {next(iter(counts))}')
-        else:
-            lines.append(f'{env}: MIXED SOURCES: ' + '; '.join(f'{label} ({n} seed runs)' for label, n in counts.most_common()))
+            lines.append(f'{env}: {next(iter(counts))[0]}')
+            continue
+        labels = Counter(label for label, _ in counts)
+        lines.append(f'{env}: MIXED SOURCES: ' + '; '.join(
+            label + (f' [train sha256 {sha[:12] or "unrecorded"}]' if labels[label] > 1 else '') + f' ({n} seed runs)'
+            for (label, sha), n in counts.most_common()))
     return lines
 
 

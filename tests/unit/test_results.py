@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from configs.presets import PRESETS
 from experiments import paper
 from experiments import results as R
 from scripts import plot_curves
@@ -30,7 +31,8 @@ def write_run(root, env, preset, seed, successes, alpha=None, done=True, steps=N
     with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
         flags = dict(env_name=env, seed=seed, train_steps=train_steps, run_name=name, num_seeds=1)
         json.dump(dict(flags, eval_interval=eval_interval) if eval_interval else flags, f)
-    config = dict(agent_name=preset.split('_')[0], preset=preset, lr=3e-4, actor_hidden_dims=[32, 32],
+    agent = PRESETS[preset].agent.split(':')[-1] if preset in PRESETS else preset.split('_')[0]
+    config = dict(agent_name=agent, preset=preset, lr=3e-4, actor_hidden_dims=[32, 32],
                   sampler=dict(batch_size=32, gamma=0.99))
     config.update(extra_config or {})
     if alpha is not None:
@@ -310,7 +312,7 @@ def test_data_sources_per_row_and_mixed_cells(tmp_path, capsys):
     assert results_cli.main([f'--runs={root}']) == 0
     out = capsys.readouterr().out
     rows = markdown_rows(out.split('\n\n')[0])  # the table (the settings table follows)
-    assert rows['antmaze-medium-stitch'] == ['**50** ± 0 (n=2) ‡', '**50** ± 0 (n=2)']
+    assert rows['antmaze-medium-stitch'] == ['**50** ± 0 (n=2) ‡', '**50** ± 0 (n=2) ‡']  # the row mixes data
     assert 'antmaze-medium-stitch: MIXED SOURCES: OGBench (3 seed runs); generated (this project\'s SAC ant expert, ' \
            'v0.3.0, seed 0, 1000+100 episodes) (1 seed runs)' in out
     assert '  humanoidmaze-medium-stitch: unrecorded' in out
