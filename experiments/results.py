@@ -36,8 +36,8 @@ from runtime import atomic_io
 from runtime.lock_owner import read_owner
 from runtime.loggers import read_csv_rows
 from runtime.provenance import record_label
-from runtime.run_dir import (CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE, LOCK_FILE, SET_ASIDE_SUFFIXES,
-                             RunDir, flatten, only_lock_left)
+from runtime.run_dir import (CONFIG_FILE, DATASET_FILE, DONE_FILE, EVAL_LOG, FLAGS_FILE, LOCK_FILE, RESUMES_FILE,
+                             SET_ASIDE_SUFFIXES, RunDir, flatten, only_lock_left)
 
 METRIC = 'evaluation/overall_success'
 # Bolding compares non-RL (behavioral cloning) methods only; the offline RL baselines and FB are shown as
@@ -80,6 +80,13 @@ class SeedResult:
     data_source: str = 'unrecorded'  # provenance label of the dataset it trained on (runtime/provenance.py)
     protocol: Tuple[Tuple[str, object], ...] = ()  # its PROTOCOL_FLAGS values: what its numbers measure
     data_sha256: str = ''  # of the train file it trained on, as dataset.json records it ('' when it does not)
+    codes: Tuple[Tuple[Optional[str], Optional[bool]], ...] = ()  # (git commit, dirty) of each attempt (resumes.json)
+
+    @property
+    def code_changed(self) -> bool:
+        """Whether its attempts ran different code: other commits, or a checkout with uncommitted changes (which may
+        have changed between attempts), or an attempt that recorded none beside one that did."""
+        return len(set(self.codes)) > 1 or (len(self.codes) > 1 and any(dirty for _, dirty in self.codes))
 
     @property
     def data(self) -> Tuple[str, str]:
@@ -328,6 +335,9 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
             dataset = read_json(find_upward(directory, root, DATASET_FILE))
             data_source = record_label(dataset)
             data_sha256 = str(((dataset or {}).get('files') or {}).get('train', {}).get('sha256') or '')
+            attempts = read_json(find_upward(directory, root, RESUMES_FILE)) or []
+            codes = tuple(((attempt.get('code') or {}).get('commit'), (attempt.get('code') or {}).get('dirty'))
+                          for attempt in attempts)
             env = re.sub(r'-v\d+$', '', flags['env_name'])
             method = method_ran(config, directory, warn)
             setting = {k: hashable(v) for k, v in flatten(config).items() if k.split('.')[0] not in NON_SETTING_CONFIG}
@@ -357,7 +367,7 @@ def load_runs(roots: Sequence[str], metric: str = METRIC, seeds: Optional[Sequen
                                      f'expected integer `step` and numeric {metric!r} columns.') from e
                 check_success_values(os.path.join(directory, EVAL_LOG), metric, steps, values, task_values, warn)
                 run = SeedResult(directory, env, method, seed, setting, steps, values, done, flags.get('train_steps'),
-                                 task_values, flags.get('eval_interval'), data_source, protocol, data_sha256)
+                                 task_values, flags.get('eval_interval'), data_source, protocol, data_sha256, codes)
                 key = (env, method, tuple(sorted(setting.items())), protocol, seed)
                 if key in seen:
                     raise ValueError(
@@ -818,7 +828,8 @@ class Entry:
     std: Optional[float]  # None in average rows
     scores: Tuple[float, ...]
     mark: str  # 'best', 'bold' (within BOLD_FRACTION of the best non-RL mean) or ''
-    notes: Tuple[str, ...] = ()  # 'n=<seeds>' (< the table's most, or FEW_SEEDS), 'last <k>', 'unfinished', 'mixed data'
+    # 'n=<seeds>' (< the table's most, or FEW_SEEDS), 'last <k>', 'batch <b>', 'unfinished', 'mixed data', 'code changed'
+    notes: Tuple[str, ...] = ()
     missing: bool = False  # no runs (drawn ·); a mean that is NaN has runs, and is drawn NaN
 
 
@@ -840,7 +851,8 @@ def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
             few = cell.n < table.seed_count or cell.n < FEW_SEEDS
             notes = ((f'n={cell.n}',) if few else ()) + short_note(cell, table.last_n) \
                 + ((f'batch {cell.batch_size}',) if batches_differ else ()) \
-                + (('unfinished',) if cell.unfinished else ()) + (('mixed data',) if data_differ else ())
+                + (('unfinished',) if cell.unfinished else ()) + (('mixed data',) if data_differ else ()) \
+                + (('code changed',) if any(run.code_changed for run in cell.runs) else ())
             entries.append(Entry(method, cell.mean, cell.std, tuple(cell.scores), marks[method], notes))
         rows.append((env, False, entries))
     for name, row in table.averages:
@@ -852,11 +864,11 @@ def table_rows(table: Table) -> List[Tuple[str, bool, List[Entry]]]:
     return rows
 
 
-MARKDOWN_NOTES = {'unfinished': ' †', 'mixed data': ' ‡'}
+MARKDOWN_NOTES = {'unfinished': ' †', 'mixed data': ' ‡', 'code changed': ' §'}
 # What an average row shows for a method whose datasets' cells were run at different protocols (`unaveraged_lines`
 # says how they differ).
 NOT_AVERAGED = 'protocols differ'
-LATEX_NOTES = {'unfinished': r'\dagger', 'mixed data': r'\ddagger'}
+LATEX_NOTES = {'unfinished': r'\dagger', 'mixed data': r'\ddagger', 'code changed': r'\S'}
 
 
 def format_markdown(table: Table, decimals: int = 0, ci: Optional[Intervals] = None) -> str:
@@ -995,6 +1007,15 @@ def unfinished_report(cells: Dict[Tuple[str, str], List[Cell]], last_n: int = 3)
                              + (f' (fewer than {last_n})' if short else '')
                              + ''.join(f'; {p}' for p in problems if p != 'no DONE'))
     return lines
+
+
+def code_lines(table: 'Table') -> List[str]:
+    """One line per seed run of the table whose attempts ran different code (`SeedResult.code_changed`), with the code
+    of each attempt."""
+    return [f'{run.run_dir} (seed {run.seed}): ' + ', '.join(f'{(commit or "no commit recorded")[:12]}'
+                                                               + (' (uncommitted changes)' if dirty else '')
+                                                               for commit, dirty in run.codes)
+            for env, method in sorted(table.cells) for run in table.cells[(env, method)].runs if run.code_changed]
 
 
 def unaveraged_lines(table: 'Table') -> List[str]:

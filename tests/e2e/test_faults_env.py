@@ -54,6 +54,29 @@ def test_sighup_checkpoints_and_exits_129(tmp_path, pointmaze_data_dir):
     assert step >= 20 and f'SIGHUP received: checkpoints saved at step {step}; rerun with --resume.' in err
 
 
+def test_every_attempt_records_its_code_and_the_tables_flag_a_run_whose_code_changed(tmp_path, pointmaze_data_dir):
+    """A --resume after a code change was recorded nowhere. Every attempt (the first one too) records its code in the
+    run's attempt log, resumes.json: the checkout's git commit and whether it had uncommitted changes. A run whose
+    attempts ran different code (here: the first attempt's record as another commit would have written it) is
+    marked § in the tables and listed with each attempt's code."""
+    commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    dirty = bool(subprocess.run(['git', 'status', '--porcelain'], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip())
+    run_dir = tmp_path / 'default' / 'r'
+    for steps in ('--train_steps=20', '--train_steps=40'):
+        code, _, err = run(main_command(pointmaze_data_dir, tmp_path, *BUDGET, steps, '--run_name=r', '--resume'))
+        assert code == 0, err[-3000:]
+    attempts = json.loads((run_dir / 'resumes.json').read_text())
+    assert [(a['from_step'], a['code']) for a in attempts] == [(0, dict(commit=commit, dirty=dirty)),
+                                                              (20, dict(commit=commit, dirty=dirty))]
+    attempts[0]['code'] = dict(commit='0123456789abcdef' * 2 + '01234567', dirty=False)
+    (run_dir / 'resumes.json').write_text(json.dumps(attempts))
+    table = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'results.py'), f'--runs={tmp_path}'], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert next(line for line in table.stdout.splitlines() if line.startswith('| pointmaze-medium-stitch')).endswith(' § |')
+    assert (f'{run_dir} (seed 0): 0123456789ab, {commit[:12]}' + ' (uncommitted changes)' * dirty) in table.stdout
+
+
 def test_agent_given_twice_names_both(tmp_path, pointmaze_data_dir):
     command = main_command(pointmaze_data_dir, tmp_path, '--agent.batch_size=16', '--agent=configs/presets.py:gcbc_phi')
     paragraph = error_paragraph(*run(command)[::2])
