@@ -385,7 +385,7 @@ def presets_source_with_entry(entry, presets_path=os.path.join(ROOT, 'configs', 
 # ---------------------------------------------------------------------------------------------
 
 # Stands in for main.py: creates the run directory, then fails for seed 13, waits for SIGTERM when
-# STUB_WAIT is set (exit 143 like main.py), stops at its "time limit" (exit 75, like main.py --time_limit)
+# STUB_WAIT is set (exit 143 like main.py; with STUB_WAIT=once, only until a SIGTERM has stopped it once), stops at its "time limit" (exit 75, like main.py --time_limit)
 # on its first attempt when STUB_TIME_LIMIT is set (on every attempt when it is `always`), and otherwise
 # finishes (DONE). STUB_RECORD: a file to which it appends its GPU environment, whether the dataset files existed,
 # and its start and end times.
@@ -411,7 +411,7 @@ STUB_MAIN = textwrap.dedent('''
         for step in range(10 ** 9):
             print('Finished: chunk', step, 'of the first sweep', flush=True)
             time.sleep(0.01)
-    if os.environ.get('STUB_WAIT'):
+    if os.environ.get('STUB_WAIT') and not (os.environ['STUB_WAIT'] == 'once' and os.path.exists(os.path.join(run_dir, 'TERMINATED'))):
         signal.signal(signal.SIGTERM, lambda *_: (open(os.path.join(run_dir, 'TERMINATED'), 'w').close(), sys.exit(143)))
         open(os.path.join(run_dir, 'STARTED'), 'w').close()
         while True:

@@ -1,7 +1,8 @@
 """The Slurm backend (scripts/sweep.py --backend=slurm --wait) against a real Slurm cluster, at toy size: a job
 array gives the local backend's results; a job is requeued by Slurm after main.py's --time_limit and after Slurm's
 time-limit warning (SIGUSR2) and resumes exactly; a cancelled job resumes when the sweep runs again; a failing job
-is reported with its log, not requeued. The two scenarios that mostly wait for Slurm (each requeue waits for a
+is reported with its log, not requeued; a job `scontrol requeue` restarts is waited for; one that can never start is
+named with Slurm's reason. The two scenarios that mostly wait for Slurm (each requeue waits for a
 credential to expire) start together with the first test, which trains meanwhile.
 
 These need a cluster that answers: `bash .ci/slurm_cluster.sh start` (as root, with Debian's slurmctld,
@@ -319,6 +320,40 @@ def test_a_cancelled_job_resumes_when_the_sweep_runs_again(tmp_path, slurm_env, 
     step = int(re.search(rf'Resumed {re.escape(str(run_dir))} from step (\d+)\.', log).group(1))
     assert 200 <= step < 800
     assert run_rows(run_dir) == long_reference.rows()
+
+
+def test_a_job_slurm_requeues_is_waited_for_not_reported_stopped(tmp_path, slurm_env, pointmaze_data_dir):
+    """`scontrol requeue` of a running job: Slurm stops its main.py (SIGTERM: it saves) and starts the job again. The
+    waiting sweep says the job was requeued and reports how it ends, not a stop that needs a rerun. (The stub main.py
+    runs until its first SIGTERM, then finishes.)"""
+    stub = tmp_path / 'stub_main.py'
+    stub.write_text(STUB_MAIN)
+    sweep = start(sweep_command('requeue', tmp_path, pointmaze_data_dir, [], f'--main={stub}'),
+                  dict(slurm_env, STUB_WAIT='once'))
+    job, head = submitted_job(sweep)
+    wait_for(tmp_path / 'requeue' / f'gcbc_{ENV}_sd0' / 'STARTED', sweep)
+    slurm('scontrol', 'requeue', job, env=slurm_env)
+    code, out = finish(sweep)
+    assert code == 0 and f'[1/1] gcbc_{ENV}_sd0: ok' in out and '1 jobs finished, 0 failed.' in out, head + out
+    assert f'[requeued] gcbc_{ENV}_sd0: Slurm requeued job {job} (restart 1)' in out and 'stopped' not in out
+    assert job_record(job, slurm_env) == ('COMPLETED', 1)
+    assert (tmp_path / 'requeue' / f'gcbc_{ENV}_sd0' / 'TERMINATED').exists()
+
+
+def test_a_job_that_can_never_start_is_named_not_waited_for(tmp_path, slurm_env, pointmaze_data_dir):
+    """More CPUs than any node has: sbatch accepts the job, and Slurm holds it PENDING (reason PartitionConfig)
+    forever. The waiting sweep stops with that reason and what to do, leaving the job for the user to cancel."""
+    command = sweep_command('never', tmp_path, pointmaze_data_dir, TINY)
+    command[command.index('--cpus=1')] = '--cpus=100000'
+    sweep = start(command, slurm_env)
+    job, head = submitted_job(sweep)
+    try:
+        code, out = finish(sweep, timeout=120)
+    finally:
+        slurm('scancel', job, env=slurm_env)
+    assert code == 1 and 'Traceback' not in out, head + out
+    assert (f'Error: Slurm holds job {job} (gcbc_{ENV}_sd0) PENDING with reason PartitionConfig: it cannot start as '
+            f'submitted') in out and f'(scancel {job})' in out
 
 
 @pytest.mark.skipif(not os.environ.get('SLURM_SLOW_TESTS'),
