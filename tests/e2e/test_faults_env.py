@@ -78,9 +78,16 @@ def test_every_attempt_records_its_code_and_the_tables_flag_a_run_whose_code_cha
 
 
 def test_agent_given_twice_names_both(tmp_path, pointmaze_data_dir):
+    """--agent given twice is refused naming both, also when one of them stands in a --flagfile (the later one won
+    silently, or absl said "defined twice")."""
     command = main_command(pointmaze_data_dir, tmp_path, '--agent.batch_size=16', '--agent=configs/presets.py:gcbc_phi')
     paragraph = error_paragraph(*run(command)[::2])
     assert paragraph.startswith('--agent is given 2 times (agents/gcbc.py, then configs/presets.py:gcbc_phi)'), paragraph
+    flagfile = tmp_path / 'run.flags'
+    flagfile.write_text('--agent=configs/presets.py:gcbc_phi\n--agent.batch_size=16\n')
+    paragraph = error_paragraph(*run(main_command(pointmaze_data_dir, tmp_path, f'--flagfile={flagfile}'))[::2])
+    assert paragraph.startswith('--agent is given 2 times (agents/gcbc.py, then configs/presets.py:gcbc_phi)'), paragraph
+    assert not (tmp_path / 'default').exists()
     assert not os.path.exists(tmp_path / 'default')
 
 
@@ -97,6 +104,15 @@ BAD_AGENT_FILES = {
                      'ml_collections.ConfigDict'),
     'argument': ('from agents.gcbc import get_config\n', ':big', 'takes no argument, but ":big" passes one. Drop ":big"'),
 }
+
+
+def test_a_run_group_or_name_the_tables_would_skip_is_refused(tmp_path, pointmaze_data_dir):
+    """A run group ending in .old was accepted, and the tables then skipped its runs as set aside. Refused, nothing
+    written."""
+    for flag in ('--run_group=mine.old', '--run_name=r.damaged'):
+        paragraph = error_paragraph(*run(main_command(pointmaze_data_dir, tmp_path, flag))[::2])
+        assert 'which marks a folder set aside (the results tables skip it). Nothing was written' in paragraph, paragraph
+    assert not os.listdir(tmp_path)
 
 
 def test_agent_config_files_that_cannot_give_a_config_are_named(tmp_path, pointmaze_data_dir):
