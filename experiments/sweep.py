@@ -39,7 +39,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from runtime.exits import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
 from runtime import atomic_io
 from runtime.errors import StorageError
-from runtime.run_dir import FLAGS_FILE, TRAIN_LOG, RunDir
+from runtime.run_dir import FLAGS_FILE, SET_ASIDE_SUFFIXES, TRAIN_LOG, RunDir
 from runtime.subprocesses import set_up_then_exec
 from utils.errors import ConfigError
 
@@ -137,7 +137,7 @@ def parse_method(spec: str) -> MethodSpec:
     """`byol_gamma_a:alpha=1,6:tau=0.99` -> MethodSpec('byol_gamma_a', (('alpha', ('1', '6')), ('tau', ('0.99',))))."""
     preset, *fields = split_top_level(spec.strip(), ':')
     if not re.fullmatch(PRESET_NAME, preset):
-        raise ConfigError(f'MethodSpec spec {spec!r} must start with a preset name, e.g. byol_gamma_a:alpha=1,6,40,100.')
+        raise ConfigError(f'Method spec {spec!r} must start with a preset name, e.g. byol_gamma_a:alpha=1,6,40,100.')
     overrides, seen = [], set()
     for field in fields:
         key, equals, values_text = field.partition('=')
@@ -154,16 +154,26 @@ def parse_method(spec: str) -> MethodSpec:
     return MethodSpec(preset, tuple(overrides))
 
 
+# The most seeds --seeds may name: far beyond any seed count a table reports (a larger range is a slip, and would make
+# that many runs before anything could check them).
+MAX_SEEDS = 10_000
+
+
 def parse_seeds(text: str) -> List[int]:
-    """`0-9` or `0,1,2` or `0-3,7` -> sorted unique seeds."""
-    seeds = set()
+    """`0-9` or `0,1,2` or `0-3,7` -> sorted unique seeds, each a seed main.py takes (JAX keeps 32 bits of it), at most
+    MAX_SEEDS of them."""
+    from runtime.request import MAX_SEED
+
+    ranges = []
     for part in text.split(','):
         match = re.fullmatch(r'\s*(\d+)\s*(?:-\s*(\d+)\s*)?', part)
         if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
             raise ConfigError(f'Bad --seeds {text!r}: use a range like 0-9, a list like 0,1,2, or both (0-3,7).')
-        first = int(match.group(1))
-        seeds.update(range(first, int(match.group(2) or first) + 1))
-    return sorted(seeds)
+        ranges.append((int(match.group(1)), int(match.group(2) or match.group(1))))
+    if max(last for _, last in ranges) > MAX_SEED or sum(last - first + 1 for first, last in ranges) > MAX_SEEDS:
+        raise ConfigError(f'Bad --seeds {text!r}: seeds lie in 0..{MAX_SEED} (JAX keeps 32 bits of a seed), and a sweep '
+                          f'takes at most {MAX_SEEDS} of them, e.g. --seeds=0-9.')
+    return sorted({seed for first, last in ranges for seed in range(first, last + 1)})
 
 
 def name_value(value: str) -> str:
@@ -222,8 +232,10 @@ def named_settings(methods: Sequence[MethodSpec]) -> List[Tuple[MethodSpec, Dict
 
 def build_runs(sweep: str, methods: Sequence[MethodSpec], envs: Sequence[str], seeds: Sequence[int], save_dir: str) -> List[SweepRun]:
     """The whole grid, in a stable order (method, setting, environment, seed); names must be unique."""
-    if not re.fullmatch(r'[A-Za-z0-9_.-]+', sweep):
-        raise ConfigError(f'Sweep name {sweep!r} must be letters, digits, "_", "-" or "." (it is a directory name).')
+    if not re.fullmatch(r'[A-Za-z0-9_.-]+', sweep) or sweep in ('.', '..') or sweep.endswith(SET_ASIDE_SUFFIXES):
+        raise ConfigError(f'--name={sweep!r}: a sweep name is one directory name of letters, digits, "_", "-" and ".", '
+                          f'neither "." nor "..", nor ending in {" or ".join(SET_ASIDE_SUFFIXES)} (folders the tables '
+                          f'skip). Pass another --name.')
     if not methods or not envs or not seeds:
         raise ConfigError('A sweep needs at least one method, one environment and one seed.')
     repeated = sorted({env for env in envs if envs.count(env) > 1})

@@ -91,6 +91,11 @@ def parse_args(argv):
     if not (math.isfinite(args.progress_interval) and args.progress_interval >= 0):
         parser.error(f'--progress_interval must be a number of seconds, 0 (no progress lines) or more, got '
                      f'{args.progress_interval:g}.')
+    for name, least in (('time_min', 1), ('cpus', 1), ('array_parallelism', 1), ('max_timeouts', 0)):
+        if getattr(args, name) < least:
+            parser.error(f'--{name} must be at least {least}, got {getattr(args, name)}.')
+    if not (math.isfinite(args.mem_gb) and args.mem_gb > 0):
+        parser.error(f'--mem_gb must be a positive number of GB, got {args.mem_gb:g}.')
     try:
         if args.backend == 'local':
             args.gpu_ids = sweep.parse_gpus(args.gpus) if args.gpus is not None else None

@@ -161,6 +161,29 @@ def test_bad_grid_is_refused_but_dry_run_warns(tmp_path, capsys):
     assert status == 1 and 'the sweep sets --seed itself' in err
 
 
+def test_every_sweep_flag_is_range_checked_before_any_work(tmp_path, capsys):
+    """Slurm's --time_min, --array_parallelism, --max_timeouts, seeds main.py does not take (above 2^31-1: they passed
+    the pre-launch check, which checks one command per setting) and a name the tables would skip or that names no
+    folder are refused by name; --seeds=0-1000000000 was a MemoryError (in a process of its own here)."""
+    grid = ['--name=flags', f'--envs={ENV}', '--method=gcbc', f'--save_dir={tmp_path}', '--dry_run']
+    for flag, message in (('--time_min=0', '--time_min must be at least 1, got 0.'),
+                          ('--array_parallelism=0', '--array_parallelism must be at least 1, got 0.'),
+                          ('--max_timeouts=-1', '--max_timeouts must be at least 0, got -1.'),
+                          ('--mem_gb=nan', '--mem_gb must be a positive number of GB, got nan.')):
+        status, _, err = run_cli(capsys, *grid, flag)
+        assert status == 2 and message in err, (flag, err)
+    for seeds in ('2147483647-2147483648', '0-10000'):
+        status, _, err = run_cli(capsys, *grid, f'--seeds={seeds}')
+        assert status == 1 and f"Error: Bad --seeds '{seeds}': seeds lie in 0..2147483647" in err, err
+    for name in ('..', '.', 'grid.old', 'grid.damaged'):
+        status, _, err = run_cli(capsys, *grid[1:], f'--name={name}')
+        assert status == 1 and f"Error: --name={name!r}: a sweep name is one directory name" in err, err
+    huge = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), *grid, '--seeds=0-1000000000'],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert huge.returncode == 1 and "Error: Bad --seeds '0-1000000000'" in huge.stderr, huge.stderr[-2000:]
+    assert not os.listdir(tmp_path)
+
+
 def test_seeds_per_job_takes_a_positive_count_or_all(tmp_path, capsys):
     """--seeds_per_job=0 (or a negative count) is refused by name; "all" puts every seed of a setting in one job."""
     grid = ['--name=jobs', f'--envs={ENV}', '--method=gcbc', '--seeds=0-2', f'--save_dir={tmp_path}', '--dry_run']
@@ -469,6 +492,22 @@ def test_stitch_benchmark_script(tmp_path):
     assert '8 runs' in header and len(commands) == 2
     assert all(' --train_steps=300 ' in c and ' --eval_interval=100 ' in c and 'medium-stitch' in c for c in commands)
     assert not os.path.exists(tmp_path / 'stitch')
+    # A `*` in the list stays a `*` (it was expanded to the file names of the working directory), named by the sweep.
+    (tmp_path / 'gcbc_phi').touch()
+    starred = subprocess.run(['bash', os.path.join(ROOT, 'scripts', 'stitch_benchmark.sh'), '--dry_run'], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120, env=dict(env, STITCH_METHODS='gcbc *'))
+    assert starred.returncode == 1 and "Error: Method spec '*' must start with a preset name" in starred.stderr, starred.stderr
+
+
+def test_the_wrapper_scripts_help_is_the_sweeps_help(tmp_path):
+    """The wrapper scripts passed --help to the sweep, which printed its help, and then tabled runs that were never
+    run: the help ended in results.py's error. They stop after the help, with exit status 0."""
+    env = dict(os.environ, PYTHON=sys.executable, SAVE_DIR=str(tmp_path), STITCH_SAVE_DIR=str(tmp_path))
+    for name in ('stitch_benchmark.sh', 'headline.sh', 'cpu_results.sh', 'cpu_results_rl.sh'):
+        done = subprocess.run(['bash', os.path.join(ROOT, 'scripts', name), '--help'], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, env=env)
+        assert done.returncode == 0 and 'usage: sweep.py' in done.stdout and not done.stderr, (name, done.stderr)
+    assert os.listdir(tmp_path) == []
 
 
 def test_dry_run_commands_work_pasted_in_any_directory(tmp_path, capsys, pointmaze_data_dir):
