@@ -29,6 +29,7 @@ from datagen.pointmaze import STITCH_GOAL_DISTANCE
 from experiments import analysis
 from runtime.atomic_io import atomic_open, save_figure, write_json
 from runtime.checkout import require_own_checkout
+from runtime.exits import script_main
 from utils.errors import ConfigError
 from utils.evaluation import evaluate, evaluation_metrics, make_eval_envs
 
@@ -203,4 +204,4 @@ def main(argv=None):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    main()
+    sys.exit(script_main(main))

@@ -11,6 +11,7 @@ each with its own line style and band hatching.
 """
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -26,6 +27,7 @@ from experiments import results as R
 from experiments.sweep import parse_seeds
 from runtime.atomic_io import figure_format, save_figure
 from runtime.checkout import require_own_checkout
+from runtime.exits import script_main
 from utils.errors import ConfigError
 
 LINE_STYLES = ('-', '--', ':', '-.')
@@ -113,6 +115,8 @@ def main(argv=None):
     args.runs = ','.join(args.runs)  # every --runs given, not the last one only
     if not 0.0 < args.confidence < 1.0:
         parser.error(f'--confidence must lie in (0, 1), got {args.confidence}.')
+    if args.last_n < 1 or not (math.isfinite(args.scale) and args.scale > 0):
+        parser.error(f'--last_n must be at least 1 and --scale a positive number, got {args.last_n} and {args.scale:g}.')
     try:
         figure_format(output_path(args.out, 'dataset'))
     except ValueError as e:
@@ -151,4 +155,4 @@ def main(argv=None):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    sys.exit(main())
+    sys.exit(script_main(main))

@@ -29,6 +29,7 @@ from experiments import paper
 from experiments import results as R
 from runtime.atomic_io import save_figure
 from runtime.checkout import require_own_checkout
+from runtime.exits import script_main
 from utils.errors import ConfigError
 
 
@@ -155,4 +156,4 @@ def main(argv=None):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    sys.exit(main())
+    sys.exit(script_main(main))

@@ -25,6 +25,7 @@ from mpl_toolkits.axes_grid1 import make_axes_locatable
 from experiments import analysis
 from runtime.atomic_io import save_figure
 from runtime.checkout import require_own_checkout
+from runtime.exits import script_main
 from utils.errors import ConfigError, DatasetError
 
 
@@ -99,4 +100,4 @@ def main(argv=None):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    main()
+    sys.exit(script_main(main))

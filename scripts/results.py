@@ -33,11 +33,13 @@ not, the table is refused with the differing flags named; select one with the fi
 """
 
 import argparse
+import math
 import sys
 
 from experiments import results as R
 from experiments.sweep import parse_seeds
 from runtime.checkout import require_own_checkout
+from runtime.exits import script_main
 from utils.errors import ConfigError
 
 
@@ -66,6 +68,9 @@ def parse_args(argv):
     args.runs = ','.join(args.runs)  # every --runs given, not the last one only
     if args.last_n < 1:
         parser.error(f'--last_n must be at least 1, got {args.last_n}.')
+    if not (math.isfinite(args.scale) and args.scale > 0):
+        parser.error(f'--scale multiplies the metric (100: success in percent): a positive number, got {args.scale:g} '
+                     f'(a negative one would bold the worst method).')
     if args.decimals < 0:
         parser.error(f'--decimals is the number of digits after the decimal point: 0 or more, got {args.decimals}.')
     if not 0.0 < args.confidence < 1.0:
@@ -160,4 +165,4 @@ def main(argv=None):
 
 if __name__ == '__main__':
     require_own_checkout(__file__)
-    sys.exit(main())
+    sys.exit(script_main(main))

@@ -248,3 +248,29 @@ def test_help_examples_name_a_run_directory_main_makes_and_write_under_runs():
         named = [path for line in examples for path in re.findall(r'--run_dir=(runs/default/\S+)', line)]
         assert named == [made], (script.__name__, named, made)
         assert all(path.startswith('runs/') for line in examples for path in re.findall(r'--out_dir=(\S+)', line))
+
+
+def test_ctrl_c_to_an_analysis_is_interrupted_not_a_traceback(tiny_run, tmp_path):
+    """Ctrl-C to a table, figure or analysis script ended in a traceback: it ends in one line, exit 130, having written
+    nothing. (The analysis is stopped once it works: past its imports, when JAX has started its threads.)"""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT, wait_until
+
+    def threads(pid):
+        with open(f'/proc/{pid}/status') as f:
+            return int(next(line for line in f if line.startswith('Threads:')).split()[1])
+
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, 'scripts', 'horizon.py'), f'--run_dir={tiny_run}',
+                                '--episodes=50', f'--out_dir={tmp_path / "out"}'], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: threads(process.pid) >= 5, process)  # two while importing
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and 'Traceback' not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == 'Interrupted (Ctrl-C): stopped; no file was left half-written.'
+    assert not (tmp_path / 'out').exists()

@@ -222,3 +222,43 @@ def test_data_that_differ_under_one_provenance_label_are_marked(tmp_path):
     label = 'generated (pointmaze scripted oracle, v0.5.0, seed 0, 5000+500 episodes)'
     assert (f'pointmaze-large-stitch: MIXED SOURCES: {label} [train sha256 3904b8e0ca9e] (1 seed runs); {label} [train '
             f'sha256 000000000000] (1 seed runs)') in done.stdout, done.stdout
+
+
+def test_a_figure_onto_a_full_disk_or_a_read_only_folder_is_one_paragraph(tmp_path):
+    """plot_curves.py onto a full disk (a file-size limit of 8 KB, below a figure's size) or into a folder it may not
+    write ended in a traceback: one paragraph naming the file and the cause, exit 1, no file left behind."""
+    from runtime.subprocesses import set_up_then_exec
+    from tests.helpers import bound_by_file_modes
+
+    copy_runs(tmp_path / 'runs', GCBC.format(0))
+    read_only = tmp_path / 'read-only'
+    read_only.mkdir()
+    (read_only / 'probe').touch()
+    (read_only / 'probe').chmod(0)
+    bypass = bound_by_file_modes(read_only / 'probe')
+    read_only.chmod(0o555)
+    full_disk = 'import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))'
+    for folder, set_up, cause in ((tmp_path / 'full', full_disk, 'the file-size limit was reached'),
+                                  (read_only, bypass, 'permission denied')):
+        folder.mkdir(exist_ok=True)
+        before = sorted(os.listdir(folder))
+        command = [sys.executable, os.path.join(ROOT, 'scripts', 'plot_curves.py'), f'--runs={tmp_path / "runs"}',
+                   f'--out={folder / "curves.png"}']
+        done = subprocess.run(set_up_then_exec(set_up, command) if set_up else command, cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
+        assert (f'Error: Cannot write {folder / "curves_pointmaze-large-stitch.png"}' in done.stderr
+                or f'Error: Cannot write {folder}' in done.stderr) and cause in done.stderr, done.stderr
+        assert sorted(os.listdir(folder)) == before
+
+
+def test_a_scale_that_turns_the_ranking_and_an_out_with_braces_are_one_message_each(tmp_path):
+    """results.py --scale=-100 bolded the worst method; plot_curves.py --out='{env}{0}.png' was an IndexError (the
+    name went through str.format). The scale is refused by name; only {env} in --out is replaced."""
+    scaled = script('results.py', f'--runs={CPU_RUNS}', '--scale=-100')
+    assert scaled.returncode == 2 and 'Traceback' not in scaled.stderr, scaled.stderr
+    assert 'error: --scale multiplies the metric (100: success in percent): a positive number, got -100' in scaled.stderr
+    (run_dir,) = copy_runs(tmp_path / 'runs', GCBC.format(0))
+    figure = script('plot_curves.py', f'--runs={tmp_path / "runs"}', f'--out={tmp_path}/{{env}}{{0}}.png')
+    assert figure.returncode == 0 and 'Traceback' not in figure.stderr, figure.stderr
+    assert (tmp_path / 'pointmaze-large-stitch{0}.png').exists()
