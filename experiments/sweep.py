@@ -9,7 +9,8 @@ them (`--method=byol_gamma_a:tau=0.99 --method=byol_gamma_a:tau=0.9`), which the
     <sweep>/<preset>_<env>[_a<alpha>][_<key><value>...]_sd<seed>
 
 Every command passes --resume, so relaunching the same sweep continues killed, preempted or
-time-limited runs from their checkpoints and skips finished ones (those with a DONE file). With
+time-limited runs from their checkpoints and skips finished ones (those with a DONE file whose command would change
+nothing; a longer --train_steps extends them, and other changes are refused before launching). With
 `seeds_per_job > 1` consecutive pending seeds of one setting share a process (main.py --num_seeds),
 which writes the same per-seed directories.
 
@@ -17,7 +18,9 @@ Before launching, `prepare_datasets` obtains each dataset once (main.py's own `e
 dataset flags passed through), so jobs never race to generate one. The local backend runs jobs on
 `workers` slots, optionally pinned to GPUs (`gpus`, `runs_per_gpu`: CUDA_VISIBLE_DEVICES and a JAX memory
 fraction per slot); a job that main.py stops at its --time_limit (exit 75) or by SIGTERM (143) is
-resumable, not failed. On Slurm (submitit) both are requeued with the same command.
+resumable, not failed. On Slurm (submitit) both are requeued with the same command; the launcher waits on
+submitit's job states (asked of scontrol) and reads each outcome from the job's runs and log, never from submitit's
+result pickles.
 """
 
 import dataclasses

@@ -7,13 +7,14 @@ r"""Launch a grid of main.py runs: methods x environments x hyperparameters x se
         [--main_flags='--train_steps=500000'] [-- --agent.batch_size=256 --wandb_mode=offline]
 
 Runs land in <save_dir>/<name>/<preset>_<env>[_a<alpha>]..._sd<seed>, each with a <run>.log beside it.
-Finished runs (DONE) are skipped and the rest are passed --resume, so the same command both starts
-and continues a sweep (also after a run stopped at main.py's --time_limit: exit status 75 = rerun to
-resume). Flags after `--` go to every main.py command. Before launching, each dataset is obtained once
+Finished runs (DONE, and a command that would change nothing) are skipped and the rest are passed --resume, so the
+same command both starts and continues a sweep (also after a run stopped at main.py's --time_limit: exit status 75 =
+rerun to resume), a longer --train_steps extends finished runs, and other changed settings are refused before
+launching. Flags after `--` go to every main.py command. Before launching, each dataset is obtained once
 here with the dataset flags given to main.py (--dataset_dir, --download/--nodownload, --generate_dataset);
-one that cannot be obtained stops the sweep with main.py's message. The local backend prints a line when each job
-starts and ends, and every --progress_interval seconds (default 60) the step each running job has reached, read from
-its train.csv. See docs/experiments.md.
+one that cannot be obtained stops the sweep with main.py's message. The local backend (and Slurm with --wait) prints a
+line when each job starts and ends, and every --progress_interval seconds (default 60) the step each running job has
+reached, read from its train.csv (on Slurm, why a job is pending). See docs/experiments.md.
 """
 
 import argparse
