@@ -18,7 +18,8 @@ dataset.json; a cell whose seeds mix sources is marked.
 
 A difference between two methods is paired by seed: seed i of every method draws its batches and evaluation resets
 from the same streams (common random numbers, utils/random_streams.py), so its interval is the t-interval of the
-seed-wise differences, with Welch's as a check; two cells that did not score the same seeds get Welch's, marked.
+seed-wise differences, with Welch's as a check; two cells that did not score the same seeds, or trained at different
+batch sizes or on different data, get Welch's, marked with the reason.
 """
 
 import csv
@@ -742,7 +743,7 @@ class Intervals:
     def describe_difference(self) -> str:
         return (f'{self.confidence:.0%} paired t-interval over seeds (seed i of every method shares its batches and '
                 f'evaluation resets), Welch\'s beside it as a check, and Welch\'s alone, marked unpaired, where the two '
-                f'methods did not score the same seeds')
+                f'methods did not score the same seeds, or drew different batches (another batch size, other data)')
 
 
 def format_interval(low: float, high: float, decimals: int) -> str:
