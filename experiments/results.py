@@ -386,46 +386,37 @@ def agent_name(method: str) -> str:
     return variant or agent
 
 
-# Config fields that a data family's variant of a preset sets (the visual batch size and discount, an RL family's
-# alpha, ...): settings of a method, never what tells two methods apart.
-FAMILY_FIELDS = frozenset(key for preset in PRESETS.values() if preset.family for key in preset.overrides)
+# Config fields that a data family's variant of a preset sets differently from its method's preset (the visual batch
+# size and discount, an RL family's alpha, ...): settings of a method, never what tells two methods apart.
+FAMILY_FIELDS = frozenset(key for preset in PRESETS.values() if preset.family for key, value in preset.overrides.items()
+                          if (key, value) not in PRESETS[preset.method].overrides.items())
 
 
-def is_method(method: str, config: Dict[str, object]) -> bool:
-    """Whether a run's config is `method`'s: its agent, and the fields that tell that method from the others of its
-    agent (gcbc_phi's use_phi=True; BYOL-gamma's ablations' switches) as the method sets them, or at the agent's own
-    value (one that no other method of the agent sets) where it does not set them."""
-    name = agent_name(method)
-    if config.get('agent_name') != name:
-        return False
-    siblings = [METHODS[m].overrides for m in METHODS if m != method and agent_name(m) == name]
-    for key in {key for overrides in siblings for key in overrides} - FAMILY_FIELDS:
-        own = METHODS[method].overrides
-        if key in own and config.get(key) != own[key]:
-            return False
-        if key not in own and config.get(key) in [overrides[key] for overrides in siblings if key in overrides]:
-            return False
-    return True
+def identity(method: str) -> Dict[str, object]:
+    """The config fields that tell `method` from the other methods of its agent (gcbc_phi's use_phi=True, the switches
+    of BYOL-gamma's ablations); none when its agent has no other method."""
+    if [m for m in METHODS if agent_name(m) == agent_name(method)] == [method]:
+        return {}
+    return {key: value for key, value in METHODS[method].overrides.items() if key not in FAMILY_FIELDS}
 
 
 def method_ran(config: Dict[str, object], run_dir: str, warn=lambda message: None) -> str:
-    """A run's column, by what ran: its preset's method when the run is that method (`is_method`); else the one
-    method its config is, else its agent's name, with a warning that the preset label (a free config field) does not
-    match. A label this project does not know names its own column."""
+    """A run's column, by what ran: of its agent's methods, those whose identity holds in its config and is the most
+    specific (gcbc_phi over gcbc for use_phi=True). Its preset's method when that is one of them; else, with a warning
+    that the label (a free config field) does not match, the one of them whose every override holds, else its agent's
+    name. A label this project does not know names its own column."""
     label = config.get('preset') or config['agent_name']
     method = method_of(label)
-    if method not in METHODS or is_method(method, config):
+    fits = [m for m in METHODS if agent_name(m) == config['agent_name']
+            and all(config.get(key) == value for key, value in identity(m).items())]
+    ran = [m for m in fits if len(identity(m)) == max(len(identity(f)) for f in fits)]
+    if method not in METHODS or method in ran:
         return method
-    matching = [m for m in METHODS if is_method(m, config)]
-    # Of those, the ones whose every override holds (BYOL-gamma^a's none, over gamma=0's discount 0), most specific first.
-    holding = sorted((m for m in matching if all(config.get(k) == v for k, v in METHODS[m].overrides.items())),
-                     key=lambda m: -len(METHODS[m].overrides))
-    if len(holding) > 1 and len(METHODS[holding[0]].overrides) == len(METHODS[holding[1]].overrides):
-        holding = []
-    ran = holding[0] if holding else matching[0] if len(matching) == 1 else str(config['agent_name'])
+    whole = [m for m in ran if all(config.get(key) == value for key, value in METHODS[m].overrides.items())]
+    column = whole[0] if len(whole) == 1 else ran[0] if len(ran) == 1 else str(config['agent_name'])
     warn(f'{run_dir}: its config.json says preset {label!r}, but its config (agent {config["agent_name"]}) is not '
-         f'{METHODS[method].label}\'s: it is reported as {method_label(ran)}, what its config is.')
-    return ran
+         f'{METHODS[method].label}\'s: it is reported as {method_label(column)}, what its config is.')
+    return column
 
 
 SUCCESS_COLUMN = re.compile(r'(^|/)(\w+_)?success(_last\d+)?$')

@@ -311,7 +311,8 @@ def build_jobs(runs: Sequence[SweepRun], main_flags: Sequence[str] = (), seeds_p
             if key not in requests:
                 requests[key] = request_of(argv)
             request = for_runs(requests[key], [run])
-            return resume_step(run, request) == request.flags.train_steps
+            step = resume_step(run, request)  # None: DONE without a checkpoint, which no --resume can change
+            return step is None or step == request.flags.train_steps
         except (ConfigError, StorageError):  # a command main.py refuses: kept, and named by check_job_commands
             return False
 
@@ -623,47 +624,25 @@ def attempt_excerpt(path: str, start: int = 0, end: Optional[int] = None, lines:
     return '\n'.join(indent + line for line in text[-lines:]) or f'{indent}(this attempt wrote nothing to {path})'
 
 
-def log_tail(path: str, lines: int = 5, indent: str = '    ') -> str:
-    """The last lines of a log, indented for a report."""
-    try:
-        with open(path, errors='replace') as f:
-            tail = [line.rstrip() for line in f.readlines() if line.strip()][-lines:]
-    except OSError:
-        return f'{indent}(no log at {path})'
-    return '\n'.join(indent + line for line in tail)
-
-
 # How often the local backend prints the steps its running jobs have reached (--progress_interval).
 PROGRESS_INTERVAL_S = 60.0
 # main.py's --train_steps when a command does not set it (its Flags default).
 MAIN_DEFAULT_TRAIN_STEPS = 1_000_000
 
 
-def file_tail(path: str, start: int = 0, tail_bytes: int = 8192) -> Optional[bytes]:
-    """The whole lines of a file's last `tail_bytes` bytes after offset `start` (a line cut off by either end is
-    dropped), None if it cannot be read: a few KB however large the file."""
-    try:
-        with open(path, 'rb') as f:
-            size = f.seek(0, os.SEEK_END)
-            begin = max(start, size - tail_bytes)
-            f.seek(begin)
-            data = f.read()
-    except OSError:
-        return None
-    if begin > start:  # it starts mid-line
-        data = data[data.find(b'\n') + 1:]
-    return data[:data.rfind(b'\n') + 1]
-
-
 def last_logged_step(run_dir: str, tail_bytes: int = 8192) -> Optional[int]:
     """The step of the last whole row of a run's train.csv, read from the file's header and its last few KB however
-    long the run; None before its first row."""
+    long the run (a line cut off by either end is not read); None before its first row."""
     try:
         with open(os.path.join(run_dir, TRAIN_LOG), 'rb') as f:
             header = f.readline().decode(errors='replace').rstrip('\r\n').split(',')
+            rows = f.tell()
+            begin = f.seek(max(rows, f.seek(0, os.SEEK_END) - tail_bytes))
+            tail = f.read().rpartition(b'\n')[0]
     except OSError:
         return None
-    tail = file_tail(os.path.join(run_dir, TRAIN_LOG), tail_bytes=tail_bytes)
+    if begin > rows:  # it starts mid-line
+        tail = tail.partition(b'\n')[2]
     if 'step' not in header or not tail:
         return None
     column = header.index('step')
@@ -671,18 +650,6 @@ def last_logged_step(run_dir: str, tail_bytes: int = 8192) -> Optional[int]:
         fields = line.decode(errors='replace').split(',')
         if len(fields) == len(header) and fields[column].isdigit():
             return int(fields[column])
-    return None
-
-
-def progress_bar_step(job: Job, log_start: int = 0) -> Optional[Tuple[int, int]]:
-    """(step, total) of the last line main.py's progress bar wrote into the job's log since `log_start` (this attempt's
-    part): '<first run's name>[ (+k seeds)]: <step>/<total> (<p>%) in ...', written about every 30 s."""
-    tail = file_tail(job.log_path, log_start)
-    pattern = re.compile(re.escape(job.runs[0].name) + r'(?: \(\+\d+ seeds\))?: (\d+)/(\d+) \(\d+%\) in ')
-    for line in reversed((tail or b'').decode(errors='replace').splitlines()):
-        found = pattern.match(line)
-        if found:
-            return int(found.group(1)), int(found.group(2))
     return None
 
 
@@ -697,15 +664,13 @@ def job_train_steps(job: Job) -> int:
     return int(given[-1]) if given and given[-1].isdigit() else MAIN_DEFAULT_TRAIN_STEPS
 
 
-def job_progress(job: Job, log_start: int = 0) -> str:
-    """'<job>: step <s>/<total> (<p>%)', the furthest step its run has logged (train.csv) or its progress bar has shown
-    (the job's log, this attempt's part), or '<job>: starting' before either (loading data, compiling). The seeds of
-    one job train in one process, in step, so its first run stands for all of them."""
-    bar = progress_bar_step(job, log_start)
-    steps = [step for step in (last_logged_step(job.runs[0].run_dir), bar and bar[0]) if step is not None]
-    if not steps:
+def job_progress(job: Job) -> str:
+    """'<job>: step <s>/<total> (<p>%)', the last step its run logged (train.csv), or '<job>: starting' before its first
+    row (loading data, compiling). The seeds of one job train in one process, in step, so its first run stands for
+    all of them."""
+    step, total = last_logged_step(job.runs[0].run_dir), job_train_steps(job)
+    if step is None:
         return f'{job.name}: starting'
-    step, total = max(steps), bar[1] if bar else job_train_steps(job)
     return f'{job.name}: step {step}/{total} ({100 * step / total:.0f}%)' if total else f'{job.name}: step {step}'
 
 
@@ -727,13 +692,13 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
 
     Printed to `out` as it happens: a line when a job starts (`[started k/N] <job>, log <path>`) and when it ends
     (`[k/N] <job>: <outcome>`), and every `progress_interval` seconds (0: never) one line with the step each running
-    job has reached (`job_progress`: its train.csv, or its progress bar in its log), so a sweep of long jobs is never
+    job has reached (`job_progress`: its train.csv), so a sweep of long jobs is never
     silent for long.
     """
     slots = worker_slots(workers, gpus, runs_per_gpu, mem_fraction)
     out = out or sys.stdout
     stopping, lock, live = threading.Event(), threading.Lock(), set()
-    done_count, started_count, running = [0], [0], {}  # running: job -> where its attempt's log starts, in start order
+    done_count, started_count, running = [0], [0], []  # running: in start order
     launched = time.monotonic()
     free_slots = queue.Queue()
     for slot in slots:
@@ -762,7 +727,7 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
                                        env=env, start_new_session=True)
             with lock:
                 live.add(process)
-                running[job] = log_start
+                running.append(job)
                 started_count[0] += 1
                 print(f'[started {started_count[0]}/{len(jobs)}] {job.name}{on_gpu}, log {job.log_path}', file=out,
                       flush=True)
@@ -780,7 +745,7 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
         outcome = JobOutcome(job, status, returncode, log_start, log_end, gpu)
         with lock:
             live.discard(process)
-            running.pop(job, None)
+            running.remove(job)
             done_count[0] += 1
             if status == 'time limit':
                 label = f'{RESUMABLE_EXIT_CODES[EXIT_TIME_LIMIT]} (exit {returncode}: checkpoint saved; rerun the sweep to resume)'
@@ -803,10 +768,10 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
     def report_progress():
         while not finished.wait(progress_interval):
             with lock:
-                jobs_now, done = list(running.items()), done_count[0]
+                jobs_now, done = list(running), done_count[0]
             if jobs_now:  # read outside the lock: a slow disk must not hold up a job's start or end
                 print(f'[progress {elapsed_text(time.monotonic() - launched)}, {done}/{len(jobs)} done] '
-                      + '; '.join(job_progress(job, start) for job, start in jobs_now), file=out, flush=True)
+                      + '; '.join(job_progress(job) for job in jobs_now), file=out, flush=True)
 
     reporter = threading.Thread(target=report_progress, daemon=True) if progress_interval > 0 else None
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -962,25 +927,6 @@ class SlurmOptions:
     setup: Tuple[str, ...] = ()  # Shell lines run before the job (e.g. `module load cuda`).
 
 
-def slurm_partition_problem(partition: Optional[str]) -> Optional[str]:
-    """Why --partition cannot be submitted to (a partition sinfo does not list, with those it does), or None when it
-    can or the cluster cannot be asked (then sbatch itself decides)."""
-    if not partition:
-        return None
-    try:
-        result = subprocess.run(['sinfo', '--noheader', '--format=%R'], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    known = sorted({line.strip() for line in result.stdout.splitlines() if line.strip()})
-    if result.returncode != 0 or not known:
-        return None
-    unknown = [p for p in partition.split(',') if p.strip() not in known]
-    if not unknown:
-        return None
-    return (f'--partition={partition}: this cluster has no partition {", ".join(unknown)} (sinfo lists '
-            f'{", ".join(known)}). Pass one of those.')
-
-
 def launch_submitit(jobs: Sequence[Job], folder: str, name: str, options: SlurmOptions, cluster: str = 'slurm'):
     """Submit jobs as one submitit job array (cluster='slurm', or 'local' for a test); returns submitit jobs."""
     import submitit
@@ -1104,7 +1050,7 @@ def wait_submitit(jobs: Sequence[Job], handles: Sequence, log_starts: Sequence[i
                   progress_interval: float = PROGRESS_INTERVAL_S) -> List[JobOutcome]:
     """Wait for every submitted job: a line as each ends (`summarize_submitit` adds the details) and as Slurm requeues
     one, and every `progress_interval` seconds (0: never) where the others are: pending and why, or the step their
-    runs reached (`job_progress`, this submission's part of each log starting at `log_starts`).
+    runs reached (`job_progress`). `log_starts`: where this submission's part of each job's log begins.
 
     The states are submitit's (`job.state`; on Slurm from `slurm_states`). A job has ended when its state says it
     will not run again (SLURM_ENDED_STATES; on the local executor, when its process has ended); its outcome then comes
@@ -1169,7 +1115,7 @@ def wait_submitit(jobs: Sequence[Job], handles: Sequence, log_starts: Sequence[i
                 if state == 'PENDING':
                     where.append(f'{jobs[i].name}: pending' + (f' ({reason})' if reason and reason != 'None' else ''))
                 elif state in ('RUNNING', 'COMPLETING') or cluster != 'slurm':
-                    where.append(job_progress(jobs[i], log_starts[i]))
+                    where.append(job_progress(jobs[i]))
                 else:
                     where.append(f'{jobs[i].name}: {state.lower()}')
             print(f'[progress {elapsed_text(now - started)}, {len(outcomes)}/{len(jobs)} done] ' + '; '.join(where),

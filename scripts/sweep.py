@@ -163,9 +163,6 @@ def main(argv=None):
         return 0
     if not jobs:
         return 0
-    partition = sweep.slurm_partition_problem(args.partition) if args.backend == 'slurm' else None
-    if partition:
-        sys.exit(f'Error: {partition} Nothing was submitted.')
     if args.prepare_datasets:
         prepare(args, requests)
     if args.backend == 'local':
@@ -200,6 +197,8 @@ def submit(args, jobs):
     folder = os.path.join(jobs[0].runs[0].save_dir, args.name, 'submitit')
     cluster = 'slurm' if args.backend == 'slurm' else 'local'
     before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    made = [path for path in (os.path.dirname(os.path.dirname(folder)), os.path.dirname(folder), folder)
+            if not os.path.exists(path)]
     log_starts = [os.path.getsize(job.log_path) if os.path.exists(job.log_path) else 0 for job in jobs]
     try:
         submitted = sweep.launch_submitit(jobs, folder, args.name, options, cluster=cluster)
@@ -207,6 +206,8 @@ def submit(args, jobs):
         for name in set(os.listdir(folder)) - before if os.path.isdir(folder) else ():
             path = os.path.join(folder, name)
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        for path in reversed(made):
+            os.rmdir(path)
         reason = next((line.strip() for line in str(e).splitlines() if 'error' in line.lower()), str(e).strip()[:300])
         sys.exit(f'Error: Slurm refused the job array ({type(e).__name__}: {reason}). Nothing was submitted and '
                  f'nothing was left in {folder}. Check --partition, --account, --qos and the resources asked for.')

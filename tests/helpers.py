@@ -424,10 +424,7 @@ STUB_MAIN = textwrap.dedent('''
         time.sleep(pause)  # loading and compiling: no row yet
         with open(os.path.join(run_dir, 'train.csv'), 'w') as f:
             f.write('step,training/total_loss\\n' + str(int(args['train_steps']) // 2) + ',0.5\\n999')  # 999: cut off
-        time.sleep(pause)
-        steps = int(args['train_steps'])  # main.py's progress bar, in the log, ahead of train.csv's last row
-        print(f"{args['run_name']}: {3 * steps // 4}/{steps} (75%) in 0m02s, 10 it/s", flush=True)
-        time.sleep(pause)
+        time.sleep(2 * pause)
     if os.environ.get('STUB_TIME_LIMIT') and (os.environ['STUB_TIME_LIMIT'] == 'always'
                                               or not os.path.exists(os.path.join(run_dir, 'checkpoint'))):
         open(os.path.join(run_dir, 'checkpoint'), 'w').close()

@@ -137,7 +137,8 @@ def test_a_recorded_dataset_name_cannot_put_a_figure_outside_out(tmp_path):
 def test_the_analyses_never_obtain_data_into_a_recorded_folder(tmp_path):
     """rep_heatmap.py and sp_correlation.py read the run's dataset from the folder its flags.json records, and
     downloaded or generated it there when missing (minutes, 20 MB), a folder the user never named to them, even for
-    a run that recorded --nodownload. They stop with the commands that obtain it, writing nothing."""
+    a run that recorded --nodownload. They stop with the commands that obtain it, writing nothing (both read it through
+    experiments.analysis.load_states: rep_heatmap.py stands for both)."""
     recorded = tmp_path / 'recorded' / 'data'
     run_dir = analysis_run(str(tmp_path / 'runs'), str(recorded))
     flags_path = os.path.join(run_dir, 'flags.json')
@@ -145,7 +146,7 @@ def test_the_analyses_never_obtain_data_into_a_recorded_folder(tmp_path):
         flags = json.load(f)
     with open(flags_path, 'w') as f:
         json.dump(dict(flags, download=False), f)
-    for name in ('rep_heatmap.py', 'sp_correlation.py'):
+    for name in ('rep_heatmap.py',):
         result = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', name), f'--run_dir={run_dir}',
                                  f'--out_dir={tmp_path / "out"}'], cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-3000:]

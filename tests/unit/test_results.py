@@ -603,3 +603,20 @@ def test_the_paper_table_in_code_is_the_one_method_md_prints():
     assert paper.main_table_difference('antmaze-medium-stitch', 'byol_gamma_a', 'gcbc') == 13.0
     assert paper.main_table_difference('pointmaze-large-stitch', 'byol_gamma_a', 'gcbc') is None
     assert paper.main_table_difference('antmaze-medium-stitch', 'hgcbc', 'gcbc') is None
+
+
+def test_a_run_of_every_preset_is_tabled_under_its_method_and_a_wrong_label_under_what_ran():
+    """Any preset's config, as main.py records it, is its method's (no warning); the same config labelled as another
+    agent's preset, or as a method of its agent whose identity it lacks, is tabled under what it is, with a warning."""
+    from configs.presets import get_config, method_of
+
+    warnings = []
+    for preset in PRESETS:
+        assert R.method_ran(get_config(preset).to_dict(), preset, warnings.append) == method_of(preset), preset
+    assert warnings == []
+    for preset, label, column in (('byol_gamma_a', 'gcbc', 'byol_gamma_a'), ('gcbc', 'gcbc_phi', 'gcbc'),
+                                  ('byol_gamma_no_psi_b', 'byol_gamma_a', 'byol_gamma_no_psi_b'),
+                                  ('gcbc_phi_visual', 'gcbc', 'gcbc_phi')):
+        config = dict(get_config(preset).to_dict(), preset=label)
+        assert R.method_ran(config, 'run', warnings.append) == column, (preset, label)
+    assert len(warnings) == 4 and "run: its config.json says preset 'gcbc', but its config (agent byol_gamma)" in warnings[0]
