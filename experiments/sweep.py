@@ -328,29 +328,6 @@ def build_jobs(runs: Sequence[SweepRun], main_flags: Sequence[str] = (), seeds_p
     return jobs
 
 
-def check_grid(methods: Sequence[MethodSpec], envs: Sequence[str], main_flags: Sequence[str]) -> List[str]:
-    """Problems that would make runs fail at start: unknown presets, config keys or environments."""
-    from configs.presets import PRESETS, get_config
-    from utils.datasets import env_id_for
-
-    problems = []
-    for env in envs:
-        try:
-            env_id_for(env)
-        except ConfigError as e:
-            problems.append(str(e).split(' An --env_name')[0])
-    common_keys = [flag_name(f)[len('agent.'):] for f in main_flags if flag_name(f).startswith('agent.')]
-    for method in methods:
-        if method.preset not in PRESETS:
-            problems.append(f'Unknown preset {method.preset!r} (configs/presets.py has: {", ".join(PRESETS)}).')
-            continue
-        config = get_config(method.preset)
-        for key in [key for key, _ in method.overrides] + common_keys:
-            if key not in config:
-                problems.append(f'Preset {method.preset!r} has no config key {key!r} (its keys: {", ".join(sorted(config))}).')
-    return problems
-
-
 def check_job_commands(jobs: Sequence[Job], request_of: Callable) -> Tuple[List[str], list]:
     """main.py's own checks, which start nothing, of every job's command: its request (`request_of`,
     main.request_of; commands that differ only in their seed and run name are checked once) and, for each run that
@@ -626,9 +603,6 @@ def attempt_excerpt(path: str, start: int = 0, end: Optional[int] = None, lines:
 
 # How often the local backend prints the steps its running jobs have reached (--progress_interval).
 PROGRESS_INTERVAL_S = 60.0
-# main.py's --train_steps when a command does not set it (its Flags default).
-MAIN_DEFAULT_TRAIN_STEPS = 1_000_000
-
 
 def last_logged_step(run_dir: str, tail_bytes: int = 8192) -> Optional[int]:
     """The step of the last whole row of a run's train.csv, read from the file's header and its last few KB however
@@ -653,25 +627,15 @@ def last_logged_step(run_dir: str, tail_bytes: int = 8192) -> Optional[int]:
     return None
 
 
-def job_train_steps(job: Job) -> int:
-    """The steps the job trains: its run's flags.json once main.py has written it, else its command's --train_steps
-    (the last one wins, as in main.py), else main.py's default."""
-    try:
-        return int(atomic_io.read_json(os.path.join(job.runs[0].run_dir, FLAGS_FILE))['train_steps'])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    given = [arg.split('=', 1)[1] for arg in job.command if arg.startswith('--train_steps=')]
-    return int(given[-1]) if given and given[-1].isdigit() else MAIN_DEFAULT_TRAIN_STEPS
-
-
 def job_progress(job: Job) -> str:
     """'<job>: step <s>/<total> (<p>%)', the last step its run logged (train.csv), or '<job>: starting' before its first
     row (loading data, compiling). The seeds of one job train in one process, in step, so its first run stands for
     all of them."""
-    step, total = last_logged_step(job.runs[0].run_dir), job_train_steps(job)
+    step = last_logged_step(job.runs[0].run_dir)
     if step is None:
         return f'{job.name}: starting'
-    return f'{job.name}: step {step}/{total} ({100 * step / total:.0f}%)' if total else f'{job.name}: step {step}'
+    total = atomic_io.read_json(os.path.join(job.runs[0].run_dir, FLAGS_FILE))['train_steps']  # written before train.csv
+    return f'{job.name}: step {step}/{total} ({100 * step / total:.0f}%)'
 
 
 def elapsed_text(seconds: float) -> str:
@@ -1031,15 +995,15 @@ def last_attempt(log_path: str, start: int = 0) -> Tuple[Optional[str], int, int
     return outcomes[-1].group(1).decode(errors='replace'), start + begin, start + begin + outcomes[-1].start()
 
 
-def ended_outcome(job: Job, log_start: int, ended_as: str, timed_out: bool = False) -> JobOutcome:
+def ended_outcome(job: Job, log_start: int, ended_as: str) -> JobOutcome:
     """The outcome of a job that has ended, from its runs and its log after `log_start`: 'ok' when every run has DONE;
     else how its last main.py ended (OUTCOME: 'stopped' by SIGTERM, 'time limit', or 'failed'); else, when no main.py
-    of it ended, 'stopped' (`timed_out`: 'time limit'), ended as `ended_as` says."""
+    of it ended, 'stopped', ended as `ended_as` says."""
     if all(run.is_finished() for run in job.runs):
         return JobOutcome(job, 'ok')
     message, begin, end = last_attempt(job.log_path, log_start)
     if message is None:
-        return JobOutcome(job, 'time limit' if timed_out else 'stopped', ended_as=ended_as)
+        return JobOutcome(job, 'stopped', ended_as=ended_as)
     status = ('stopped' if message.startswith('main.py was stopped by SIGTERM') else
               'time limit' if message.startswith(('main.py stopped at its --time_limit', 'Job not requeued')) else 'failed')
     return JobOutcome(job, status, log_start=begin, log_end=end, error=message)
@@ -1049,16 +1013,13 @@ def wait_submitit(jobs: Sequence[Job], handles: Sequence, log_starts: Sequence[i
                   poll_s: float = 0.25, result_grace_s: float = 15.0,
                   progress_interval: float = PROGRESS_INTERVAL_S) -> List[JobOutcome]:
     """Wait for every submitted job: a line as each ends (`summarize_submitit` adds the details) and as Slurm requeues
-    one, and every `progress_interval` seconds (0: never) where the others are: pending and why, or the step their
-    runs reached (`job_progress`). `log_starts`: where this submission's part of each job's log begins.
-
-    The states are submitit's (`job.state`; on Slurm from `slurm_states`). A job has ended when its state says it
-    will not run again (SLURM_ENDED_STATES; on the local executor, when its process has ended); its outcome then comes
-    from its runs and its log (`ended_outcome`), never from submitit's result file, a pickle that anyone who can write
-    the sweep's folder could fill with code. A job that ended without a main.py outcome is given `result_grace_s` for
-    its files to appear (a network file system's delay). A job Slurm holds PENDING for a reason it can never start
-    for (NEVER_STARTS) ends the wait with a ConfigError naming it (the job is left as it is); while Slurm does not
-    answer, a line says so, and the states stay as last answered."""
+    one, and every `progress_interval` seconds (0: never) where the others are: pending and why, or their step
+    (`job_progress`). A job has ended when its submitit state says it will not run again (SLURM_ENDED_STATES; the
+    local executor: its process ended); its outcome then comes from its runs and its log after `log_starts`
+    (`ended_outcome`), never from submitit's result file, a pickle anyone who can write the sweep's folder could fill
+    with code; one that ended before its main.py did gets `result_grace_s` for its files to appear (a network file
+    system's delay). A job pending for a reason it can never start for (NEVER_STARTS) ends the wait with a ConfigError;
+    while Slurm does not answer, a line says so and the states stay as last answered."""
     out = out or sys.stdout
     outcomes: Dict[int, JobOutcome] = {}
     ended_since: Dict[int, float] = {}
@@ -1094,8 +1055,7 @@ def wait_submitit(jobs: Sequence[Job], handles: Sequence, log_starts: Sequence[i
             if not ended:
                 ended_since.pop(i, None)
                 continue
-            outcome = ended_outcome(job, log_starts[i], f'Slurm state {state}' if cluster == 'slurm'
-                                    else f'process state {state}', timed_out=state == 'TIMEOUT')
+            outcome = ended_outcome(job, log_starts[i], f'{"Slurm" if cluster == "slurm" else "process"} state {state}')
             if outcome.ended_as and now - ended_since.setdefault(i, now) < result_grace_s:
                 continue
             outcomes[i] = outcome
@@ -1108,16 +1068,10 @@ def wait_submitit(jobs: Sequence[Job], handles: Sequence, log_starts: Sequence[i
                   else 'Slurm answers again.', file=out, flush=True)
             silence = error
         if progress_interval and now - reported >= progress_interval and len(outcomes) < len(jobs):
-            reported, where = now, []
-            for i, (state, reason) in states.items():
-                if i in outcomes:
-                    continue
-                if state == 'PENDING':
-                    where.append(f'{jobs[i].name}: pending' + (f' ({reason})' if reason and reason != 'None' else ''))
-                elif state in ('RUNNING', 'COMPLETING') or cluster != 'slurm':
-                    where.append(job_progress(jobs[i]))
-                else:
-                    where.append(f'{jobs[i].name}: {state.lower()}')
+            reported = now
+            where = [f'{jobs[i].name}: pending' + (f' ({reason})' if reason not in ('', 'None') else '') if state == 'PENDING'
+                     else job_progress(jobs[i]) if state in ('RUNNING', 'COMPLETING') or cluster != 'slurm'
+                     else f'{jobs[i].name}: {state.lower()}' for i, (state, reason) in states.items() if i not in outcomes]
             print(f'[progress {elapsed_text(now - started)}, {len(outcomes)}/{len(jobs)} done] ' + '; '.join(where),
                   file=out, flush=True)
         time.sleep(poll_s)

@@ -39,23 +39,22 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @functools.lru_cache(maxsize=None)
-def _git_version(root: str) -> Tuple[Optional[str], Optional[bool]]:
+def _code_version() -> Tuple[Optional[str], Optional[bool]]:
     try:
-        commit = subprocess.run(['git', '-C', root, 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=60)
-        status = subprocess.run(['git', '-C', root, 'status', '--porcelain'], capture_output=True, text=True, timeout=60)
+        answers = [subprocess.run(['git', '-C', REPO_ROOT, *command], capture_output=True, text=True, timeout=60)
+                   for command in (['rev-parse', 'HEAD'], ['status', '--porcelain'])]
     except (OSError, subprocess.TimeoutExpired):
         return None, None
-    if commit.returncode or status.returncode:
+    if any(answer.returncode for answer in answers):
         return None, None
-    return commit.stdout.strip(), bool(status.stdout.strip())
+    return answers[0].stdout.strip(), bool(answers[1].stdout.strip())
 
 
 def code_version() -> Dict[str, object]:
     """The code this process runs: its checkout's git commit and whether the checkout differs from it (`dirty`: a
-    changed, added or deleted file git does not ignore), both None outside a git checkout. Each attempt records it
-    in resumes.json, so the tables can flag a run whose attempts ran different code."""
-    commit, dirty = _git_version(REPO_ROOT)
-    return dict(commit=commit, dirty=dirty)
+    changed, added or deleted file git does not ignore), both None outside a git checkout; resumes.json records it
+    for each attempt, so the tables can flag a run whose attempts ran different code."""
+    return dict(zip(('commit', 'dirty'), _code_version()))
 
 
 def change(old, new) -> str:

@@ -138,9 +138,7 @@ def main(argv=None):
         runs = sweep.build_runs(args.name, methods, envs, seeds, args.save_dir)
         jobs = sweep.build_jobs(runs, main_flags, len(seeds) if args.seeds_per_job is None else args.seeds_per_job,
                                 main_path=os.path.abspath(args.main), request_of=request_of)
-        problems, requests = sweep.check_grid(methods, envs, main_flags), []
-        if not problems:
-            problems, requests = sweep.check_job_commands(jobs, request_of)
+        problems, requests = sweep.check_job_commands(jobs, request_of)
     except ConfigError as e:
         sys.exit(f'Error: {e}')
     if problems and not args.dry_run:
