@@ -376,16 +376,16 @@ def for_runs(request, runs: Sequence[SweepRun]):
 
 
 def resume_step(run: SweepRun, request) -> Optional[int]:
-    """main.py's own --resume check of `run` against `request` (its job's, `for_runs`), reading only: the step of its
-    checkpoint (None without one), or main.py's ConfigError (the recorded flags or config differ, the budget falls
-    below the checkpoint, a damaged record) before anything is launched."""
-    from runtime.checkpoints import checkpoint_header
+    """main.py's own --resume check of `run` against `request` (its job's, `for_runs`), reading its records only: the
+    step it resumes from (a finished run's recorded --train_steps, where its checkpoint is; 0 for an unfinished one,
+    whose checkpoint main.py reads at start), None without a checkpoint; or main.py's ConfigError (the recorded flags
+    or config differ, the budget falls below a finished run's) before anything is launched."""
     from runtime.run_writer import RunWriter
 
     writer = RunWriter(request, run.seed, run.name)
     if not writer.run_dir.has_checkpoint():
         return None
-    writer.start_step, _ = checkpoint_header(writer.checkpoint_path)
+    writer.start_step = writer.run_dir.read_flags()['train_steps'] if writer.run_dir.is_done() else 0
     writer.check_same_run()
     return writer.start_step
 
