@@ -204,8 +204,9 @@ def submit(args, jobs):
         for name in set(os.listdir(folder)) - before if os.path.isdir(folder) else ():
             path = os.path.join(folder, name)
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-        for path in reversed(made):
-            os.rmdir(path)
+        for path in reversed(made):  # the folders it made, when nothing else came into them
+            if os.path.isdir(path) and not os.listdir(path):
+                os.rmdir(path)
         reason = next((line.strip() for line in str(e).splitlines() if 'error' in line.lower()), str(e).strip()[:300])
         sys.exit(f'Error: Slurm refused the job array ({type(e).__name__}: {reason}). Nothing was submitted and '
                  f'nothing was left in {folder}. Check --partition, --account, --qos and the resources asked for.')
