@@ -34,7 +34,7 @@ def write_run(root, env, preset, seed, successes, alpha=None, done=True, steps=N
     agent = PRESETS[preset].agent.split(':')[-1] if preset in PRESETS else preset.split('_')[0]
     config = dict(agent_name=agent, preset=preset, lr=3e-4, actor_hidden_dims=[32, 32],
                   sampler=dict(batch_size=32, gamma=0.99))
-    config.update(extra_config or {})
+    config.update(PRESETS[preset].overrides if preset in PRESETS else {}, **(extra_config or {}))
     if alpha is not None:
         config['alpha'] = float(alpha)
     with open(os.path.join(run_dir, 'config.json'), 'w') as f:
