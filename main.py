@@ -34,7 +34,6 @@ from agents import config_listing, get_agent_class
 from runtime import provenance
 from runtime.checkpoints import load_checkpoint
 from runtime.dataset_files import ensure_dataset
-from runtime.errors import NonFiniteLossError
 from runtime.evaluations import Evaluations
 from runtime.exits import EXIT_INTERRUPTED, named_error
 from runtime.memory import check_dataset_fits
@@ -43,7 +42,7 @@ from runtime.request import (HelpRequested, Request, check_jax_backend, check_re
 from runtime.run_writer import RunSet
 from runtime.schedule import Schedule
 from runtime.stops import StopNow, StopRequests, Stopped, exit_at_once_on_sigterm
-from runtime.training_metrics import TrainingMetrics, first_nonfinite
+from runtime.training_metrics import TrainingMetrics, first_nonfinite, nonfinite_error
 from utils.datasets import load_dataset
 from utils.evaluation import env_spaces, evaluate_agents, make_eval_envs, usable_cpus
 from utils.pixel_batches import example_observations
@@ -187,6 +186,8 @@ class Data:
         train, val = load_dataset(train_path, *spaces), load_dataset(val_path, *spaces)
         logging.info(f'Loaded {train_path}: {len(train["terminals"])} rows, {int(train["terminals"].sum())} episodes.')
         self.train, self.val = DeviceDataset.from_numpy(**train), DeviceDataset.from_numpy(**val)
+        self.largest = {key: float(np.max(np.abs(train[key]))) for key in ('observations', 'actions')
+                        if np.issubdtype(train[key].dtype, np.floating)}  # named if the loss turns non-finite
         self.example_observations = example_observations(train['observations'], request.sampler.frame_stack)
         self.example_actions = train['actions'][:1]
 
@@ -277,12 +278,7 @@ class TrainingLoop:
         for k, writer in enumerate(self.runs.writers):
             bad = None if finite[k] else first_nonfinite({key: np.asarray(v[k]) for key, v in infos.items()})
             if bad is not None:
-                raise NonFiniteLossError(
-                    f'Non-finite {bad[1]} at step {step + bad[0] + 1} (seed {writer.seed}): training stopped. The last '
-                    f'good checkpoint ({writer.checkpoint_path}, if any) was kept. --resume would repeat the same steps '
-                    f'(and refuses other settings): start a new run (another --run_name) with a lower --agent.lr or '
-                    f'auxiliary weight (alpha).'
-                )
+                raise nonfinite_error(bad, step, writer.seed, writer.checkpoint_path, self.data.largest)
         self.progress.update(stop - step)
         self.step = stop
         self.longest_chunk_s = max(self.longest_chunk_s, time.monotonic() - started)

@@ -19,7 +19,7 @@ import numpy as np
 
 from runtime.checkpoints import CHECKPOINT_NAME, load_checkpoint
 from runtime.run_dir import RunDir
-from utils.errors import ConfigError
+from utils.errors import ConfigError, DatasetError
 from utils.evaluation import make_env
 
 # Keys main.py adds to config.json that are not agent config.
@@ -149,11 +149,22 @@ def load_states(run: TrainedRun, dataset_dir: str = '') -> Dict[str, np.ndarray]
 
     xy comes from the file's `qpos` (OGBench files and this repository's generated ones have it), else from the
     first two observation entries, which are the xy position in every state-based maze (point, ant, humanoid).
+    The file is read where it is, never downloaded or generated: the folder the run recorded is not one the user named
+    to the analysis, so a missing file is a DatasetError with the commands that obtain it.
     """
-    from runtime.dataset_files import ensure_dataset
+    from runtime.dataset_files import dataset_paths
+    from runtime.provenance import record_label
     from utils.datasets import load_dataset
 
-    train_path, _ = ensure_dataset(run.env_name, dataset_dir or run.flags['dataset_dir'], generator='datagen')
+    folder = dataset_dir or run.flags['dataset_dir']
+    train_path, _ = dataset_paths(run.env_name, folder)
+    if not os.path.exists(train_path):
+        raise DatasetError(
+            f'{train_path}, the dataset {run.run_dir} trained on ({record_label(RunDir(run.run_dir).read_dataset_record())}), '
+            f'is not there, and the analyses never download or generate data. Pass --dataset_dir=<the folder that holds '
+            f'it>, or obtain it there first: python scripts/generate_dataset.py --env_name={run.env_name} '
+            f'--dataset_dir={folder} (this project\'s generator), or python -c "import ogbench; '
+            f'ogbench.download_datasets([\'{run.env_name}\'], dataset_dir=\'{folder}\')" (OGBench\'s files).')
     data = load_dataset(train_path, run.env.observation_space, run.env.action_space)
     with np.load(train_path) as file:
         qpos = file['qpos'][:, :2] if 'qpos' in file else None

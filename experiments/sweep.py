@@ -9,7 +9,8 @@ them (`--method=byol_gamma_a:tau=0.99 --method=byol_gamma_a:tau=0.9`), which the
     <sweep>/<preset>_<env>[_a<alpha>][_<key><value>...]_sd<seed>
 
 Every command passes --resume, so relaunching the same sweep continues killed, preempted or
-time-limited runs from their checkpoints and skips finished ones (those with a DONE file). With
+time-limited runs from their checkpoints and skips finished ones (those with a DONE file whose command would change
+nothing; a longer --train_steps extends them, and other changes are refused before launching). With
 `seeds_per_job > 1` consecutive pending seeds of one setting share a process (main.py --num_seeds),
 which writes the same per-seed directories.
 
@@ -17,7 +18,9 @@ Before launching, `prepare_datasets` obtains each dataset once (main.py's own `e
 dataset flags passed through), so jobs never race to generate one. The local backend runs jobs on
 `workers` slots, optionally pinned to GPUs (`gpus`, `runs_per_gpu`: CUDA_VISIBLE_DEVICES and a JAX memory
 fraction per slot); a job that main.py stops at its --time_limit (exit 75) or by SIGTERM (143) is
-resumable, not failed. On Slurm (submitit) both are requeued with the same command.
+resumable, not failed. On Slurm (submitit) both are requeued with the same command; the launcher waits on
+submitit's job states (asked of scontrol) and reads each outcome from the job's runs and log, never from submitit's
+result pickles.
 """
 
 import dataclasses
@@ -38,7 +41,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from runtime.exits import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TIME_LIMIT
 from runtime import atomic_io
-from runtime.run_dir import FLAGS_FILE, TRAIN_LOG, RunDir
+from runtime.errors import StorageError
+from runtime.run_dir import FLAGS_FILE, SET_ASIDE_SUFFIXES, TRAIN_LOG, RunDir
 from runtime.subprocesses import set_up_then_exec
 from utils.errors import ConfigError
 
@@ -136,7 +140,7 @@ def parse_method(spec: str) -> MethodSpec:
     """`byol_gamma_a:alpha=1,6:tau=0.99` -> MethodSpec('byol_gamma_a', (('alpha', ('1', '6')), ('tau', ('0.99',))))."""
     preset, *fields = split_top_level(spec.strip(), ':')
     if not re.fullmatch(PRESET_NAME, preset):
-        raise ConfigError(f'MethodSpec spec {spec!r} must start with a preset name, e.g. byol_gamma_a:alpha=1,6,40,100.')
+        raise ConfigError(f'Method spec {spec!r} must start with a preset name, e.g. byol_gamma_a:alpha=1,6,40,100.')
     overrides, seen = [], set()
     for field in fields:
         key, equals, values_text = field.partition('=')
@@ -153,16 +157,26 @@ def parse_method(spec: str) -> MethodSpec:
     return MethodSpec(preset, tuple(overrides))
 
 
+# The most seeds --seeds may name: far beyond any seed count a table reports (a larger range is a slip, and would make
+# that many runs before anything could check them).
+MAX_SEEDS = 10_000
+
+
 def parse_seeds(text: str) -> List[int]:
-    """`0-9` or `0,1,2` or `0-3,7` -> sorted unique seeds."""
-    seeds = set()
+    """`0-9` or `0,1,2` or `0-3,7` -> sorted unique seeds, each a seed main.py takes (JAX keeps 32 bits of it), at most
+    MAX_SEEDS of them."""
+    from runtime.request import MAX_SEED
+
+    ranges = []
     for part in text.split(','):
         match = re.fullmatch(r'\s*(\d+)\s*(?:-\s*(\d+)\s*)?', part)
         if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
             raise ConfigError(f'Bad --seeds {text!r}: use a range like 0-9, a list like 0,1,2, or both (0-3,7).')
-        first = int(match.group(1))
-        seeds.update(range(first, int(match.group(2) or first) + 1))
-    return sorted(seeds)
+        ranges.append((int(match.group(1)), int(match.group(2) or match.group(1))))
+    if max(last for _, last in ranges) > MAX_SEED or sum(last - first + 1 for first, last in ranges) > MAX_SEEDS:
+        raise ConfigError(f'Bad --seeds {text!r}: seeds lie in 0..{MAX_SEED} (JAX keeps 32 bits of a seed), and a sweep '
+                          f'takes at most {MAX_SEEDS} of them, e.g. --seeds=0-9.')
+    return sorted({seed for first, last in ranges for seed in range(first, last + 1)})
 
 
 def name_value(value: str) -> str:
@@ -221,8 +235,10 @@ def named_settings(methods: Sequence[MethodSpec]) -> List[Tuple[MethodSpec, Dict
 
 def build_runs(sweep: str, methods: Sequence[MethodSpec], envs: Sequence[str], seeds: Sequence[int], save_dir: str) -> List[SweepRun]:
     """The whole grid, in a stable order (method, setting, environment, seed); names must be unique."""
-    if not re.fullmatch(r'[A-Za-z0-9_.-]+', sweep):
-        raise ConfigError(f'Sweep name {sweep!r} must be letters, digits, "_", "-" or "." (it is a directory name).')
+    if not re.fullmatch(r'[A-Za-z0-9_.-]+', sweep) or sweep in ('.', '..') or sweep.endswith(SET_ASIDE_SUFFIXES):
+        raise ConfigError(f'--name={sweep!r}: a sweep name is one directory name of letters, digits, "_", "-" and ".", '
+                          f'neither "." nor "..", nor ending in {" or ".join(SET_ASIDE_SUFFIXES)} (folders the tables '
+                          f'skip). Pass another --name.')
     if not methods or not envs or not seeds:
         raise ConfigError('A sweep needs at least one method, one environment and one seed.')
     repeated = sorted({env for env in envs if envs.count(env) > 1})
@@ -268,8 +284,11 @@ def job_command(runs: Sequence[SweepRun], main_flags: Sequence[str], python: str
 
 
 def build_jobs(runs: Sequence[SweepRun], main_flags: Sequence[str] = (), seeds_per_job: int = 1,
-               python: str = sys.executable, main_path: str = DEFAULT_MAIN) -> List[Job]:
-    """Jobs for the unfinished runs; with seeds_per_job > 1, consecutive seeds of one setting share a job."""
+               python: str = sys.executable, main_path: str = DEFAULT_MAIN, request_of: Optional[Callable] = None) -> List[Job]:
+    """Jobs for the unfinished runs; with seeds_per_job > 1, consecutive seeds of one setting share a job. A run is
+    finished when it has DONE and, given `request_of` (main.request_of), when its own command would change nothing
+    (`resume_step`): a run whose --train_steps grew is resumed, and one whose --resume main.py would refuse (another
+    protocol, config or a shorter budget) is kept, for `check_job_commands` to name the difference."""
     if seeds_per_job < 1:
         raise ConfigError(f'seeds_per_job must be at least 1, got {seeds_per_job}.')
     check_main_flags(main_flags)
@@ -281,8 +300,24 @@ def build_jobs(runs: Sequence[SweepRun], main_flags: Sequence[str] = (), seeds_p
                 f'--agent.{sorted(clash)[0]} is given for every run and also in the spec of method {run.preset}; '
                 f'the run names would not match what runs. Set it in one place.'
             )
+    requests = {}
+
+    def finished(run: SweepRun) -> bool:
+        if not run.is_finished() or request_of is None:
+            return run.is_finished()
+        argv = list(job_command([run], main_flags, python, main_path)[1:])
+        key = tuple(arg for arg in argv[1:] if not arg.startswith(('--seed=', '--run_name=')))
+        try:
+            if key not in requests:
+                requests[key] = request_of(argv)
+            request = for_runs(requests[key], [run])
+            step = resume_step(run, request)  # None: DONE without a checkpoint, which no --resume can change
+            return step is None or step == request.flags.train_steps
+        except (ConfigError, StorageError):  # a command main.py refuses: kept, and named by check_job_commands
+            return False
+
     jobs, chunk = [], []
-    for run in (r for r in runs if not r.is_finished()):
+    for run in (r for r in runs if not finished(r)):
         if chunk and (len(chunk) == seeds_per_job or run.base_name != chunk[-1].base_name or run.env != chunk[-1].env
                       or run.seed != chunk[-1].seed + 1):
             jobs.append(Job(tuple(chunk), job_command(chunk, main_flags, python, main_path)))
@@ -293,34 +328,11 @@ def build_jobs(runs: Sequence[SweepRun], main_flags: Sequence[str] = (), seeds_p
     return jobs
 
 
-def check_grid(methods: Sequence[MethodSpec], envs: Sequence[str], main_flags: Sequence[str]) -> List[str]:
-    """Problems that would make runs fail at start: unknown presets, config keys or environments."""
-    from configs.presets import PRESETS, get_config
-    from utils.datasets import env_id_for
-
-    problems = []
-    for env in envs:
-        try:
-            env_id_for(env)
-        except ConfigError as e:
-            problems.append(str(e).split(' An --env_name')[0])
-    common_keys = [flag_name(f)[len('agent.'):] for f in main_flags if flag_name(f).startswith('agent.')]
-    for method in methods:
-        if method.preset not in PRESETS:
-            problems.append(f'Unknown preset {method.preset!r} (configs/presets.py has: {", ".join(PRESETS)}).')
-            continue
-        config = get_config(method.preset)
-        for key in [key for key, _ in method.overrides] + common_keys:
-            if key not in config:
-                problems.append(f'Preset {method.preset!r} has no config key {key!r} (its keys: {", ".join(sorted(config))}).')
-    return problems
-
-
 def check_job_commands(jobs: Sequence[Job], request_of: Callable) -> Tuple[List[str], list]:
-    """main.py's own request check (`request_of`, main.request_of, which starts nothing) of every job's command:
-    (the problems that would stop a job at start, one line per distinct paragraph; the Requests of the jobs that
-    pass). Commands that differ only in their seed and run name are checked once."""
-    from runtime.errors import StorageError
+    """main.py's own checks, which start nothing, of every job's command: its request (`request_of`,
+    main.request_of; commands that differ only in their seed and run name are checked once) and, for each run that
+    has a checkpoint, its --resume (`resume_step`). Returns (the problems that would stop a job at start, one line
+    per distinct paragraph; the Requests of the jobs that pass)."""
     from runtime.run_dir import name_too_long
 
     problems, requests, checked = [], [], {}
@@ -341,12 +353,41 @@ def check_job_commands(jobs: Sequence[Job], request_of: Callable) -> Tuple[List[
             except (ConfigError, StorageError) as e:
                 checked[key] = f'{job.name}: {e}'
         outcome = checked[key]
+        if not isinstance(outcome, str):
+            try:
+                for run in job.runs:
+                    resume_step(run, for_runs(outcome, job.runs))
+            except ConfigError as e:
+                outcome = f'{run.name}: {e}'
         if isinstance(outcome, str):
             if outcome not in problems:
                 problems.append(outcome)
         else:
             requests.append(outcome)
     return problems, requests
+
+
+def for_runs(request, runs: Sequence[SweepRun]):
+    """`request`, checked for a command that differs from the command of the job of `runs` only in its seed and run
+    name, as that job's own command makes it."""
+    name = runs[0].name if len(runs) == 1 else runs[0].base_name
+    return dataclasses.replace(request, flags=dataclasses.replace(request.flags, seed=runs[0].seed, run_name=name),
+                               seeds=tuple(run.seed for run in runs), run_names=tuple(run.name for run in runs))
+
+
+def resume_step(run: SweepRun, request) -> Optional[int]:
+    """main.py's own --resume check of `run` against `request` (its job's, `for_runs`), reading its records only: the
+    step it resumes from (a finished run's recorded --train_steps, where its checkpoint is; 0 for an unfinished one,
+    whose checkpoint main.py reads at start), None without a checkpoint; or main.py's ConfigError (the recorded flags
+    or config differ, the budget falls below a finished run's) before anything is launched."""
+    from runtime.run_writer import RunWriter
+
+    writer = RunWriter(request, run.seed, run.name)
+    if not writer.run_dir.has_checkpoint():
+        return None
+    writer.start_step = writer.run_dir.read_flags()['train_steps'] if writer.run_dir.is_done() else 0
+    writer.check_same_run()
+    return writer.start_step
 
 
 def prepare_datasets(requests, log=print) -> Dict[str, Tuple[str, str]]:
@@ -560,47 +601,22 @@ def attempt_excerpt(path: str, start: int = 0, end: Optional[int] = None, lines:
     return '\n'.join(indent + line for line in text[-lines:]) or f'{indent}(this attempt wrote nothing to {path})'
 
 
-def log_tail(path: str, lines: int = 5, indent: str = '    ') -> str:
-    """The last lines of a log, indented for a report."""
-    try:
-        with open(path, errors='replace') as f:
-            tail = [line.rstrip() for line in f.readlines() if line.strip()][-lines:]
-    except OSError:
-        return f'{indent}(no log at {path})'
-    return '\n'.join(indent + line for line in tail)
-
-
 # How often the local backend prints the steps its running jobs have reached (--progress_interval).
 PROGRESS_INTERVAL_S = 60.0
-# main.py's --train_steps when a command does not set it (its Flags default).
-MAIN_DEFAULT_TRAIN_STEPS = 1_000_000
-
-
-def file_tail(path: str, start: int = 0, tail_bytes: int = 8192) -> Optional[bytes]:
-    """The whole lines of a file's last `tail_bytes` bytes after offset `start` (a line cut off by either end is
-    dropped), None if it cannot be read: a few KB however large the file."""
-    try:
-        with open(path, 'rb') as f:
-            size = f.seek(0, os.SEEK_END)
-            begin = max(start, size - tail_bytes)
-            f.seek(begin)
-            data = f.read()
-    except OSError:
-        return None
-    if begin > start:  # it starts mid-line
-        data = data[data.find(b'\n') + 1:]
-    return data[:data.rfind(b'\n') + 1]
-
 
 def last_logged_step(run_dir: str, tail_bytes: int = 8192) -> Optional[int]:
     """The step of the last whole row of a run's train.csv, read from the file's header and its last few KB however
-    long the run; None before its first row."""
+    long the run (a line cut off by either end is not read); None before its first row."""
     try:
         with open(os.path.join(run_dir, TRAIN_LOG), 'rb') as f:
             header = f.readline().decode(errors='replace').rstrip('\r\n').split(',')
+            rows = f.tell()
+            begin = f.seek(max(rows, f.seek(0, os.SEEK_END) - tail_bytes))
+            tail = f.read().rpartition(b'\n')[0]
     except OSError:
         return None
-    tail = file_tail(os.path.join(run_dir, TRAIN_LOG), tail_bytes=tail_bytes)
+    if begin > rows:  # it starts mid-line
+        tail = tail.partition(b'\n')[2]
     if 'step' not in header or not tail:
         return None
     column = header.index('step')
@@ -611,39 +627,15 @@ def last_logged_step(run_dir: str, tail_bytes: int = 8192) -> Optional[int]:
     return None
 
 
-def progress_bar_step(job: Job, log_start: int = 0) -> Optional[Tuple[int, int]]:
-    """(step, total) of the last line main.py's progress bar wrote into the job's log since `log_start` (this attempt's
-    part): '<first run's name>[ (+k seeds)]: <step>/<total> (<p>%) in ...', written about every 30 s."""
-    tail = file_tail(job.log_path, log_start)
-    pattern = re.compile(re.escape(job.runs[0].name) + r'(?: \(\+\d+ seeds\))?: (\d+)/(\d+) \(\d+%\) in ')
-    for line in reversed((tail or b'').decode(errors='replace').splitlines()):
-        found = pattern.match(line)
-        if found:
-            return int(found.group(1)), int(found.group(2))
-    return None
-
-
-def job_train_steps(job: Job) -> int:
-    """The steps the job trains: its run's flags.json once main.py has written it, else its command's --train_steps
-    (the last one wins, as in main.py), else main.py's default."""
-    try:
-        return int(atomic_io.read_json(os.path.join(job.runs[0].run_dir, FLAGS_FILE))['train_steps'])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    given = [arg.split('=', 1)[1] for arg in job.command if arg.startswith('--train_steps=')]
-    return int(given[-1]) if given and given[-1].isdigit() else MAIN_DEFAULT_TRAIN_STEPS
-
-
-def job_progress(job: Job, log_start: int = 0) -> str:
-    """'<job>: step <s>/<total> (<p>%)', the furthest step its run has logged (train.csv) or its progress bar has shown
-    (the job's log, this attempt's part), or '<job>: starting' before either (loading data, compiling). The seeds of
-    one job train in one process, in step, so its first run stands for all of them."""
-    bar = progress_bar_step(job, log_start)
-    steps = [step for step in (last_logged_step(job.runs[0].run_dir), bar and bar[0]) if step is not None]
-    if not steps:
+def job_progress(job: Job) -> str:
+    """'<job>: step <s>/<total> (<p>%)', the last step its run logged (train.csv), or '<job>: starting' before its first
+    row (loading data, compiling). The seeds of one job train in one process, in step, so its first run stands for
+    all of them."""
+    step = last_logged_step(job.runs[0].run_dir)
+    if step is None:
         return f'{job.name}: starting'
-    step, total = max(steps), bar[1] if bar else job_train_steps(job)
-    return f'{job.name}: step {step}/{total} ({100 * step / total:.0f}%)' if total else f'{job.name}: step {step}'
+    total = atomic_io.read_json(os.path.join(job.runs[0].run_dir, FLAGS_FILE))['train_steps']  # written before train.csv
+    return f'{job.name}: step {step}/{total} ({100 * step / total:.0f}%)'
 
 
 def elapsed_text(seconds: float) -> str:
@@ -664,13 +656,13 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
 
     Printed to `out` as it happens: a line when a job starts (`[started k/N] <job>, log <path>`) and when it ends
     (`[k/N] <job>: <outcome>`), and every `progress_interval` seconds (0: never) one line with the step each running
-    job has reached (`job_progress`: its train.csv, or its progress bar in its log), so a sweep of long jobs is never
+    job has reached (`job_progress`: its train.csv), so a sweep of long jobs is never
     silent for long.
     """
     slots = worker_slots(workers, gpus, runs_per_gpu, mem_fraction)
     out = out or sys.stdout
     stopping, lock, live = threading.Event(), threading.Lock(), set()
-    done_count, started_count, running = [0], [0], {}  # running: job -> where its attempt's log starts, in start order
+    done_count, started_count, running = [0], [0], []  # running: in start order
     launched = time.monotonic()
     free_slots = queue.Queue()
     for slot in slots:
@@ -699,7 +691,7 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
                                        env=env, start_new_session=True)
             with lock:
                 live.add(process)
-                running[job] = log_start
+                running.append(job)
                 started_count[0] += 1
                 print(f'[started {started_count[0]}/{len(jobs)}] {job.name}{on_gpu}, log {job.log_path}', file=out,
                       flush=True)
@@ -717,7 +709,7 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
         outcome = JobOutcome(job, status, returncode, log_start, log_end, gpu)
         with lock:
             live.discard(process)
-            running.pop(job, None)
+            running.remove(job)
             done_count[0] += 1
             if status == 'time limit':
                 label = f'{RESUMABLE_EXIT_CODES[EXIT_TIME_LIMIT]} (exit {returncode}: checkpoint saved; rerun the sweep to resume)'
@@ -740,10 +732,10 @@ def launch_local(jobs: Sequence[Job], workers: Optional[int] = None, out=None, g
     def report_progress():
         while not finished.wait(progress_interval):
             with lock:
-                jobs_now, done = list(running.items()), done_count[0]
+                jobs_now, done = list(running), done_count[0]
             if jobs_now:  # read outside the lock: a slow disk must not hold up a job's start or end
                 print(f'[progress {elapsed_text(time.monotonic() - launched)}, {done}/{len(jobs)} done] '
-                      + '; '.join(job_progress(job, start) for job, start in jobs_now), file=out, flush=True)
+                      + '; '.join(job_progress(job) for job in jobs_now), file=out, flush=True)
 
     reporter = threading.Thread(target=report_progress, daemon=True) if progress_interval > 0 else None
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -790,7 +782,9 @@ def summarize_local(outcomes: Sequence[JobOutcome]) -> Tuple[str, int]:
 IGNORE_SIGUSR2 = 'import signal; signal.signal(signal.SIGUSR2, signal.SIG_IGN)'
 
 
-EXCERPT_BEGIN, EXCERPT_END = "--- this attempt's log ---", '--- end of log excerpt ---'
+# The line MainCommand appends to a job's log when its main.py ends: how the attempt ended. The launcher reads it,
+# with the runs' own DONE files, once the job's state says it ended (it never unpickles submitit's result file).
+OUTCOME = '=== outcome: '
 SLURM_MAX_REQUEUES = 20
 
 
@@ -826,11 +820,24 @@ class MainCommand:
         self._at_time_limit = False
 
     def __call__(self, command: Sequence[str], log_path: str) -> str:
+        from submitit.core.utils import UncompletedJobError
+
+        try:
+            message = self.run(command, log_path)
+        except UncompletedJobError as e:  # submitit's handler, raised in this thread: main.py saved, no requeue
+            message = str(e)
+        with open(log_path, 'a') as log:
+            log.write(f'{OUTCOME}{message}\n')
+        if message != 'main.py exited with status 0':
+            raise RuntimeError(f'{message} Log: {log_path}')
+        return log_path
+
+    def run(self, command: Sequence[str], log_path: str) -> str:
+        """main.py's run of `command`, its output appended to `log_path`: how it ended, in one sentence."""
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         with open(log_path, 'a') as log:
             log.write(f'\n=== {datetime.datetime.now().isoformat(timespec="seconds")} {shlex.join(command)}\n')
             log.flush()
-            log_start = log.tell()
             self._process = subprocess.Popen(set_up_then_exec(IGNORE_SIGUSR2, command), cwd=REPO_ROOT, stdout=log,
                                              stderr=subprocess.STDOUT, env=child_environment(1))
             # Poll rather than wait(): wait() would hold the lock that `checkpoint` (a signal handler
@@ -838,7 +845,6 @@ class MainCommand:
             while self._process.poll() is None:
                 time.sleep(0.25)
         returncode = self._process.returncode
-        log_end = os.path.getsize(log_path)
         if returncode == EXIT_TIME_LIMIT:
             sig = _submitit_requeue_signal()
             if sig is not None and self.requeues < self.max_requeues:
@@ -849,14 +855,10 @@ class MainCommand:
                 signal.raise_signal(sig)  # submitit's handler: checkpoint(), requeue, exit this process
             why = (f'after {self.requeues} requeues (--max_timeouts={self.max_requeues})' if sig is not None
                    else 'and the job could not requeue itself')
-            raise RuntimeError(f'main.py stopped at its --time_limit (exit {returncode}, checkpoint saved) {why}; '
-                               f'relaunch the sweep to resume. Log: {log_path}')
+            return f'main.py stopped at its --time_limit (exit {returncode}, checkpoint saved) {why}; relaunch the sweep to resume.'
         if returncode == EXIT_PREEMPTED:
-            raise RuntimeError(f'main.py was stopped by SIGTERM (checkpoint saved); relaunch the sweep to resume. Log: {log_path}')
-        if returncode != 0:
-            raise RuntimeError(f'main.py exited with status {returncode}. Log: {log_path}\n{EXCERPT_BEGIN}\n'
-                               f'{attempt_excerpt(log_path, log_start, log_end)}\n{EXCERPT_END}')
-        return log_path
+            return 'main.py was stopped by SIGTERM (checkpoint saved); relaunch the sweep to resume.'
+        return f'main.py exited with status {returncode}'
 
     def checkpoint(self, command: Sequence[str], log_path: str):
         import submitit
@@ -889,25 +891,6 @@ class SlurmOptions:
     setup: Tuple[str, ...] = ()  # Shell lines run before the job (e.g. `module load cuda`).
 
 
-def slurm_partition_problem(partition: Optional[str]) -> Optional[str]:
-    """Why --partition cannot be submitted to (a partition sinfo does not list, with those it does), or None when it
-    can or the cluster cannot be asked (then sbatch itself decides)."""
-    if not partition:
-        return None
-    try:
-        result = subprocess.run(['sinfo', '--noheader', '--format=%R'], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    known = sorted({line.strip() for line in result.stdout.splitlines() if line.strip()})
-    if result.returncode != 0 or not known:
-        return None
-    unknown = [p for p in partition.split(',') if p.strip() not in known]
-    if not unknown:
-        return None
-    return (f'--partition={partition}: this cluster has no partition {", ".join(unknown)} (sinfo lists '
-            f'{", ".join(known)}). Pass one of those.')
-
-
 def launch_submitit(jobs: Sequence[Job], folder: str, name: str, options: SlurmOptions, cluster: str = 'slurm'):
     """Submit jobs as one submitit job array (cluster='slurm', or 'local' for a test); returns submitit jobs."""
     import submitit
@@ -920,127 +903,176 @@ def launch_submitit(jobs: Sequence[Job], folder: str, name: str, options: SlurmO
                      array_parallelism=options.array_parallelism, setup=list(options.setup))
         parameters.update({f'slurm_{key}': value for key, value in slurm.items() if value})
     executor.update_parameters(**parameters)
-    return executor.map_array(MainCommand(options.max_timeouts), [job.command for job in jobs],
-                              [job.log_path for job in jobs])
+    handles = executor.map_array(MainCommand(options.max_timeouts), [job.command for job in jobs],
+                                 [job.log_path for job in jobs])
+    if cluster == 'slurm':
+        watcher = slurm_states()
+        for handle in handles:
+            handle.watcher = watcher
+            watcher.register_job(handle.job_id)
+    return handles
 
 
-# Slurm job states after which a job will not run again unless someone acts (squeue's long names). A job in any
-# other state (PENDING, RUNNING, REQUEUED, COMPLETING, ...) may still run or write its result.
+# Slurm job states after which a job will not run again unless someone acts (scontrol's names), and FORGOTTEN, the
+# state of a job Slurm no longer knows (it forgets an ended job MinJobAge after its end, 300 s by default). A job in
+# any other state (PENDING, RUNNING, REQUEUED, COMPLETING, ...) may still run or write to its runs.
+FORGOTTEN = 'FORGOTTEN'
 SLURM_ENDED_STATES = {'BOOT_FAIL', 'CANCELLED', 'COMPLETED', 'DEADLINE', 'FAILED', 'NODE_FAIL', 'OUT_OF_MEMORY',
-                      'PREEMPTED', 'TIMEOUT', 'REQUEUE_HOLD', 'SPECIAL_EXIT'}
-# Slurm forgets an ended job after its MinJobAge (300 s by default); squeue then answers this for its id.
-SLURM_UNKNOWN_JOB = 'Invalid job id'
+                      'PREEMPTED', 'TIMEOUT', 'REQUEUE_HOLD', 'SPECIAL_EXIT', FORGOTTEN}
+# Why Slurm holds a job PENDING that cannot start as submitted: it asks for more than its partition or any node has
+# (CPUs, memory, GPUs, nodes, time), or for a constraint, account, QOS or dependency that cannot be met.
+NEVER_STARTS = {'PartitionConfig', 'PartitionNodeLimit', 'PartitionTimeLimit', 'BadConstraints', 'InvalidAccount',
+                'InvalidQOS', 'DependencyNeverSatisfied'}
 
 
-def slurm_job_states(job_ids: Sequence[str]) -> Tuple[Optional[Dict[str, str]], Optional[str]]:
-    """({job id: state} of the jobs Slurm still knows, array tasks as `<array id>_<index>` (as submitit and squeue
-    --array name them), those that ended within MinJobAge included (--states=all), None), or (None, what failed)
-    when squeue gives no answer (the controller busy, restarting or down). Not sacct: a cluster without accounting
-    storage has none, and submitit asks it at intervals of up to 10 minutes."""
-    arrays = sorted({job_id.split('_')[0] for job_id in job_ids})
+def scontrol_records(text: str) -> Dict[str, Dict[str, str]]:
+    """{job id: {'State', 'Reason', 'Restarts'}} of `scontrol show job --oneliner` output, array tasks named
+    `<array>_<task>` as submitit names them (the one record of a range of tasks still pending, e.g. ArrayTaskId=2-7%4,
+    stands for each of them)."""
+    records = {}
+    for line in text.splitlines():
+        fields = dict(re.findall(r'(\w+)=(\S*)', line))
+        if 'JobId' not in fields:
+            continue
+        record = dict(State=fields.get('JobState', 'UNKNOWN'), Reason=fields.get('Reason', ''),
+                      Restarts=fields.get('Restarts', '0'))
+        array, tasks = fields.get('ArrayJobId'), fields.get('ArrayTaskId')
+        if not (array and tasks):
+            records[fields['JobId']] = record
+            continue
+        for part in tasks.split('%')[0].split(','):
+            first, _, last = part.partition('-')
+            records.update({f'{array}_{task}': record for task in range(int(first), int(last or first) + 1)})
+    return records
+
+
+def slurm_states(delay_s: float = 30.0):
+    """A submitit watcher of Slurm job states (what `job.state` and `job.get_info()` read) that asks `scontrol show
+    job`: submitit's own asks sacct, which needs accounting storage, which many clusters lack. It asks on submitit's
+    schedule (2, 4, 8, ... s after a submission, then every `delay_s`); a job Slurm no longer knows is FORGOTTEN, and
+    `error` says why the last question got no answer (None when it was answered). submitit is imported here, on
+    first use: the tables import this module for its seed ranges."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    class SlurmStates(SlurmInfoWatcher):
+        error = None
+
+        def update(self):
+            self._num_calls += 1
+            self._last_status_check, self.error = time.time(), None
+            for array in sorted({job.split('_')[0] for job in self._registered - self._finished}):
+                try:
+                    answer = subprocess.run(['scontrol', 'show', 'job', '--oneliner', array], capture_output=True,
+                                            text=True, timeout=60)
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    self.error = f'scontrol: {e.strerror if isinstance(e, OSError) else "no answer within 60 s"}'
+                    return
+                if answer.returncode == 0:
+                    self._info_dict.update(scontrol_records(answer.stdout))
+                elif 'Invalid job id' in answer.stderr:
+                    self._info_dict.update({job: dict(State=FORGOTTEN) for job in self._registered
+                                            if job.split('_')[0] == array})
+                else:
+                    self.error = 'scontrol: ' + (' '.join(answer.stderr.split())[-200:] or f'exit status {answer.returncode}')
+                    return
+
+    return SlurmStates(delay_s)
+
+
+def last_attempt(log_path: str, start: int = 0) -> Tuple[Optional[str], int, int]:
+    """(how main.py ended, as the OUTCOME line MainCommand wrote says, or None; the byte offsets where that attempt
+    begins and where its outcome line begins) of the last attempt a job's log holds after byte `start`."""
     try:
-        result = subprocess.run(['squeue', '--noheader', '--array', '--states=all', f'--jobs={",".join(arrays)}',
-                                 '--format=%i|%T'], capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return None, 'squeue gave no answer within 60 s'
-    except OSError as e:
-        return None, f'squeue could not run ({e.strerror or e})'
-    if result.returncode != 0:
-        if SLURM_UNKNOWN_JOB in result.stderr:
-            return {}, None
-        return None, 'squeue: ' + (' '.join(result.stderr.split())[-200:] or f'exit status {result.returncode}')
-    return dict(line.strip().split('|', 1) for line in result.stdout.splitlines() if '|' in line), None
+        with open(log_path, 'rb') as f:
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return None, start, start
+    begin = max([m.end() for m in re.finditer(rb'^=== \d{4}-\d\d-\d\dT\S* .*\n', data, re.M)], default=0)
+    outcomes = list(re.finditer(rb'^' + re.escape(OUTCOME.encode()) + rb'(.*)$', data[begin:], re.M))
+    if not outcomes:
+        return None, start + begin, start + len(data)
+    return outcomes[-1].group(1).decode(errors='replace'), start + begin, start + begin + outcomes[-1].start()
 
 
-class SlurmUnanswered(Exception):
-    """squeue has not answered for longer than the sweep waits for it."""
-
-    def __init__(self, error: str, seconds: float):
-        super().__init__(error, seconds)
-        self.error, self.seconds = error, seconds
-
-
-def submitit_outcome(job: Job, handle) -> JobOutcome:
-    """A finished submitit job's outcome, from its result: 'ok', 'failed', 'stopped' (main.py stopped by SIGTERM,
-    a checkpoint saved) or 'time limit' (main.py's --time_limit reached more often than the job may requeue
-    itself, or the job could not requeue); `error` holds the job's error text."""
-    try:
-        handle.result()
+def ended_outcome(job: Job, log_start: int, ended_as: str) -> JobOutcome:
+    """The outcome of a job that has ended, from its runs and its log after `log_start`: 'ok' when every run has DONE;
+    else how its last main.py ended (OUTCOME: 'stopped' by SIGTERM, 'time limit', or 'failed'); else, when no main.py
+    of it ended, 'stopped', ended as `ended_as` says."""
+    if all(run.is_finished() for run in job.runs):
         return JobOutcome(job, 'ok')
-    except Exception as e:  # submitit re-raises the job's error with its traceback as text
-        text = str(e)
-        # MainCommand's own message (the traceback above it also shows the source line that raised it).
-        if re.search(r'^RuntimeError: main\.py was stopped by SIGTERM', text, re.M):
-            status = 'stopped'
-        elif (re.search(r'^RuntimeError: main\.py stopped at its --time_limit', text, re.M)
-              or 'Job not requeued because: timed-out too many times' in text):
-            status = 'time limit'
-        else:
-            status = 'failed'
-        return JobOutcome(job, status, error=text)
+    message, begin, end = last_attempt(job.log_path, log_start)
+    if message is None:
+        return JobOutcome(job, 'stopped', ended_as=ended_as)
+    status = ('stopped' if message.startswith('main.py was stopped by SIGTERM') else
+              'time limit' if message.startswith(('main.py stopped at its --time_limit', 'Job not requeued')) else 'failed')
+    return JobOutcome(job, status, log_start=begin, log_end=end, error=message)
 
 
-def wait_submitit(jobs: Sequence[Job], handles: Sequence, cluster: str, out=None, poll_s: float = 0.25,
-                  squeue_every_s: float = 2.0, result_grace_s: float = 15.0,
-                  unanswered_limit_s: float = 30 * 60) -> List[JobOutcome]:
-    """Wait for every submitted job, printing one line as each ends (`summarize_submitit` adds the details).
-
-    A job has ended when its result is written (it finished, or raised), or when Slurm says it will not run
-    again without a result (cancelled, killed at its time limit without a requeue, out of memory, node failure,
-    or no longer known to Slurm): then it is 'stopped', with that state, and its run resumes from its last
-    checkpoint when the sweep runs again. A job that submitit or Slurm requeues is waited for through its new
-    start.
-
-    Results are looked for every `poll_s`; squeue is asked less often as the wait goes on (every `squeue_every_s`
-    at first, every 30 s after about 10 minutes), to keep a long sweep's load on the controller low. While squeue
-    does not answer, a line says so (what failed, for how long) every minute at most; after `unanswered_limit_s`
-    without an answer the wait ends with SlurmUnanswered (the jobs themselves are not touched)."""
+def wait_submitit(jobs: Sequence[Job], handles: Sequence, log_starts: Sequence[int], cluster: str, out=None,
+                  poll_s: float = 0.25, result_grace_s: float = 15.0,
+                  progress_interval: float = PROGRESS_INTERVAL_S) -> List[JobOutcome]:
+    """Wait for every submitted job: a line as each ends (`summarize_submitit` adds the details) and as Slurm requeues
+    one, and every `progress_interval` seconds (0: never) where the others are: pending and why, or their step
+    (`job_progress`). A job has ended when its submitit state says it will not run again (SLURM_ENDED_STATES; the
+    local executor: its process ended); its outcome then comes from its runs and its log after `log_starts`
+    (`ended_outcome`), never from submitit's result file, a pickle anyone who can write the sweep's folder could fill
+    with code; one that ended before its main.py did gets `result_grace_s` for its files to appear (a network file
+    system's delay). A job pending for a reason it can never start for (NEVER_STARTS) ends the wait with a ConfigError;
+    while Slurm does not answer, a line says so and the states stay as last answered."""
     out = out or sys.stdout
     outcomes: Dict[int, JobOutcome] = {}
     ended_since: Dict[int, float] = {}
+    restarts: Dict[int, int] = {}
     labels = {'ok': 'ok', 'failed': 'FAILED', 'stopped': 'stopped', 'time limit': 'stopped at its time limit'}
-    started, states, asked = time.monotonic(), None, -math.inf
-    unanswered_since, reported = None, -math.inf
+    started = reported = time.monotonic()
+    silence = None
     while True:
         pending = [i for i in range(len(jobs)) if i not in outcomes]
         if not pending:
             return [outcomes[i] for i in range(len(jobs))]
-        now = time.monotonic()
-        if cluster == 'slurm' and now - asked >= min(30.0, squeue_every_s + (now - started) / 20):
-            (states, error), asked = slurm_job_states([handles[i].job_id for i in pending]), now
-            if states is None:
-                unanswered_since = now if unanswered_since is None else unanswered_since
-                silent = now - unanswered_since
-                if silent >= unanswered_limit_s:
-                    raise SlurmUnanswered(error, silent)
-                if now - reported >= min(60.0, unanswered_limit_s / 4):
-                    print(f'Slurm has not answered for {silent:.0f} s ({error}); still waiting, for at most '
-                          f'{unanswered_limit_s / 60:g} min without an answer.', file=out, flush=True)
-                    reported = now
-            elif unanswered_since is not None:
-                print(f'Slurm answers again after {now - unanswered_since:.0f} s.', file=out, flush=True)
-                unanswered_since, reported = None, -math.inf
+        now, states = time.monotonic(), {}
         for i in pending:
             job, handle = jobs[i], handles[i]
-            if handle.paths.result_pickle.exists():
-                outcome = submitit_outcome(job, handle)
+            if cluster == 'slurm':
+                info = handle.get_info(mode='standard')
+                state, reason, restarts_now = info.get('State', 'UNKNOWN'), info.get('Reason', ''), int(info.get('Restarts') or 0)
+                ended = state in SLURM_ENDED_STATES
             else:
-                if cluster == 'slurm':  # no answer from squeue (states None): not ended, as far as is known
-                    state = None if states is None else states.get(handle.job_id)
-                    ended = states is not None and (state is None or state in SLURM_ENDED_STATES)
-                    ended_as = f'Slurm state {state}' if state else 'no longer known to Slurm'
-                else:
-                    ended, ended_as = handle.done(), f'process state {handle.state}'
-                if not ended:
-                    ended_since.pop(i, None)
-                    continue
-                # The result file may appear after the state changes (a network file system's delay).
-                if now - ended_since.setdefault(i, now) < result_grace_s:
-                    continue
-                outcome = JobOutcome(job, 'stopped', ended_as=ended_as)
+                state, reason, restarts_now, ended = handle.state, '', 0, handle.done()
+            states[i] = (state, reason)
+            if state == 'PENDING' and reason in NEVER_STARTS:
+                raise ConfigError(
+                    f'Slurm holds job {handle.job_id} ({job.name}) PENDING with reason {reason}: it cannot start as '
+                    f'submitted (it asks for more than its partition or any node has: --cpus, --mem_gb, --gpus, '
+                    f'--time_min; or for an account, QOS or constraint the cluster refuses). The jobs were left as they '
+                    f'are: cancel them (scancel {handle.job_id.split("_")[0]}) and submit again with what the partition '
+                    f'offers (scontrol show partition).')
+            if restarts_now > restarts.setdefault(i, restarts_now):
+                print(f'[requeued] {job.name}: Slurm requeued job {handle.job_id} (restart {restarts_now}); waiting '
+                      f'for it to run again.', file=out, flush=True)
+            restarts[i] = restarts_now
+            if not ended:
+                ended_since.pop(i, None)
+                continue
+            outcome = ended_outcome(job, log_starts[i], f'{"Slurm" if cluster == "slurm" else "process"} state {state}')
+            if outcome.ended_as and now - ended_since.setdefault(i, now) < result_grace_s:
+                continue
             outcomes[i] = outcome
-            state_note = f' ({outcome.ended_as}, no result)' if outcome.ended_as else ''
+            state_note = f' ({outcome.ended_as}, before its main.py ended)' if outcome.ended_as else ''
             print(f'[{len(outcomes)}/{len(jobs)}] {job.name}: {labels[outcome.status]}{state_note} (job {handle.job_id})',
+                  file=out, flush=True)
+        error = getattr(handles[0].watcher, 'error', None) if cluster == 'slurm' else None
+        if error != silence:
+            print(f'Slurm does not answer ({error}); still waiting, with the jobs as Slurm last gave them.' if error
+                  else 'Slurm answers again.', file=out, flush=True)
+            silence = error
+        if progress_interval and now - reported >= progress_interval and len(outcomes) < len(jobs):
+            reported = now
+            where = [f'{jobs[i].name}: pending' + (f' ({reason})' if reason not in ('', 'None') else '') if state == 'PENDING'
+                     else job_progress(jobs[i]) if state in ('RUNNING', 'COMPLETING') or cluster != 'slurm'
+                     else f'{jobs[i].name}: {state.lower()}' for i, (state, reason) in states.items() if i not in outcomes]
+            print(f'[progress {elapsed_text(now - started)}, {len(outcomes)}/{len(jobs)} done] ' + '; '.join(where),
                   file=out, flush=True)
         time.sleep(poll_s)
 
@@ -1056,25 +1088,15 @@ def summarize_submitit(outcomes: Sequence[JobOutcome], handles: Sequence) -> Tup
              + (f', {len(stopped)} stopped' if stopped else '')
              + (f', {len(timed)} stopped at their time limit' if timed else '') + '.']
     for outcome, handle in zip(outcomes, handles):
-        if outcome.status != 'failed':
-            continue
-        error = outcome.error or ''
-        reason = re.search(r'(?<=^RuntimeError: )main\.py exited with status -?\d+', error, re.M)
-        reason = reason.group(0) if reason else (error.strip().splitlines() or ['no error text'])[-1]
-        lines.append(f'FAILED {outcome.job.name}: {reason}; log {outcome.job.log_path} (submitit log {handle.paths.stderr}):')
-        # This attempt's part of the log (MainCommand cuts it out: another sweep may share the file).
-        excerpt = re.search(re.escape(EXCERPT_BEGIN) + r'\n(.*?)\n' + re.escape(EXCERPT_END), error, re.S)
-        lines.append(excerpt.group(1) if excerpt else log_tail(outcome.job.log_path))
-    for outcome in stopped + timed:
-        if outcome.ended_as:
-            why = f'it ended without a result ({outcome.ended_as})'
-        elif outcome.status == 'stopped':
-            why = 'main.py was stopped by SIGTERM (checkpoint saved)'
-        else:
-            why = re.search(r'^RuntimeError: (main\.py stopped at its --time_limit[^;]*)|(Job not requeued because: [^.]*)',
-                            outcome.error or '', re.M)
-            why = (why.group(1) or why.group(2)) if why else 'stopped at its time limit'
-        lines.append(f'STOPPED {outcome.job.name}: {why}; log {outcome.job.log_path}.')
+        if outcome.status == 'failed':
+            lines.append(f'FAILED {outcome.job.name}: {outcome.error}; log {outcome.job.log_path} (submitit log '
+                         f'{handle.paths.stderr}):')
+            lines.append(attempt_excerpt(outcome.job.log_path, outcome.log_start, outcome.log_end))
+    for outcome, handle in zip(outcomes, handles):
+        if outcome.status in ('stopped', 'time limit'):
+            why = (f'it ended before its main.py did ({outcome.ended_as}; submitit log {handle.paths.stderr})'
+                   if outcome.ended_as else outcome.error.split(';')[0].rstrip('.'))
+            lines.append(f'STOPPED {outcome.job.name}: {why}; log {outcome.job.log_path}.')
     if stopped or timed:
         lines.append('Stopped runs resume from their last checkpoints when the same sweep command runs again.')
     return '\n'.join(lines), (1 if failed else EXIT_INTERRUPTED if stopped else EXIT_TIME_LIMIT if timed else 0)

@@ -65,11 +65,29 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 # main.py's exit statuses besides 0 (finished) and 1 (a named error above). Each of these means the run stopped
 # with a checkpoint of its last step saved, and `--resume` continues it exactly.
-EXIT_UNAVAILABLE = 69  # a sweep gave up waiting for a Slurm controller that does not answer (EX_UNAVAILABLE)
 EXIT_TIME_LIMIT = 75  # --time_limit reached (75 is EX_TEMPFAIL: "try again later")
 EXIT_HANGUP = 129  # SIGHUP (the terminal closed, an ssh connection dropped): handled as SIGTERM
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 EXIT_PREEMPTED = 143  # SIGTERM (e.g. Slurm preemption or a job's time limit)
+
+
+def script_main(main) -> int:
+    """How a table, figure or analysis script ends, run as `sys.exit(script_main(main))`: `main()`'s status (0 when it
+    returns something else); Ctrl-C, a clean "Interrupted" (130); a write that fails as STORAGE_ERRNOS names (a full
+    disk, a read-only folder), one paragraph (1). Every file they write is written atomically: none is left half-written."""
+    import sys
+
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        print('\nInterrupted (Ctrl-C): stopped; no file was left half-written.', file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as e:
+        if storage_failure(e) is None:
+            raise
+        sys.exit(f'Error: Cannot write {e.filename or "a file"}: {storage_failure(e)[0]} ({e.strerror}); no file was left '
+                 f'half-written. Free space, or pass an output folder you can write (--out, --out_dir), then rerun.')
+    return status if isinstance(status, int) else 0
 
 
 def parse_absl_flags(argv):

@@ -1,12 +1,12 @@
-"""Whether a run fits this machine's memory, checked before any long work: one evaluation's episodes (host memory),
-the dataset's observations (host and accelerator memory), and the address-space limit (`ulimit -v`). Each check
-raises a named error whose paragraph says what fits."""
+"""Whether a run fits this machine's memory, checked before any long work: one evaluation's episodes (host memory)
+and the dataset's observations (host and accelerator memory). Each check raises a named error whose paragraph says
+what fits. An address-space limit (`ulimit -v`) is not checked: what a run maps depends on the machine's thread count
+and the compiler, so no advance figure is right everywhere."""
 
 import os
 import zipfile
-from typing import Optional, Tuple
+from typing import Optional
 
-from runtime.errors import DeviceMemoryError
 from utils.datasets import observation_bytes
 from utils.errors import ConfigError, DatasetError
 from utils.evaluation.episodes import MAX_ROWS_PER_BATCH
@@ -91,47 +91,4 @@ def check_dataset_fits(paths, device=None, host_bytes=None, device_bytes=None):
             f'training on the CPU, which holds both copies). Use a machine with more memory, '
             f'or generate fewer episodes (scripts/generate_dataset.py --num_episodes=N) for a smaller dataset.'
         )
-    check_address_space(host_needed)
     return needed
-
-
-# Address space a run takes after its data are checked, besides the data: JAX's compiler starts threads (each with
-# its stack) and maps its code, mujoco allocates the evaluation environments, the agents' arrays. A toy run on a 2-core
-# CPU maps about 0.5 GB more from here on (check_address_space names what happens without it); twice that is asked for.
-RUN_ADDRESS_SPACE_BYTES = 1 << 30
-
-
-def address_space() -> Tuple[Optional[int], int]:
-    """(this process's address-space limit in bytes, RLIMIT_AS, as `ulimit -v` sets it, or None without one; the bytes
-    it maps now)."""
-    import resource
-
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    mapped = 0
-    try:
-        with open('/proc/self/status') as f:
-            mapped = next((int(line.split()[1]) * 1024 for line in f if line.startswith('VmSize:')), 0)
-    except OSError:
-        pass
-    return (None if limit == resource.RLIM_INFINITY else limit), mapped
-
-
-def check_address_space(data_bytes: int):
-    """DeviceMemoryError, before the data are loaded, if the address-space limit (`ulimit -v`) leaves this process less
-    room than `data_bytes` of data and RUN_ADDRESS_SPACE_BYTES need. Without it, mujoco fails to make the evaluation
-    environments ("Could not allocate memory"), or JAX's compiler aborts the process when it cannot start a thread
-    (SIGABRT, no error to catch), leaving a run directory that holds only run.lock."""
-    limit, mapped = address_space()
-    needed = data_bytes + RUN_ADDRESS_SPACE_BYTES
-    if limit is None or limit - mapped >= needed:
-        return
-    shortfall = needed - (limit - mapped)
-    raise DeviceMemoryError(
-        f'This process may map at most {limit / 2**30:.2f} GiB of address space (ulimit -v {limit // 1024}), and '
-        f'{mapped / 2**30:.2f} GiB of it are mapped already (Python, JAX, the simulators): the run needs about '
-        f'{needed / 2**30:.2f} GiB more ({data_bytes / 2**30:.2f} GiB of data, and about '
-        f'{RUN_ADDRESS_SPACE_BYTES / 2**30:.0f} GiB for compiling the agent, whose compiler threads each reserve a stack '
-        f'and abort the process when they cannot, and for the evaluation environments). Nothing was written. Lift the '
-        f'limit (ulimit -v unlimited), or raise it by {shortfall / 2**30:.2f} GiB at the very least (ulimit -v '
-        f'{-(-(limit + shortfall) // 1024)}), more where Python and JAX map more once they have room.'
-    )

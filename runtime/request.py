@@ -21,7 +21,7 @@ from absl import flags
 
 from runtime.errors import StorageError
 from runtime.loggers import effective_wandb_mode
-from runtime.run_dir import name_too_long, not_one_name
+from runtime.run_dir import SET_ASIDE_SUFFIXES, name_too_long, not_one_name
 from utils.config_checks import (check_override_keys, check_types, check_unread_settings, load_config_file,
                                  validate_config)
 from utils.errors import ConfigError
@@ -118,7 +118,11 @@ def parse_command_line(argv: Sequence[str], define_flags: Callable, default_agen
     config with its --agent.<key> overrides among them. ConfigError for an unknown flag, --agent.<key> or a stray
     argument; HelpRequested for --help, and for --print_config with `describe_config(config, its file)`
     (agents.config_listing: every field, its value and its comment)."""
-    argv = resolve_agent_path(list(argv))
+    try:  # a --flagfile's lines read where it stands, so that its --agent and overrides are checked as any others
+        argv = flags.FlagValues().read_flags_from_files(list(argv), force_gnu=False)
+    except flags.Error as e:
+        raise ConfigError(f'--flagfile: {str(e).removeprefix("ERROR:: ")}.') from None
+    argv = resolve_agent_path(argv)
     flag_values = flags.FlagValues()
     if any(arg in ('-h', '--help', '--helpshort', '--helpfull', '-?') for arg in argv[1:]):
         define_flags(flag_values, argv[:1], load_config_file(default_agent))
@@ -344,6 +348,9 @@ def check_run_names(values, config, save_dir: str, names: Sequence[str]):
         if problem:
             raise ConfigError(f'The {what} {name!r}, made from {origin}, is not one directory name ({problem}): the '
                               f'run would be written outside {directory}. Nothing was written; {fix}.')
+        if name.endswith(SET_ASIDE_SUFFIXES):
+            raise ConfigError(f'The {what} {name!r}, made from {origin}, ends in {name[name.rindex("."):]}, which marks a '
+                              f'folder set aside (the results tables skip it). Nothing was written; use another name.')
         problem = name_too_long(name, directory, what, 'pass a shorter --run_name (or --run_group)')
         if problem:
             raise StorageError(problem)

@@ -7,7 +7,7 @@
         eval.csv            evaluation metrics, one row per --eval_interval
         checkpoint.msgpack  agent (params, optimizer state, RNG) and step, rewritten atomically
         dataset.json        the dataset files the run trained on: paths, sizes, sha256, source
-        resumes.json        one record per --resume: the step it started from, flags that differed
+        resumes.json        one record per attempt: its first step, its code (git commit, dirty), flags that differed
         run.lock            who owns or last owned the directory (pid, host, start, command)
         DONE                present once the run reached --train_steps
 

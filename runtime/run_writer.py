@@ -14,10 +14,12 @@ so sweeps, results tables and analyses treat both alike. docs/guarantees.md says
 
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import os
-from typing import Dict, List, Optional
+import subprocess
+from typing import Dict, List, Optional, Tuple
 
 import jax
 import numpy as np
@@ -37,6 +39,27 @@ _ABSENT = '(absent)'
 # version computes: a run recorded with that value resumes, one recorded with another is refused. (The speed paths
 # that lived up to the git tag `speed-paths`: Adam over one vector, the fused kernel of the ensembles.)
 RETIRED_FLAGS = {'optimizer_layout': 'per_leaf', 'network_kernel': 'xla'}
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.lru_cache(maxsize=None)
+def _code_version() -> Tuple[Optional[str], Optional[bool]]:
+    try:
+        answers = [subprocess.run(['git', '-C', REPO_ROOT, *command], capture_output=True, text=True, timeout=60)
+                   for command in (['rev-parse', 'HEAD'], ['status', '--porcelain'])]
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+    if any(answer.returncode for answer in answers):
+        return None, None
+    return answers[0].stdout.strip(), bool(answers[1].stdout.strip())
+
+
+def code_version() -> Dict[str, object]:
+    """The code this process runs: its checkout's git commit and whether the checkout differs from it (`dirty`: a
+    changed, added or deleted file git does not ignore), both None outside a git checkout; resumes.json records it
+    for each attempt, so the tables can flag a run whose attempts ran different code."""
+    return dict(zip(('commit', 'dirty'), _code_version()))
 
 
 def change(old, new) -> str:
@@ -182,14 +205,18 @@ class RunWriter:
     def begin(self, dataset: Dict):
         """Record what this run is before it loads anything: a new run's flags.json, config.json and
         dataset.json; for a resumed one, only a changed --train_steps (and DONE goes, if it grows past
-        the checkpoint) plus a resumes.json entry listing the flags that differ."""
+        the checkpoint). Every attempt adds an entry to resumes.json, the run's attempt log: when, from which step,
+        the code it runs (`code_version`) and, when resumed, the flags that differ."""
         request, train_steps = self.request, self.request.flags.train_steps
         self.lock.mark_owner()
         self.dataset_record = (self.run_dir.read_dataset_record() if self.recorded_flags is not None else None) or dataset
+        attempt = dict(at=datetime.datetime.now().astimezone().isoformat(timespec='seconds'), from_step=self.start_step,
+                       train_steps=train_steps, code=code_version())
         if self.recorded_flags is None:
             self.flags = request.seed_flags(self.seed)
             self.run_dir.write_metadata(self.flags, request.config_record())
             self.run_dir.write_dataset_record(dataset)
+            self.run_dir.add_resume_record(attempt)
             return
         self.flags = dict(self.recorded_flags, train_steps=train_steps)
         if train_steps > self.start_step:
@@ -202,9 +229,7 @@ class RunWriter:
         changed = {name: [self.recorded_flags.get(name), requested[name]]
                    for name in sorted(resume_may_differ(type(request.flags)) | {'train_steps'})
                    if name in requested and plain(self.recorded_flags.get(name)) != requested[name]}
-        self.run_dir.add_resume_record(dict(
-            at=datetime.datetime.now().astimezone().isoformat(timespec='seconds'), from_step=self.start_step,
-            train_steps=train_steps, changed_flags=changed))
+        self.run_dir.add_resume_record(dict(attempt, changed_flags=changed))
 
     # --- logs ---
 

@@ -81,3 +81,18 @@ def first_nonfinite(infos):
     """(index, metric) of the first step with a non-finite metric in stacked per-step `infos`, or None."""
     bad = [(int(np.flatnonzero(~np.isfinite(v))[0]), key) for key, v in infos.items() if not np.all(np.isfinite(v))]
     return min(bad, default=None)
+
+
+def nonfinite_error(bad, step: int, seed: int, checkpoint_path: str, largest: Dict[str, float]):
+    """The error for a non-finite training metric (`first_nonfinite`'s (index, metric) in the chunk that began at
+    `step`). It names the largest magnitudes of the training data (`largest`: {array name: max |value|}), since one
+    value far beyond the data's scale (1e30) overflows float32 arithmetic at any learning rate."""
+    from runtime.errors import NonFiniteLossError
+
+    scale = ', '.join(f'|{name}| {value:.3g}' for name, value in largest.items())
+    return NonFiniteLossError(
+        f'Non-finite {bad[1]} at step {step + bad[0] + 1} (seed {seed}): training stopped. The last good checkpoint '
+        f'({checkpoint_path}, if any) was kept. --resume would repeat the same steps (and refuses other settings). The '
+        f'training data\'s largest values are {scale}: if one is far beyond the data\'s usual scale, fix the data (such '
+        f'values overflow float32 arithmetic at any learning rate); otherwise start a new run (another --run_name) '
+        f'with a lower --agent.lr or auxiliary weight (alpha).')

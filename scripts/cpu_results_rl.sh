@@ -14,5 +14,5 @@ PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
   --main_flags="--train_steps=6000 --agent.batch_size=256 --log_interval=500 --eval_interval=2000 --save_interval=2000 \
 --eval_episodes=20 --wandb_mode=offline" \
   "$@"
-case " $* " in *" --dry_run "*) exit 0 ;; esac
+case " $* " in *" --dry_run "* | *" --help "* | *" -h "*) exit 0 ;; esac  # no table of runs not run
 "$PY" scripts/results.py --runs=runs/cpu_table --format=markdown --ci

@@ -32,10 +32,11 @@ from utils.errors import DatasetError
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('env_name', None, GENERATABLE_DATASETS, 'OGBench dataset name to generate.')
 flags.DEFINE_string('dataset_dir', '~/.ogbench/data', 'Output folder.')
-flags.DEFINE_integer('num_episodes', None, "Train episodes (default: OGBench's count).")
-flags.DEFINE_integer('num_val_episodes', None, 'Val episodes (default: a tenth of the train episodes).')
-flags.DEFINE_integer('seed', 0, 'Random seed; the same seed gives the same files.')
-flags.DEFINE_integer('workers', None, 'Antmaze: processes simulating episodes (default: one per usable core).')
+flags.DEFINE_integer('num_episodes', None, "Train episodes (default: OGBench's count).", lower_bound=1)
+flags.DEFINE_integer('num_val_episodes', None, 'Val episodes (default: a tenth of the train episodes).', lower_bound=1)
+flags.DEFINE_integer('seed', 0, 'Random seed; the same seed gives the same files.', lower_bound=0, upper_bound=2**32 - 1)
+flags.DEFINE_integer('workers', None, 'Antmaze: processes simulating episodes (default: one per usable core).',
+                     lower_bound=1)
 flags.mark_flag_as_required('env_name')
 
 STOP_SIGNALS = {signal.SIGTERM: ('SIGTERM', EXIT_PREEMPTED), signal.SIGHUP: ('SIGHUP', EXIT_HANGUP)}

@@ -48,7 +48,7 @@ if [ "${HEADLINE_GENERATE:-0}" = 1 ]; then GENERATE=--generate_dataset; fi
   --method=gcbc --method="byol_gamma_a:alpha=$ALPHA" --backend=local \
   --main_flag="--dataset_dir=${HEADLINE_DATASET_DIR:-~/.ogbench/data}" --main_flag="$GENERATE" \
   --main_flag=--wandb_mode=offline "$@"
-case " $* " in *" --dry_run "*) echo "# BYOL-gamma^a alpha: $ALPHA"; exit 0 ;; esac
+case " $* " in *" --help "* | *" -h "*) exit 0 ;; *" --dry_run "*) echo "# BYOL-gamma^a alpha: $ALPHA"; exit 0 ;; esac
 "$PY" scripts/results.py --runs="$SAVE_DIR/$NAME" --format=markdown --ci --per_task --per_seed --baseline=gcbc
 case "$ALPHA" in
   *,*) echo "BYOL-gamma^a's cell is the best of alpha in {$ALPHA} on these seeds: selected on the data it reports," \

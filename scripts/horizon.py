@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 from datagen.pointmaze import STITCH_GOAL_DISTANCE
 from experiments import analysis
 from runtime.atomic_io import atomic_open, save_figure, write_json
+from runtime.exits import script_main
 from utils.errors import ConfigError
 from utils.evaluation import evaluate, evaluation_metrics, make_eval_envs
 
@@ -201,4 +202,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(script_main(main))

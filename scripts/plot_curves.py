@@ -11,7 +11,9 @@ each with its own line style and band hatching.
 """
 
 import argparse
+import math
 import os
+import re
 import sys
 
 import matplotlib
@@ -24,6 +26,7 @@ from matplotlib.ticker import FuncFormatter
 from experiments import results as R
 from experiments.sweep import parse_seeds
 from runtime.atomic_io import figure_format, save_figure
+from runtime.exits import script_main
 from utils.errors import ConfigError
 
 LINE_STYLES = ('-', '--', ':', '-.')
@@ -33,10 +36,21 @@ BAND_HATCHES = (None, '///', '\\\\\\', '...')
 
 
 def output_path(template: str, env: str) -> str:
+    """The figure of dataset `env`: --out with {env} replaced by it, else with _<env> before its extension."""
     if '{env}' in template:
-        return template.format(env=env)
+        return template.replace('{env}', env)
     stem, extension = os.path.splitext(template)
     return f'{stem}_{env}{extension or ".png"}'
+
+
+def check_dataset_names(runs):
+    """Figures are named after the datasets the runs record: a recorded name that is not a dataset name (a path, as in
+    `../../x`) is refused, naming the run, before any figure is written, so no figure lands outside --out."""
+    for run in runs:
+        if not re.fullmatch(r'[A-Za-z0-9_-]+', run.env):
+            raise ValueError(f'{run.run_dir}: the env_name its flags.json records ({run.env!r}, less its version) is '
+                             f'not a dataset name (letters, digits, "-" and "_"), and figures are named after it. '
+                             f'Restore its flags.json, or move the run out of --runs.')
 
 
 def plot_environment(env, method_cells, path, metric, scale, intervals=None):
@@ -100,6 +114,8 @@ def main(argv=None):
     args.runs = ','.join(args.runs)  # every --runs given, not the last one only
     if not 0.0 < args.confidence < 1.0:
         parser.error(f'--confidence must lie in (0, 1), got {args.confidence}.')
+    if args.last_n < 1 or not (math.isfinite(args.scale) and args.scale > 0):
+        parser.error(f'--last_n must be at least 1 and --scale a positive number, got {args.last_n} and {args.scale:g}.')
     try:
         figure_format(output_path(args.out, 'dataset'))
     except ValueError as e:
@@ -111,6 +127,7 @@ def main(argv=None):
                            warn=lambda m: print(f'Warning: {m}', file=sys.stderr))
         if not runs:
             raise ValueError(f'No run directories (folders with eval.csv) under {args.runs}.')
+        check_dataset_names(runs)
         cells = R.group_cells(runs, args.last_n, args.scale)
     except (ValueError, FileNotFoundError, ConfigError) as e:
         sys.exit(f'Error: {e}')
@@ -136,4 +153,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(script_main(main))

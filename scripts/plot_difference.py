@@ -30,6 +30,7 @@ import numpy as np
 from experiments import paper
 from experiments import results as R
 from runtime.atomic_io import save_figure
+from runtime.exits import script_main
 from utils.errors import ConfigError
 
 
@@ -169,4 +170,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(script_main(main))

@@ -24,6 +24,7 @@ from mpl_toolkits.axes_grid1 import make_axes_locatable
 
 from experiments import analysis
 from runtime.atomic_io import save_figure
+from runtime.exits import script_main
 from utils.errors import ConfigError, DatasetError
 
 
@@ -97,4 +98,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(script_main(main))

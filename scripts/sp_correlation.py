@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt
 
 from experiments import analysis
 from runtime.atomic_io import atomic_open, save_figure, write_json
+from runtime.exits import script_main
 from runtime.run_dir import RunDir
 from utils.errors import ConfigError, DatasetError
 
@@ -202,4 +203,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(script_main(main))

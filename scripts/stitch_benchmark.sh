@@ -49,13 +49,14 @@ SAVE_DIR=${STITCH_SAVE_DIR:-runs}
 LOG_INTERVAL=$(( STEPS / 12 > 0 ? STEPS / 12 : 1 ))
 METHODS=${STITCH_METHODS:-gcbc gcbc_phi byol_gamma_a:alpha=1,6 byol tra:alpha=10 tdsr_a:alpha=0.01 hgcbc}
 METHOD_FLAGS=()
-for method in $METHODS; do METHOD_FLAGS+=("--method=$method"); done
+read -ra METHOD_LIST <<< "$METHODS"  # split on spaces, never expanded as file names (a `*` stays a `*`)
+for method in "${METHOD_LIST[@]}"; do METHOD_FLAGS+=("--method=$method"); done
 "$PY" scripts/sweep.py --name="$NAME" --save_dir="$SAVE_DIR" --envs="$ENV" --seeds="$SEEDS" --seeds_per_job=4 \
   "${METHOD_FLAGS[@]}" --backend=local --main_flag="--train_steps=$STEPS" --main_flag="--agent.batch_size=$BATCH" \
   --main_flag="--log_interval=$LOG_INTERVAL" --main_flag="--eval_interval=$EVAL_INTERVAL" \
   --main_flag="--save_interval=$EVAL_INTERVAL" --main_flag="--eval_episodes=$EPISODES" --main_flag=--wandb_mode=disabled \
   "$@"
-case " $* " in *" --dry_run "*) exit 0 ;; esac
+case " $* " in *" --dry_run "* | *" --help "* | *" -h "*) exit 0 ;; esac  # no table of runs not run
 # Every method against GCBC and GCBC-phi, those of the two that are in the list.
 BASELINES=$(for m in gcbc gcbc_phi; do case " $METHODS " in *" $m "*) printf '%s,' "$m" ;; esac; done)
 "$PY" scripts/results.py --runs="$SAVE_DIR/$NAME" --format=markdown --ci --per_task ${BASELINES:+--baseline=${BASELINES%,}}

@@ -7,13 +7,14 @@ r"""Launch a grid of main.py runs: methods x environments x hyperparameters x se
         [--main_flags='--train_steps=500000'] [-- --agent.batch_size=256 --wandb_mode=offline]
 
 Runs land in <save_dir>/<name>/<preset>_<env>[_a<alpha>]..._sd<seed>, each with a <run>.log beside it.
-Finished runs (DONE) are skipped and the rest are passed --resume, so the same command both starts
-and continues a sweep (also after a run stopped at main.py's --time_limit: exit status 75 = rerun to
-resume). Flags after `--` go to every main.py command. Before launching, each dataset is obtained once
+Finished runs (DONE, and a command that would change nothing) are skipped and the rest are passed --resume, so the
+same command both starts and continues a sweep (also after a run stopped at main.py's --time_limit: exit status 75 =
+rerun to resume), a longer --train_steps extends finished runs, and other changed settings are refused before
+launching. Flags after `--` go to every main.py command. Before launching, each dataset is obtained once
 here with the dataset flags given to main.py (--dataset_dir, --download/--nodownload, --generate_dataset);
-one that cannot be obtained stops the sweep with main.py's message. The local backend prints a line when each job
-starts and ends, and every --progress_interval seconds (default 60) the step each running job has reached, read from
-its train.csv. See docs/experiments.md.
+one that cannot be obtained stops the sweep with main.py's message. The local backend (and Slurm with --wait) prints a
+line when each job starts and ends, and every --progress_interval seconds (default 60) the step each running job has
+reached, read from its train.csv (on Slurm, why a job is pending). See docs/experiments.md.
 """
 
 import argparse
@@ -51,8 +52,8 @@ def parse_args(argv):
                         help='local with --runs_per_gpu > 1: the memory fraction each job preallocates '
                              '(default 0.9 / runs_per_gpu - 0.02).')
     parser.add_argument('--progress_interval', type=float, default=sweep.PROGRESS_INTERVAL_S,
-                        help='local: seconds between the lines that give the step each running job has reached '
-                             '(0: none); a line also marks each job\'s start and end.')
+                        help='Seconds between the lines that give the step each running job has reached, or why a '
+                             'Slurm job is pending (--wait) (0: none); a line also marks each job\'s start and end.')
     parser.add_argument('--prepare_datasets', action=argparse.BooleanOptionalAction, default=True,
                         help='Obtain each dataset here, once, before launching (default). --no-prepare_datasets: '
                              'this machine cannot see the jobs\' --dataset_dir; each job then obtains it itself.')
@@ -86,13 +87,15 @@ def parse_args(argv):
     slurm.add_argument('--wait', action='store_true',
                        help='slurm: wait for the jobs, report each as it ends and exit as the local backend does '
                             '(always on for submitit_local).')
-    slurm.add_argument('--slurm_unanswered_min', type=float, default=30.0,
-                       help='slurm --wait: stop waiting (exit 69, jobs untouched) after Slurm has not answered squeue '
-                            'for this many minutes; a line says so every minute meanwhile.')
     args = parser.parse_args(own)
     if not (math.isfinite(args.progress_interval) and args.progress_interval >= 0):
         parser.error(f'--progress_interval must be a number of seconds, 0 (no progress lines) or more, got '
                      f'{args.progress_interval:g}.')
+    for name, least in (('time_min', 1), ('cpus', 1), ('array_parallelism', 1), ('max_timeouts', 0)):
+        if getattr(args, name) < least:
+            parser.error(f'--{name} must be at least {least}, got {getattr(args, name)}.')
+    if not (math.isfinite(args.mem_gb) and args.mem_gb > 0):
+        parser.error(f'--mem_gb must be a positive number of GB, got {args.mem_gb:g}.')
     try:
         if args.backend == 'local':
             args.gpu_ids = sweep.parse_gpus(args.gpus) if args.gpus is not None else None
@@ -132,10 +135,9 @@ def main(argv=None):
         envs = [env.strip() for env in args.envs.split(',') if env.strip()]
         seeds = sweep.parse_seeds(args.seeds)
         runs = sweep.build_runs(args.name, methods, envs, seeds, args.save_dir)
-        jobs = sweep.build_jobs(runs, main_flags, len(seeds) if args.seeds_per_job is None else args.seeds_per_job, main_path=os.path.abspath(args.main))
-        problems, requests = sweep.check_grid(methods, envs, main_flags), []
-        if not problems:
-            problems, requests = sweep.check_job_commands(jobs, request_of)
+        jobs = sweep.build_jobs(runs, main_flags, len(seeds) if args.seeds_per_job is None else args.seeds_per_job,
+                                main_path=os.path.abspath(args.main), request_of=request_of)
+        problems, requests = sweep.check_job_commands(jobs, request_of)
     except ConfigError as e:
         sys.exit(f'Error: {e}')
     if problems and not args.dry_run:
@@ -158,9 +160,6 @@ def main(argv=None):
         return 0
     if not jobs:
         return 0
-    partition = sweep.slurm_partition_problem(args.partition) if args.backend == 'slurm' else None
-    if partition:
-        sys.exit(f'Error: {partition} Nothing was submitted.')
     if args.prepare_datasets:
         prepare(args, requests)
     if args.backend == 'local':
@@ -195,12 +194,18 @@ def submit(args, jobs):
     folder = os.path.join(jobs[0].runs[0].save_dir, args.name, 'submitit')
     cluster = 'slurm' if args.backend == 'slurm' else 'local'
     before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    made = [path for path in (os.path.dirname(os.path.dirname(folder)), os.path.dirname(folder), folder)
+            if not os.path.exists(path)]
+    log_starts = [os.path.getsize(job.log_path) if os.path.exists(job.log_path) else 0 for job in jobs]
     try:
         submitted = sweep.launch_submitit(jobs, folder, args.name, options, cluster=cluster)
     except Exception as e:  # submitit wraps sbatch's refusal in several types
         for name in set(os.listdir(folder)) - before if os.path.isdir(folder) else ():
             path = os.path.join(folder, name)
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        for path in reversed(made):  # the folders it made, when nothing else came into them
+            if os.path.isdir(path) and not os.listdir(path):
+                os.rmdir(path)
         reason = next((line.strip() for line in str(e).splitlines() if 'error' in line.lower()), str(e).strip()[:300])
         sys.exit(f'Error: Slurm refused the job array ({type(e).__name__}: {reason}). Nothing was submitted and '
                  f'nothing was left in {folder}. Check --partition, --account, --qos and the resources asked for.')
@@ -210,18 +215,13 @@ def submit(args, jobs):
         return 0
     array = submitted[0].job_id.split('_')[0]
     try:
-        outcomes = sweep.wait_submitit(jobs, submitted, cluster, unanswered_limit_s=60 * args.slurm_unanswered_min)
+        outcomes = sweep.wait_submitit(jobs, submitted, log_starts, cluster, progress_interval=args.progress_interval)
     except KeyboardInterrupt:
-        if cluster == 'local':
-            raise
-        print(f'\nStopped waiting; the jobs go on in Slurm (squeue --jobs={array}). '
-              f'Rerun the sweep once they have ended: it resumes what did not finish.', flush=True)
+        print(f'\nInterrupted: stopped waiting for job array {array}' + (', whose jobs go on in Slurm' * (cluster == 'slurm'))
+              + '. Rerun the sweep once they have ended: it resumes what did not finish.', flush=True)
         return exits.EXIT_INTERRUPTED
-    except sweep.SlurmUnanswered as silence:
-        print(f'\nStopped waiting: Slurm has not answered for {silence.seconds / 60:.1f} min ({silence.error}). '
-              f'The jobs were not touched and may still run (squeue --jobs={array} once the controller answers). '
-              f'Rerun the same command then: it skips finished runs and resumes the others.', flush=True)
-        return exits.EXIT_UNAVAILABLE
+    except ConfigError as e:
+        sys.exit(f'Error: {e}')
     report, status = sweep.summarize_submitit(outcomes, submitted)
     print(report, flush=True)
     return status

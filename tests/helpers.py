@@ -151,6 +151,28 @@ def skip_without_rendering(reason):
     pytest.fail(f'Rendering works on this machine, yet: {reason}')
 
 
+def analysis_run(save_dir, dataset_dir, group='analysis', name='byol'):
+    """A BYOL-gamma^a run directory with the files the analyses read (flags.json and config.json as main.py writes
+    them for its request, the checkpoint of step 100), its agent as initialised; its path."""
+    import main
+    from experiments import analysis
+    from runtime.checkpoints import save_checkpoint
+    from runtime.run_dir import RunDir
+    from utils.evaluation import make_env
+
+    request = main.request_of(['main.py', f'--env_name={ENV}', f'--dataset_dir={dataset_dir}', f'--save_dir={save_dir}',
+                               '--agent=configs/presets.py:byol_gamma_a', '--agent.actor_hidden_dims=(32,32)',
+                               '--train_steps=100', f'--run_group={group}', f'--run_name={name}'])
+    run_dir = RunDir.at(save_dir, group, name)
+    os.makedirs(run_dir.path)
+    run_dir.write_metadata(request.seed_flags(0), request.config_record())
+    env = make_env(ENV)
+    create = main.compiled_create(request.agent_class, analysis.example_batch(env.observation_space),
+                                  analysis.example_batch(env.action_space), request.config)
+    save_checkpoint(run_dir.path, create(0), 100)
+    return run_dir.path
+
+
 # ---------------------------------------------------------------------------------------------
 # A child bound by file modes although the tests run as root.
 # ---------------------------------------------------------------------------------------------
@@ -416,7 +438,7 @@ def presets_source_with_entry(entry, presets_path=os.path.join(ROOT, 'configs', 
 # ---------------------------------------------------------------------------------------------
 
 # Stands in for main.py: creates the run directory, then fails for seed 13, waits for SIGTERM when
-# STUB_WAIT is set (exit 143 like main.py), stops at its "time limit" (exit 75, like main.py --time_limit)
+# STUB_WAIT is set (exit 143 like main.py; with STUB_WAIT=once, only until a SIGTERM has stopped it once), stops at its "time limit" (exit 75, like main.py --time_limit)
 # on its first attempt when STUB_TIME_LIMIT is set (on every attempt when it is `always`), and otherwise
 # finishes (DONE). STUB_RECORD: a file to which it appends its GPU environment, whether the dataset files existed,
 # and its start and end times.
@@ -442,7 +464,7 @@ STUB_MAIN = textwrap.dedent('''
         for step in range(10 ** 9):
             print('Finished: chunk', step, 'of the first sweep', flush=True)
             time.sleep(0.01)
-    if os.environ.get('STUB_WAIT'):
+    if os.environ.get('STUB_WAIT') and not (os.environ['STUB_WAIT'] == 'once' and os.path.exists(os.path.join(run_dir, 'TERMINATED'))):
         signal.signal(signal.SIGTERM, lambda *_: (open(os.path.join(run_dir, 'TERMINATED'), 'w').close(), sys.exit(143)))
         open(os.path.join(run_dir, 'STARTED'), 'w').close()
         while True:
@@ -455,10 +477,7 @@ STUB_MAIN = textwrap.dedent('''
         time.sleep(pause)  # loading and compiling: no row yet
         with open(os.path.join(run_dir, 'train.csv'), 'w') as f:
             f.write('step,training/total_loss\\n' + str(int(args['train_steps']) // 2) + ',0.5\\n999')  # 999: cut off
-        time.sleep(pause)
-        steps = int(args['train_steps'])  # main.py's progress bar, in the log, ahead of train.csv's last row
-        print(f"{args['run_name']}: {3 * steps // 4}/{steps} (75%) in 0m02s, 10 it/s", flush=True)
-        time.sleep(pause)
+        time.sleep(2 * pause)
     if os.environ.get('STUB_TIME_LIMIT') and (os.environ['STUB_TIME_LIMIT'] == 'always'
                                               or not os.path.exists(os.path.join(run_dir, 'checkpoint'))):
         open(os.path.join(run_dir, 'checkpoint'), 'w').close()
@@ -570,3 +589,42 @@ def assert_same_leaves(got, expected, what=''):
     assert got_paths == expected_paths, what
     for path, a, b in zip(got_paths, got_leaves, expected_leaves):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f'{what}{jax.tree_util.keystr(path)}')
+
+
+# ---------------------------------------------------------------------------------------------
+# Slurm's commands as stand-ins, for the Slurm backend's faults on a machine without Slurm.
+# ---------------------------------------------------------------------------------------------
+
+FAKE_JOB = '4242'  # the id the stand-in sbatch gives every submission
+SCONTROL = '''#!{python}
+import json, os, sys
+calls_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'scontrol_calls')
+calls = int(open(calls_file).read()) if os.path.exists(calls_file) else 0
+open(calls_file, 'w').write(str(calls + 1))
+answer = {answers!r}[min(calls, {count} - 1)]
+if answer.get('touch'):
+    open(answer['touch'], 'w').close()
+sys.stdout.write(answer.get('out', ''))
+sys.stderr.write(answer.get('err', ''))
+sys.exit(answer.get('code', 0))
+'''
+
+
+def fake_slurm(folder, *answers):
+    """The environment of a process that finds stand-ins for Slurm's commands in `folder` first on its PATH: sbatch
+    takes any job as job FAKE_JOB and runs nothing, srun is there, and scontrol gives `answers[k]` at its k-th call
+    (the last one from then on). An answer is a dict: `out`, `err`, `code` (its exit status), and `touch`, a file
+    it creates first (a run's DONE, as if the job had run)."""
+    folder.mkdir()
+    (folder / 'sbatch').write_text(f'#!/bin/sh\necho "Submitted batch job {FAKE_JOB}"\n')
+    (folder / 'srun').write_text('#!/bin/sh\nexit 1\n')
+    (folder / 'scontrol').write_text(SCONTROL.format(python=sys.executable, answers=list(answers), count=len(answers)))
+    for tool in ('sbatch', 'srun', 'scontrol'):
+        (folder / tool).chmod(0o755)
+    return dict(os.environ, PATH=f'{folder}{os.pathsep}{os.environ["PATH"]}')
+
+
+def job_record(state):
+    """scontrol's one-line record of the stand-in job, in `state`."""
+    return dict(out=f'JobId={FAKE_JOB} JobName=s UserId=me(1) JobState={state} Reason=None Dependency=(null) '
+                    f'Restarts=0 BatchFlag=1\n')

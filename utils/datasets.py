@@ -164,10 +164,13 @@ def load_dataset(path: str, observation_space, action_space) -> Dict[str, np.nda
         problems.append(f'terminals must be a vector of length >= 2, got shape {terminals.shape}')
     problems += type_problems(obs, actions, observation_space)
     if not problems:
-        if np.issubdtype(obs.dtype, np.floating) and not np.all(np.isfinite(obs)):
-            problems.append(f'{np.sum(~np.isfinite(obs))} non-finite observation values')
-        if not np.all(np.isfinite(actions)):
-            problems.append(f'{np.sum(~np.isfinite(actions))} non-finite action values')
+        with np.errstate(over='ignore'):  # checked as training reads them, in float32, where 1e300 is inf
+            obs_bad = np.sum(~np.isfinite(obs.astype(np.float32, copy=False))) if np.issubdtype(obs.dtype, np.floating) else 0
+            actions_bad = np.sum(~np.isfinite(actions.astype(np.float32, copy=False)))
+        if obs_bad:
+            problems.append(f'{obs_bad} observation values that are not finite in float32')
+        if actions_bad:
+            problems.append(f'{actions_bad} action values that are not finite in float32')
         else:
             problems += action_range_problems(actions, action_space)
         if not np.all((terminals == 0) | (terminals == 1)):

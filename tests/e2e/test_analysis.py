@@ -12,6 +12,7 @@ import pytest
 from experiments import analysis
 from scripts import horizon, rep_heatmap, sp_correlation
 from utils.evaluation import evaluate, evaluation_metrics, make_env, make_eval_envs, one_env
+from tests.helpers import analysis_run
 from utils.maze import pointmaze_oracle_policy
 
 pytestmark = pytest.mark.xdist_group('test_analysis')  # its module fixtures are built once, in one worker
@@ -31,23 +32,7 @@ def tiny_run(dataset_dir, tmp_path_factory):
     """A BYOL-gamma^a run directory with the files the analyses read (flags.json and config.json as main.py writes
     them for its request, the checkpoint of step 100), its agent as initialised: the scripts' outputs are checked
     here, not what a trained agent gives (tests/e2e/test_docs.py runs the scripts on runs main.py trained)."""
-    import main
-    from main import request_of
-    from runtime.checkpoints import save_checkpoint
-    from runtime.run_dir import RunDir
-
-    save_dir = str(tmp_path_factory.mktemp('runs'))
-    request = request_of(['main.py', f'--env_name={ENV}', f'--dataset_dir={dataset_dir}', f'--save_dir={save_dir}',
-                          '--agent=configs/presets.py:byol_gamma_a', '--agent.actor_hidden_dims=(32,32)',
-                          '--train_steps=100', '--run_group=analysis', '--run_name=byol'])
-    run_dir = RunDir.at(save_dir, 'analysis', 'byol')
-    os.makedirs(run_dir.path)
-    run_dir.write_metadata(request.seed_flags(0), request.config_record())
-    env = make_env(ENV)
-    create = main.compiled_create(request.agent_class, analysis.example_batch(env.observation_space),
-                                                 analysis.example_batch(env.action_space), request.config)
-    save_checkpoint(run_dir.path, create(0), 100)
-    return run_dir.path
+    return analysis_run(str(tmp_path_factory.mktemp('runs')), dataset_dir)
 
 
 @pytest.fixture(scope='module')
@@ -263,3 +248,29 @@ def test_help_examples_name_a_run_directory_main_makes_and_write_under_runs():
         named = [path for line in examples for path in re.findall(r'--run_dir=(runs/default/\S+)', line)]
         assert named == [made], (script.__name__, named, made)
         assert all(path.startswith('runs/') for line in examples for path in re.findall(r'--out_dir=(\S+)', line))
+
+
+def test_ctrl_c_to_an_analysis_is_interrupted_not_a_traceback(tiny_run, tmp_path):
+    """Ctrl-C to a table, figure or analysis script ended in a traceback: it ends in one line, exit 130, having written
+    nothing. (The analysis is stopped once it works: past its imports, when JAX has started its threads.)"""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT, wait_until
+
+    def threads(pid):
+        with open(f'/proc/{pid}/status') as f:
+            return int(next(line for line in f if line.startswith('Threads:')).split()[1])
+
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, 'scripts', 'horizon.py'), f'--run_dir={tiny_run}',
+                                '--episodes=50', f'--out_dir={tmp_path / "out"}'], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: threads(process.pid) >= 5, process)  # two while importing
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and 'Traceback' not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == 'Interrupted (Ctrl-C): stopped; no file was left half-written.'
+    assert not (tmp_path / 'out').exists()

@@ -301,3 +301,15 @@ def test_two_generations_of_the_same_missing_dataset_both_succeed(small_data, tm
     assert sorted(os.listdir(data)) == sorted([TRAIN, VAL, TRAIN + '.provenance.json', VAL + '.provenance.json'])
     for name in (TRAIN, VAL):  # the same seed and counts as small_data: the same bytes
         assert sha256_file(data / name) == sha256_file(small_data / name)
+
+
+def test_generation_counts_and_seeds_out_of_range_are_refused_by_name(tmp_path):
+    """scripts/generate_dataset.py --num_episodes=0 or --seed=-1 ended in tracebacks deep in the generator: refused by
+    absl's flag check, naming the flag, before anything is written."""
+    for flag in ('--num_episodes=0', '--num_val_episodes=0', '--seed=-1'):
+        done = subprocess.run([sys.executable, 'scripts/generate_dataset.py', f'--env_name={ENV}',
+                               f'--dataset_dir={tmp_path / "data"}', flag], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-2000:]
+        assert f'Flags parsing error: flag {flag}: ' in done.stderr, done.stderr
+    assert not (tmp_path / 'data').exists()

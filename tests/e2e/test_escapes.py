@@ -1,14 +1,18 @@
 """The security promise, tried as an attacker would: no flag, config value, environment variable or data file makes
 the project write outside the folders the user named, or run code the user did not write (docs/guarantees.md)."""
 
+import json
 import os
+import pickle
 import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import BUDGET, error_paragraph, main_command, run
+from tests.helpers import (BUDGET, FAKE_JOB, POINTMAZE, analysis_run, error_paragraph, fake_slurm, job_record,
+                           main_command, run)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -78,3 +82,75 @@ def test_stitch_benchmark_counts_are_numbers_before_bash_arithmetic_reads_them(t
                             capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 2 and not planted.exists()
     assert "STITCH_STEPS must be a positive whole number, got 'x[$(touch" in result.stderr
+
+
+class Planted:
+    """A pickle an attacker writes where submitit keeps a job's result: unpickling it runs open(path, 'w')."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, 'w')
+
+
+def test_a_planted_submitit_result_is_never_unpickled(tmp_path, pointmaze_data_dir):
+    """submitit keeps each job's result as a pickle in the sweep's folder, and the waiting launcher read it (submitit's
+    `result()`): a planted one ran its code there and forged the job's outcome before the job ended. The outcome comes
+    from Slurm's state and the job's runs: the planted file is never read."""
+    planted = tmp_path / 'PLANTED'
+    done = tmp_path / 'runs' / 's' / f'gcbc_{POINTMAZE}_sd0' / 'DONE'
+    (tmp_path / 'runs' / 's' / 'submitit').mkdir(parents=True)
+    (tmp_path / 'runs' / 's' / 'submitit' / f'{FAKE_JOB}_0_result.pkl').write_bytes(pickle.dumps(Planted(str(planted))))
+    env = fake_slurm(tmp_path / 'bin', job_record('RUNNING'), dict(job_record('COMPLETED'), touch=str(done)))
+    os.makedirs(done.parent)
+    command = [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=s', '--method=gcbc',
+               f'--envs={POINTMAZE}', '--seeds=0', f'--save_dir={tmp_path / "runs"}', '--backend=slurm', '--wait',
+               '--gpus=0', '--no-prepare_datasets', '--', f'--dataset_dir={pointmaze_data_dir}', '--nodownload']
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert not planted.exists()
+    assert result.returncode == 0 and f'[1/1] gcbc_{POINTMAZE}_sd0: ok (job {FAKE_JOB})' in result.stdout, result.stderr
+
+
+def test_a_recorded_dataset_name_cannot_put_a_figure_outside_out(tmp_path):
+    """plot_curves.py names each figure after the dataset its runs record: `../../ESC/evil-v0` in a run's flags.json
+    wrote the figure of --out='<folder>/{env}.png' into a folder two levels up. The name is refused, naming the run,
+    before any figure is written."""
+    runs, out = tmp_path / 'a' / 'b' / 'runs', tmp_path / 'a' / 'b' / 'figures'
+    run_dir = runs / 'gcbc'
+    shutil.copytree(os.path.join(ROOT, 'results', 'cpu_stitch_6k', 'stitch', 'gcbc_pointmaze-large-stitch-v0_sd0'), run_dir)
+    with open(run_dir / 'flags.json') as f:
+        flags = json.load(f)
+    with open(run_dir / 'flags.json', 'w') as f:
+        json.dump(dict(flags, env_name='../../ESC/evil-v0'), f)
+    out.mkdir()
+    (tmp_path / 'a' / 'ESC').mkdir()
+    before = files_under(tmp_path)
+    result = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'plot_curves.py'), f'--runs={runs}',
+                             f'--out={out}/{{env}}.png'], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert files_under(tmp_path) == before
+    assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr
+    assert (f"Error: {run_dir}: the env_name its flags.json records ('../../ESC/evil', less its version) is not a "
+            f"dataset name") in result.stderr
+
+
+def test_the_analyses_never_obtain_data_into_a_recorded_folder(tmp_path):
+    """rep_heatmap.py and sp_correlation.py read the run's dataset from the folder its flags.json records, and
+    downloaded or generated it there when missing (minutes, 20 MB), a folder the user never named to them, even for
+    a run that recorded --nodownload. They stop with the commands that obtain it, writing nothing (both read it through
+    experiments.analysis.load_states: rep_heatmap.py stands for both)."""
+    recorded = tmp_path / 'recorded' / 'data'
+    run_dir = analysis_run(str(tmp_path / 'runs'), str(recorded))
+    flags_path = os.path.join(run_dir, 'flags.json')
+    with open(flags_path) as f:
+        flags = json.load(f)
+    with open(flags_path, 'w') as f:
+        json.dump(dict(flags, download=False), f)
+    for name in ('rep_heatmap.py',):
+        result = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', name), f'--run_dir={run_dir}',
+                                 f'--out_dir={tmp_path / "out"}'], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-3000:]
+        assert (f'Error: {recorded}/{POINTMAZE}.npz, the dataset {run_dir} trained on (unrecorded), is not there, and the '
+                f'analyses never download or generate data.') in result.stderr, result.stderr[-3000:]
+        assert f'python scripts/generate_dataset.py --env_name={POINTMAZE} --dataset_dir={recorded}' in result.stderr
+        assert not (tmp_path / 'recorded').exists() and not (tmp_path / 'out').exists(), name

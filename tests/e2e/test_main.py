@@ -283,6 +283,18 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(dataset_dir, tmp_path):
     assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(state['agent']) if np.asarray(leaf).dtype.kind == 'f')
 
 
+def test_a_nonfinite_loss_of_huge_data_names_the_data(dataset_dir, tmp_path):
+    """Observations of 1e30 made the loss non-finite, and the paragraph advised a lower --agent.lr, with which the run
+    fails at the same step: it names the data's largest values, and to fix the data if one is far beyond their scale."""
+    corrupt_copy(dataset_dir, tmp_path / 'data', 'huge')
+    args = ['--agent=agents/gcbc.py', *SMALL_NETS, '--train_steps=20', '--log_interval=20', '--eval_interval=20',
+            '--save_interval=20', '--eval_episodes=2', '--eval_max_steps=5', '--eval_workers=1']
+    result = run_main(*main_args(str(tmp_path / 'data'), tmp_path, *args), check=False)
+    assert result.returncode == 1 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+    assert "Non-finite" in result.stderr and "The training data's largest values are |observations| 1e+30" in result.stderr
+    assert 'fix the data (such values overflow float32 arithmetic at any learning rate)' in result.stderr
+
+
 def test_bad_input_gives_one_paragraph_and_writes_nothing(dataset_dir, tmp_path):
     """End to end, as a user meets them: the request check's errors are one paragraph, exit 1, nothing written."""
     for extra, message in ((['--agent.actor_hidden_dims=abc'], "'actor_hidden_dims' must be a tuple of int"),
@@ -319,7 +331,8 @@ def test_missing_dataset_that_cannot_be_generated(tmp_path):
 
 
 CORRUPTIONS = {'garbage': 'corrupt or truncated', 'truncated_episode': 'last row is not terminal',
-               'nan': 'non-finite action', 'wrong_shape': 'observations have shape'}
+               'nan': '1 action values that are not finite in float32', 'wrong_shape': 'observations have shape',
+               'float64_beyond_float32': '1 observation values that are not finite in float32'}
 
 
 def corrupt_copy(dataset_dir, data_dir, corruption):
@@ -335,6 +348,11 @@ def corrupt_copy(dataset_dir, data_dir, corruption):
             arrays = {k: v[:-50] for k, v in arrays.items()}
         elif corruption == 'nan':
             arrays['actions'][123, 0] = np.nan
+        elif corruption == 'float64_beyond_float32':  # finite in float64, inf once read in float32
+            arrays['observations'] = arrays['observations'].astype(np.float64)
+            arrays['observations'][123, 0] = 1e300
+        elif corruption == 'huge':  # finite in float32, far beyond the data's scale
+            arrays['observations'][:, 0] = 1e30
         else:
             arrays['observations'] = arrays['observations'][:, :1]
         np.savez(data_dir / f'{ENV}.npz', **arrays)

@@ -18,7 +18,7 @@ import pytest
 
 from experiments import sweep
 from scripts import sweep as sweep_cli
-from tests.helpers import STUB_MAIN, start
+from tests.helpers import BUDGET, STUB_MAIN, TINY, start
 from utils.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,7 +53,6 @@ def test_parse_method_and_seeds():
     assert [r.name for r in runs] == [f'fb_lr1e-5_{ENV}_sd0', f'fb_lr1e-6_{ENV}_tau0.01_sd0', f'fb_lr1e-6_{ENV}_tau0.02_sd0']
     from configs.presets import PRESETS
     assert {'fb_lr1e-5', 'fb_lr1e-6'} <= set(PRESETS)
-    assert sweep.check_grid([sweep.parse_method('fb_lr1e-5:tau=0.01')], [ENV], []) == []
     for bad in ('3-1', 'a', '1,,2'):
         with pytest.raises(ConfigError, match='Bad --seeds'):
             sweep.parse_seeds(bad)
@@ -152,13 +151,36 @@ def test_bad_grid_is_refused_but_dry_run_warns(tmp_path, capsys):
     args = ['--name=bad', f'--envs={ENV}', '--method=no_such_preset', '--method=gcbc:alpha=1', f'--save_dir={tmp_path}']
     status, _, err = run_cli(capsys, *args)
     assert status == 1
-    assert "Unknown preset 'no_such_preset'" in err and "Preset 'gcbc' has no config key 'alpha'" in err
+    assert "Unknown preset 'no_such_preset'" in err and "Unknown config key 'alpha' in '--agent.alpha=1'" in err, err
     status, _, err = run_cli(capsys, *args, '--dry_run')
-    assert status == 0 and 'Warning: Unknown preset' in err
+    assert status == 0 and f"Warning: no_such_preset_{ENV}_sd0: Unknown preset 'no_such_preset'" in err, err
     status, _, err = run_cli(capsys, '--name=bad', '--envs=antmaze-tiny-stitch-v0', '--method=gcbc', f'--save_dir={tmp_path}')
     assert status == 1 and "Unknown environment 'antmaze-tiny-stitch-v0'" in err
     status, _, err = run_cli(capsys, '--name=bad', f'--envs={ENV}', '--method=gcbc', '--', '--seed=4')
     assert status == 1 and 'the sweep sets --seed itself' in err
+
+
+def test_every_sweep_flag_is_range_checked_before_any_work(tmp_path, capsys):
+    """Slurm's --time_min, --array_parallelism, --max_timeouts, seeds main.py does not take (above 2^31-1: they passed
+    the pre-launch check, which checks one command per setting) and a name the tables would skip or that names no
+    folder are refused by name; --seeds=0-1000000000 was a MemoryError (in a process of its own here)."""
+    grid = ['--name=flags', f'--envs={ENV}', '--method=gcbc', f'--save_dir={tmp_path}', '--dry_run']
+    for flag, message in (('--time_min=0', '--time_min must be at least 1, got 0.'),
+                          ('--array_parallelism=0', '--array_parallelism must be at least 1, got 0.'),
+                          ('--max_timeouts=-1', '--max_timeouts must be at least 0, got -1.'),
+                          ('--mem_gb=nan', '--mem_gb must be a positive number of GB, got nan.')):
+        status, _, err = run_cli(capsys, *grid, flag)
+        assert status == 2 and message in err, (flag, err)
+    for seeds in ('2147483647-2147483648', '0-10000'):
+        status, _, err = run_cli(capsys, *grid, f'--seeds={seeds}')
+        assert status == 1 and f"Error: Bad --seeds '{seeds}': seeds lie in 0..2147483647" in err, err
+    for name in ('..', '.', 'grid.old', 'grid.damaged'):
+        status, _, err = run_cli(capsys, *grid[1:], f'--name={name}')
+        assert status == 1 and f"Error: --name={name!r}: a sweep name is one directory name" in err, err
+    huge = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), *grid, '--seeds=0-1000000000'],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert huge.returncode == 1 and "Error: Bad --seeds '0-1000000000'" in huge.stderr, huge.stderr[-2000:]
+    assert not os.listdir(tmp_path)
 
 
 def test_seeds_per_job_takes_a_positive_count_or_all(tmp_path, capsys):
@@ -205,9 +227,8 @@ def test_local_pool_reports_failures_and_resumes(tmp_path, stub_main, capsys, po
 def test_a_local_sweep_prints_each_start_and_end_and_the_steps_its_running_jobs_reached(
         tmp_path, stub_main, pointmaze_data_dir, capsys, monkeypatch):
     """Between its dataset line and its first finished job a sweep is not silent: a line per job start, a line every
-    --progress_interval seconds with each running job's step (the furthest of its train.csv's last row, a last line
-    cut off mid-write not read, and main.py's progress bar in its log; 'starting' before either), and a line per job
-    end. --progress_interval=0: no progress lines."""
+    --progress_interval seconds with each running job's step (its train.csv's last row, a last line cut off mid-write
+    not read; 'starting' before it), and a line per job end. --progress_interval=0: no progress lines."""
     def sweep_output(name, interval):
         result = subprocess.run(
             [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), f'--name={name}', f'--envs={ENV}',
@@ -226,7 +247,6 @@ def test_a_local_sweep_prints_each_start_and_end_and_the_steps_its_running_jobs_
     progress = [line for line in lines if line.startswith('[progress ')]
     assert any(f'{jobs[0]}: starting' in line and f'{jobs[1]}: starting' in line for line in progress), lines
     assert any(f'{jobs[0]}: step 20/40 (50%)' in line for line in progress), lines  # train.csv's last row
-    assert any(f'{jobs[0]}: step 30/40 (75%)' in line for line in progress), lines  # the progress bar in its log
     assert not any('1530' in line for line in progress), lines  # a dataset's progress line is not the run's
     assert all(', 0/2 done] ' in line for line in progress) and not any('999' in line for line in progress), lines
     ends = [i for i, line in enumerate(lines) if line.startswith(('[1/2] ', '[2/2] '))]
@@ -242,16 +262,6 @@ def test_a_local_sweep_prints_each_start_and_end_and_the_steps_its_running_jobs_
     run_dir.mkdir()
     (run_dir / 'train.csv').write_text('step,loss\n' + ''.join(f'{step},0.1\n' for step in range(1, 20001)) + '200')
     assert sweep.last_logged_step(str(run_dir)) == 20000 and sweep.last_logged_step(str(tmp_path / 'none')) is None
-    # The progress bar is read from this attempt's part of the job's log: an earlier attempt's line is not its step.
-    job = sweep.build_jobs(sweep.build_runs('again', [sweep.parse_method('gcbc')], [ENV], [0], str(tmp_path)))[0]
-    os.makedirs(os.path.dirname(job.log_path))
-    earlier = f'=== earlier attempt\n{job.runs[0].name}: 900/1000 (90%) in 9m00s, 1.7 it/s\n=== this attempt\n'
-    with open(job.log_path, 'w') as f:
-        f.write(earlier + f'{job.runs[0].name}: 100/1000 (10%) in 1m00s, 1.7 it/s\n')
-    assert sweep.progress_bar_step(job, 0) == (100, 1000) and sweep.progress_bar_step(job, len(earlier)) == (100, 1000)
-    with open(job.log_path, 'w') as f:
-        f.write(earlier)
-    assert sweep.progress_bar_step(job, len(earlier)) is None and sweep.job_progress(job, len(earlier)).endswith(': starting')
 
 
 def test_interrupt_stops_runs_with_sigterm(tmp_path, stub_main, pointmaze_data_dir):
@@ -308,38 +318,59 @@ def test_submitit_checkpoint_stops_main_and_requeues_same_command(tmp_path, stub
 
 
 class FakeSlurmJob:
-    """A submitted job as `wait_submitit` sees it: an id, submitit's result file, and the result (or the error text,
-    traceback included, that submitit raises)."""
+    """A submitted job as `wait_submitit` sees it: an id, and Slurm's record of it at each question (the last one
+    stays); a record with an `error` is a question Slurm did not answer."""
 
-    def __init__(self, folder, job_id, error=None, result=False):
-        self.job_id, self.error = job_id, error
-        self.paths = types.SimpleNamespace(result_pickle=folder / f'{job_id}_result.pkl', stderr=folder / f'{job_id}.err')
-        if result or error:
-            self.paths.result_pickle.write_text('')
+    watcher = types.SimpleNamespace(error=None)  # what the jobs of one submission share
 
-    def result(self):
-        if self.error:
-            raise RuntimeError(f'Job (task=0) failed\nTraceback (most recent call last):\n  ...\n{self.error}')
+    def __init__(self, folder, job_id, *records):
+        self.job_id, self.records = job_id, list(records)
+        self.paths = types.SimpleNamespace(stderr=folder / f'{job_id}.err')
+
+    def get_info(self, mode):
+        record = self.records.pop(0) if len(self.records) > 1 else self.records[0]
+        self.watcher.error = record.get('error')
+        return record
 
 
-def test_waiting_reports_slurm_jobs_that_ended_without_a_result(tmp_path, monkeypatch):
-    """--wait on Slurm: a job whose main.py was stopped by SIGTERM, or that Slurm cancelled or forgot without a result,
-    is reported stopped (resumable), not waited for forever; no answer from squeue ends nothing."""
+def test_waiting_reads_each_outcome_from_slurms_states_and_the_runs_never_from_submitits_result(tmp_path):
+    """--wait on Slurm: a job ends when its state says so; its outcome comes from its runs (DONE: ok) and how its last
+    main.py ended (its log), never from submitit's result file, which is not even there; a job that ended before its
+    main.py did (cancelled, forgotten) is stopped, resumable. Between, the progress lines say why a job is pending, a
+    requeue is reported as one, and a question Slurm did not answer is said."""
     jobs = sweep.build_jobs(grid(tmp_path, seeds=range(4), methods=('gcbc',)), python='py', main_path='main.py')
-    handles = [FakeSlurmJob(tmp_path, '7_0', result=True),
-               FakeSlurmJob(tmp_path, '7_1', error='RuntimeError: main.py was stopped by SIGTERM (checkpoint saved); ...'),
-               FakeSlurmJob(tmp_path, '7_2'), FakeSlurmJob(tmp_path, '7_3')]
-    answers = iter([None, {'7_2': 'RUNNING', '7_3': 'PENDING'}, {'7_2': 'CANCELLED'}])
-    monkeypatch.setattr(sweep, 'slurm_job_states', lambda ids: (lambda a: (a, None if a is not None else 'no answer'))(next(answers)))
+    os.makedirs(tmp_path / 'sw')
+    for job, outcome in zip(jobs[:2], ('main.py exited with status 0', 'main.py was stopped by SIGTERM (checkpoint '
+                                                                        'saved); relaunch the sweep to resume.')):
+        with open(job.log_path, 'w') as log:
+            log.write(f'older attempt\n=== 2026-01-01T00:00:00 main.py ...\nError: {job.name}\n{sweep.OUTCOME}{outcome}\n')
+    os.makedirs(jobs[0].runs[0].run_dir)
+    open(os.path.join(jobs[0].runs[0].run_dir, 'DONE'), 'w').close()
+    running, pending = dict(State='RUNNING', Restarts='0'), dict(State='PENDING', Reason='Resources', Restarts='0')
+    handles = [FakeSlurmJob(tmp_path, '7_0', running, running, dict(State='COMPLETED')),
+               FakeSlurmJob(tmp_path, '7_1', running, dict(State='FAILED')),
+               FakeSlurmJob(tmp_path, '7_2', pending, pending, running, dict(pending, Restarts='1', Reason='BeginTime'),
+                            dict(State='CANCELLED', Restarts='1')),
+               FakeSlurmJob(tmp_path, '7_3', pending, dict(pending, error='scontrol: no answer within 60 s'), pending,
+                            pending, pending, dict(State=sweep.FORGOTTEN))]
     out = io.StringIO()
-    outcomes = sweep.wait_submitit(jobs, handles, 'slurm', out, poll_s=0, squeue_every_s=0, result_grace_s=0)
-    assert [o.status for o in outcomes] == ['ok', 'stopped', 'stopped', 'stopped']
-    assert [o.ended_as for o in outcomes] == [None, None, 'Slurm state CANCELLED', 'no longer known to Slurm']
-    assert f'gcbc_{ENV}_sd2: stopped (Slurm state CANCELLED, no result) (job 7_2)' in out.getvalue()
+    outcomes = sweep.wait_submitit(jobs, handles, [0] * 4, 'slurm', out, poll_s=0, result_grace_s=0,
+                                   progress_interval=1e-9)
+    text = out.getvalue()
+    assert [o.status for o in outcomes] == ['ok', 'stopped', 'stopped', 'stopped'], text
+    assert [o.ended_as for o in outcomes] == [None, None, 'Slurm state CANCELLED', f'Slurm state {sweep.FORGOTTEN}']
+    assert f'gcbc_{ENV}_sd3: pending (Resources)' in text and f'gcbc_{ENV}_sd2: pending (BeginTime)' in text
+    assert 'Slurm does not answer (scontrol: no answer within 60 s); still waiting' in text and 'Slurm answers again.' in text
+    assert f'[requeued] gcbc_{ENV}_sd2: Slurm requeued job 7_2 (restart 1)' in text
+    assert f'gcbc_{ENV}_sd2: stopped (Slurm state CANCELLED, before its main.py ended) (job 7_2)' in text
     report, status = sweep.summarize_submitit(outcomes, handles)
-    assert status == 130 and report.startswith('1 jobs finished, 0 failed, 3 stopped.')
-    assert f'STOPPED gcbc_{ENV}_sd1: main.py was stopped by SIGTERM (checkpoint saved)' in report
-    assert f'STOPPED gcbc_{ENV}_sd3: it ended without a result (no longer known to Slurm)' in report
+    assert status == 130 and report.startswith('1 jobs finished, 0 failed, 3 stopped.'), report
+    assert f'STOPPED gcbc_{ENV}_sd1: main.py was stopped by SIGTERM (checkpoint saved); log' in report
+    assert f'STOPPED gcbc_{ENV}_sd3: it ended before its main.py did (Slurm state {sweep.FORGOTTEN}; submitit log ' in report
+    never = [FakeSlurmJob(tmp_path, '8', dict(State='PENDING', Reason='PartitionConfig'))]
+    with pytest.raises(ConfigError, match=r'Slurm holds job 8 \(gcbc_.*_sd0\) PENDING with reason PartitionConfig: it '
+                                          r'cannot start as submitted .* \(scancel 8\)'):
+        sweep.wait_submitit(jobs[:1], never, [0], 'slurm', io.StringIO(), poll_s=0)
 
 
 def test_submitit_reports_a_failed_job(tmp_path, stub_main, capsys, pointmaze_data_dir):
@@ -372,6 +403,31 @@ def test_submitit_local_runs_a_tiny_grid(tmp_path, capsys, pointmaze_data_dir):
     table = capsys.readouterr().out
     assert '| pointmaze-medium-stitch | ' in table and 'over 2 seeds' in table
     assert table.count('finished, last evaluation at step 30 of 30, 1 evaluation(s) (fewer than 3)') == 2
+
+
+def test_a_finished_run_whose_budget_or_protocol_changed_is_never_skipped(tmp_path, pointmaze_data_dir):
+    """A relaunched sweep took "has DONE" for finished: given a larger --train_steps (or another --eval_episodes) it said
+    "1 finished (skipped), 0 to run" and the new budget never ran. Each finished run's recorded flags and config are
+    compared with what the sweep would launch (main.py's own --resume check): a longer --train_steps resumes and
+    extends the run; another protocol is refused before anything is launched, naming the difference (as is a budget
+    below the run's: main.py's same check); only an unchanged run is skipped."""
+    def relaunch(*flags):
+        command = [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--name=grow', f'--envs={ENV}',
+                   '--method=gcbc', '--seeds=0', f'--save_dir={tmp_path}', '--', f'--dataset_dir={pointmaze_data_dir}',
+                   *TINY, *BUDGET, *flags]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return result.returncode, result.stdout + result.stderr
+
+    run_dir = tmp_path / 'grow' / f'gcbc_{ENV}_sd0'
+    code, out = relaunch()
+    assert code == 0 and (run_dir / 'DONE').exists(), out
+    code, out = relaunch('--train_steps=60')
+    assert code == 0 and '1 runs: 0 finished (skipped), 1 to run in 1 jobs.' in out, out
+    assert (run_dir / 'DONE').exists() and '60,' in (run_dir / 'eval.csv').read_text().splitlines()[-1]
+    code, out = relaunch('--train_steps=60', '--eval_episodes=3')
+    assert code == 1 and 'Error: this sweep would fail at start:' in out and '--eval_episodes: 2 -> 3' in out, out
+    code, out = relaunch('--train_steps=60')
+    assert code == 0 and '1 runs: 1 finished (skipped), 0 to run in 0 jobs.' in out, out
 
 
 def test_paper_grid_scripts(tmp_path):
@@ -420,6 +476,22 @@ def test_stitch_benchmark_script(tmp_path):
     assert '8 runs' in header and len(commands) == 2
     assert all(' --train_steps=300 ' in c and ' --eval_interval=100 ' in c and 'medium-stitch' in c for c in commands)
     assert not os.path.exists(tmp_path / 'stitch')
+    # A `*` in the list stays a `*` (it was expanded to the file names of the working directory), named by the sweep.
+    (tmp_path / 'gcbc_phi').touch()
+    starred = subprocess.run(['bash', os.path.join(ROOT, 'scripts', 'stitch_benchmark.sh'), '--dry_run'], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120, env=dict(env, STITCH_METHODS='gcbc *'))
+    assert starred.returncode == 1 and "Error: Method spec '*' must start with a preset name" in starred.stderr, starred.stderr
+
+
+def test_the_wrapper_scripts_help_is_the_sweeps_help(tmp_path):
+    """The wrapper scripts passed --help to the sweep, which printed its help, and then tabled runs that were never
+    run: the help ended in results.py's error. They stop after the help, with exit status 0."""
+    env = dict(os.environ, PYTHON=sys.executable, SAVE_DIR=str(tmp_path), STITCH_SAVE_DIR=str(tmp_path))
+    for name in ('stitch_benchmark.sh', 'headline.sh'):  # cpu_results*.sh end as stitch_benchmark.sh does
+        done = subprocess.run(['bash', os.path.join(ROOT, 'scripts', name), '--help'], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, env=env)
+        assert done.returncode == 0 and 'usage: sweep.py' in done.stdout and not done.stderr, (name, done.stderr)
+    assert os.listdir(tmp_path) == []
 
 
 def test_dry_run_commands_work_pasted_in_any_directory(tmp_path, capsys, pointmaze_data_dir):

@@ -87,7 +87,7 @@ def test_no_test_imports_the_benchmarks():
 # evaluations run, and whether a run fits the machine's memory. They live in runtime/.
 RUN_MACHINERY = {'RunDirError', 'RunLockedError', 'ResumeMismatchError', 'NonFiniteLossError', 'EvaluationError',
                  'StorageError', 'DeviceMemoryError', 'Evaluations', 'EvaluationFailed', 'check_evaluation_fits',
-                 'check_dataset_fits', 'check_address_space', 'host_available_bytes'}
+                 'check_dataset_fits', 'host_available_bytes'}
 
 
 def test_the_library_defines_no_run_machinery():

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from configs.presets import PRESETS
 from experiments import paper
 from experiments import results as R
 from scripts import plot_curves
@@ -39,9 +40,10 @@ def write_run(root, env, preset, seed, successes, alpha=None, done=True, steps=N
     with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
         flags = dict(env_name=env, seed=seed, train_steps=train_steps, run_name=name, num_seeds=1)
         json.dump(dict(flags, eval_interval=eval_interval) if eval_interval else flags, f)
-    config = dict(agent_name=preset.split('_')[0], preset=preset, lr=3e-4, actor_hidden_dims=[32, 32],
+    agent = PRESETS[preset].agent.split(':')[-1] if preset in PRESETS else preset.split('_')[0]
+    config = dict(agent_name=agent, preset=preset, lr=3e-4, actor_hidden_dims=[32, 32],
                   sampler=dict(batch_size=32, gamma=0.99))
-    config.update(extra_config or {})
+    config.update(PRESETS[preset].overrides if preset in PRESETS else {}, **(extra_config or {}))
     if alpha is not None:
         config['alpha'] = float(alpha)
     with open(os.path.join(run_dir, 'config.json'), 'w') as f:
@@ -328,7 +330,7 @@ def test_data_sources_per_row_and_mixed_cells(tmp_path, capsys):
     assert results_cli.main([f'--runs={root}']) == 0
     out = capsys.readouterr().out
     rows = markdown_rows(out.split('\n\n')[0])  # the table (the settings table follows)
-    assert rows['antmaze-medium-stitch'] == ['**50** ± 0 (n=2) ‡', '**50** ± 0 (n=2)']
+    assert rows['antmaze-medium-stitch'] == ['**50** ± 0 (n=2) ‡', '**50** ± 0 (n=2) ‡']  # the row mixes data
     assert 'antmaze-medium-stitch: MIXED SOURCES: OGBench (3 seed runs); generated (this project\'s SAC ant expert, ' \
            'v0.3.0, seed 0, 1000+100 episodes) (1 seed runs)' in out
     assert '  humanoidmaze-medium-stitch: unrecorded' in out
@@ -647,6 +649,23 @@ def test_the_paper_table_in_code_is_the_one_method_md_prints():
     assert paper.main_table_difference('antmaze-medium-stitch', 'byol_gamma_a', 'gcbc') == 13.0
     assert paper.main_table_difference('pointmaze-large-stitch', 'byol_gamma_a', 'gcbc') is None
     assert paper.main_table_difference('antmaze-medium-stitch', 'hgcbc', 'gcbc') is None
+
+
+def test_a_run_of_every_preset_is_tabled_under_its_method_and_a_wrong_label_under_what_ran():
+    """Any preset's config, as main.py records it, is its method's (no warning); the same config labelled as another
+    agent's preset, or as a method of its agent whose identity it lacks, is tabled under what it is, with a warning."""
+    from configs.presets import get_config, method_of
+
+    warnings = []
+    for preset in PRESETS:
+        assert R.method_ran(get_config(preset).to_dict(), preset, warnings.append) == method_of(preset), preset
+    assert warnings == []
+    for preset, label, column in (('byol_gamma_a', 'gcbc', 'byol_gamma_a'), ('gcbc', 'gcbc_phi', 'gcbc'),
+                                  ('byol_gamma_no_psi_b', 'byol_gamma_a', 'byol_gamma_no_psi_b'),
+                                  ('gcbc_phi_visual', 'gcbc', 'gcbc_phi')):
+        config = dict(get_config(preset).to_dict(), preset=label)
+        assert R.method_ran(config, 'run', warnings.append) == column, (preset, label)
+    assert len(warnings) == 4 and "run: its config.json says preset 'gcbc', but its config (agent byol_gamma)" in warnings[0]
 
 
 # ---- what a shown number claims: its rounding, its range, its bold, its selection ------------------------------
