@@ -2,6 +2,8 @@
 schedule switches exactly at stage1_steps and freezes the other level bit for bit, stage-1
 checkpoints load into stage 2, every variant learns, and acting chains pi_h into pi_l."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +19,7 @@ from tests.helpers import (ACTION_DIM, FLOAT64_DRIFT, OBS_DIM, as_float64, asser
                            make_agent, moved_metrics, network_operations, sampler_of, small, toy_dataset, train_in_float64)
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
-from utils.training import sample_batch, stack_trees, train
+from utils.training import batch_config, sample_batch, stack_trees, train
 
 pytestmark = pytest.mark.xdist_group('test_hierarchical')  # its module fixtures are built once, in one worker
 
@@ -152,25 +154,34 @@ def test_a_joint_update_is_each_levels_own_update(data):
         np.testing.assert_allclose(metrics['total_loss'], info['total_loss'], rtol=FLOAT64_DRIFT)
 
 
+@jax.jit
+def fixed_batch_losses(agent, data):
+    """Both levels' losses, without an update, on one batch of 512 rows drawn with a fixed key: two snapshots' losses
+    differ only by their weights."""
+    batch = sample_batch(jax.random.PRNGKey(7), data, dataclasses.replace(batch_config(agent), batch_size=512))
+    return agent.metrics(batch, jax.random.PRNGKey(8))
+
+
 @pytest.mark.parametrize('preset', VARIANTS)
-def test_every_variant_trains_with_finite_decreasing_loss(preset, trained):
+def test_every_variant_trains_with_finite_decreasing_loss(preset, trained, data):
+    """Every metric stays finite, and each level's losses fall on a fixed batch over the stage that trains it (the low
+    level's in stage 1, the high level's in stage 2; both over the joint run): by 1e-3 of their value at least, which
+    lr = 0 (no change at all) or a barely learning level fails. The falls measured are 5.8e-3 and more; rounding on
+    another machine moves these float32 runs' losses far less (their records agreed to 1e-6 across instruction sets)."""
     run = trained[preset]
-    infos = run['infos']
-    for key, values in infos.items():
+    for key, values in run['infos'].items():
         assert np.all(np.isfinite(values)), key
-
-    def decreases(key, window):
-        first, last = infos[key][window][:30].mean(), infos[key][window][-30:].mean()
-        assert last < first, f'{preset}: {key} did not decrease ({first:.4f} -> {last:.4f})'
-
-    everything, stage1, stage2 = slice(None), slice(0, STAGE1_STEPS), slice(STAGE1_STEPS, None)
+    losses = [fixed_batch_losses(jax.tree_util.tree_map(jnp.asarray, snapshot), data) for snapshot in run['snapshots']]
     staged = run['config'].stage1_steps > 0
-    for window in (stage1, stage2) if staged else (everything,):
-        decreases('total_loss', window)
-    decreases('actor/bc_loss', stage1 if staged else everything)
-    decreases('high_actor/bc_loss', stage2 if staged else everything)
+    low_stage, high_stage = ((0, 1), (1, 2)) if staged else ((0, 2), (0, 2))
+    falling = {'actor/bc_loss': low_stage, 'high_actor/bc_loss': high_stage}
     if preset == 'hbyol_gamma_a':
-        decreases('representation/loss', stage1)
+        falling['representation/loss'] = low_stage
+    if not staged:
+        falling['total_loss'] = (0, 2)  # both levels' objective throughout
+    for key, (start, end) in falling.items():
+        first, last = float(losses[start][key]), float(losses[end][key])
+        assert first - last > 1e-3 * abs(first), f'{preset}: {key} did not fall ({first:.6f} -> {last:.6f})'
 
 
 @pytest.mark.parametrize('preset', ['hgcbc_phi', 'hbyol_gamma_a'])
