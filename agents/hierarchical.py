@@ -270,7 +270,7 @@ class HierarchicalAgent(flax.struct.PyTreeNode, RuleOwner):
         """One gradient step of the chosen levels; the other is only evaluated (grad_norm 0). The high
         level reads the low level as it was before this step."""
         low_batch = self.low_batch(batch)
-        frozen_grad_norm = jnp.zeros((), jnp.float32)
+        frozen_grad_norm = jnp.zeros(())  # the default float type, as the trained level's norm (float64 under x64)
         if train_low:
             low, info = self.low.update(low_batch)
         else:

@@ -267,8 +267,29 @@ def assert_ema_of(targets, online, old_targets, tau):
     jax.tree_util.tree_map(check, targets, online, old_targets)
 
 
+# float32's unit roundoff: an operation's float32 result lies within FLOAT32_U of its exact value, relatively.
+FLOAT32_U = 2.0 ** -24
+
+
+def float32_tolerance(operations, magnitude):
+    """assert_allclose's tolerance for a float32 result against its exact value (a float64 reference on the same
+    inputs): computed through at most `operations` rounded operations in sequence (a float64 input rounded to float32
+    counts one, a sum of K terms K: its worst order) on values of magnitude at most `magnitude`, it lies within
+    operations * FLOAT32_U * magnitude of the exact value, to first order; so does any machine's float32 result. Two
+    float32 computations of one value (another program, another batch): count the operations of both."""
+    return dict(rtol=0, atol=operations * FLOAT32_U * magnitude)
+
+
+def network_operations(fan_ins):
+    """The rounded operations in sequence through one evaluation of an MLP whose layers have these fan-ins: each
+    layer's K-term sums (K), its layer norm's mean and variance over K (2K) and a few elementwise operations (bias,
+    normalisation, activation: 4)."""
+    return sum(3 * k + 4 for k in fan_ins)
+
+
 def numeric_grad(f, x, eps=1e-6):
-    """d f / d x by central differences, f a NumPy (float64) function of the array x."""
+    """d f / d x by central differences, f a NumPy (float64) function of the array x: within eps^2 |f'''| / 6 (about
+    1e-12) plus 2^-53 |f| / eps (about 1e-10 |f|) of the exact derivative where f is smooth within eps of x."""
     x = np.array(x, dtype=np.float64)
     grad = np.zeros_like(x)
     for i in np.ndindex(x.shape):
@@ -341,11 +362,42 @@ def distinct_presets():
 
 
 # Every agent's numbers stay what they were: the per-step metrics (losses, gradient norms, ...) of the first
-# RECORDED_STEPS fused updates at seed 0 (main.py's streams: `sampling_key`) of a preset of each code path, recorded in tests/data/agent_metrics.json.
-# Record again only for a change that is meant to change the numbers, and say so in its commit:
-#     JAX_PLATFORMS=cpu python -m tests.agents.test_regression --record
+# RECORDED_STEPS fused updates at seed 0 (main.py's streams: `sampling_key`) of a preset of each code path, trained in
+# float64 (`train_in_float64`) and recorded in tests/data/agent_metrics.json. They are the same on every machine
+# (RECORD_TOLERANCE says why), so record again only for a change that is meant to change the numbers, and say so in
+# its commit:
+#     JAX_PLATFORMS=cpu python -m tests.agents.test_regression --record --all
 RECORD = os.path.join(ROOT, 'tests', 'data', 'agent_metrics.json')
 RECORDED_STEPS = 10
+
+# RECORD_TOLERANCE: what two machines may differ by in a recorded metric, and why a changed computation still fails.
+#
+# Two machines running one float64 program differ only in how they round: the order of the additions inside matrix
+# products and reductions (vector width, blocking), fused multiply-adds, their exp/log/tanh code. Each such
+# operation's result moves by a few units of u = 2^-53 (1.1e-16) of the values it combines (a sum of K terms by at
+# most 2 K u of their absolute sum), and the recorded updates carry these moves forward with the training's own gain
+# (Adam divides by each gradient's scale). The gain shows where rounding is visible, in float32 (u = 2^-24): on one
+# AVX-512 machine, XLA limited to AVX2 or to SSE4.2 moved the float32 records by up to 1.6e-4 of their value, a gain
+# of 2.6e3 u. In float64 the same gain moves a metric by 2.6e3 u = 3e-13 of its scale; measured, for every recorded
+# preset under AVX-512, AVX2 and SSE4.2: the trained parameters differ by at most 3.6e-12 of their leaf's largest
+# value after the recorded updates (1.1e-14 after the 200 of tests/agents/test_agents.py), and the metrics not at all
+# once rounded to float32. FLOAT64_DRIFT = 1e-9 of a metric's scale (a gain of 9e6 u) bounds that 280 times over.
+#
+# The training loop rounds each metric to float32 for its rows (utils/training.py `scan_updates`): two float64 values
+# that close round to the same float32 or to neighbours. So a recomputed value lies within one float32 unit in the last
+# place of the recorded one (np.spacing(|value|), at most 2^-23 |value|), plus FLOAT64_DRIFT of the metric's largest
+# magnitude over the recorded steps, for a value that passes near zero (a mean of signed logits, where cancellation
+# makes the drift large against the value). A change of 1e-6 relative in a loss term moves that term's metric by at
+# least 1e-6 / 2^-23 = 8.4 float32 units (7.4 after rounding), over 7 times the tolerance at the metric's largest value
+# (1 unit + FLOAT64_DRIFT), and the tolerance is itself over 10^4 times what rounding on another machine can do.
+FLOAT64_DRIFT = 1e-9
+
+
+def record_tolerance(recorded):
+    """How far a recomputed value of a metric may lie from each of its `recorded` per-step values (RECORD_TOLERANCE):
+    one float32 unit in the last place of the value, plus FLOAT64_DRIFT of the metric's largest magnitude."""
+    magnitude = np.abs(np.asarray(recorded, np.float64))
+    return np.spacing(magnitude.astype(np.float32)).astype(np.float64) + FLOAT64_DRIFT * magnitude.max()
 
 
 def sampling_key(seed=0):
@@ -364,24 +416,106 @@ def regression_config(preset):
     return config
 
 
+def as_float64(tree):
+    """`tree` with every floating-point leaf cast to float64 (integers and PRNG keys as they are). Only under
+    `jax.enable_x64(True)`, where float64 exists."""
+    import jax.numpy as jnp
+
+    return jax.tree_util.tree_map(
+        lambda x: jnp.asarray(x, jnp.float64) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x, tree)
+
+
+# The one place a float64 training run may narrow a value: the loop's float32 rows of each step's metrics.
+METRIC_ROWS = re.compile(r'utils/training\.py:\d+:\d+ \(scan_updates\.<locals>\.one_step\b')
+
+
+def float64_narrowings(jaxpr):
+    """'primitive at file:line (function)' for each operation of `jaxpr`, or of a jaxpr inside it (scan, jit, cond),
+    that turns a float64 value into a narrower float."""
+    from jax.extend.core import jaxprs_in_params
+    from jax.extend.source_info_util import summarize
+
+    found = []
+    for eqn in jaxpr.eqns:
+        inner = list(jaxprs_in_params(eqn.params))
+        if inner:  # what runs is inside
+            found += [narrowing for sub in inner for narrowing in float64_narrowings(sub)]
+            continue
+        dtypes = lambda variables: [getattr(v.aval, 'dtype', None) for v in variables]  # noqa: E731
+        if (np.dtype('float64') in dtypes(eqn.invars)
+                and any(d is not None and np.issubdtype(d, np.floating) and d.itemsize < 8 for d in dtypes(eqn.outvars))):
+            found.append(f'{eqn.primitive.name} at {summarize(eqn.source_info)}')
+    return found
+
+
+def train_in_float64(agent, data, num_steps, data_keys=None):
+    """utils.training.train of `agent` for `num_steps` updates (on seed 0's batch stream, or `data_keys`: one seed's
+    key, or N stacked seeds' keys for N stacked agents), every floating-point leaf of `agent` and `data` (parameters,
+    optimizer states, targets, observations) cast to float64 and x64 on, so that every operation runs in float64: (the
+    trained agent, in float64: use it under `jax.enable_x64(True)`, {metric: its per-step values}). The traced program
+    is checked first: no operation narrows a float64 value but the loop's float32 metric rows, so float32 rounding,
+    which differs between machines, reaches no number of the run."""
+    from utils.training import train
+
+    data_keys = sampling_key(0) if data_keys is None else data_keys
+    with jax.enable_x64(True):
+        args = (as_float64(agent), as_float64(data), data_keys, 0)
+        traced = train.trace(*args, num_steps)
+        narrowed = [n for n in float64_narrowings(traced.jaxpr.jaxpr) if not METRIC_ROWS.search(n)]
+        assert not narrowed, ('the float64 run rounds to float32 (the records would then depend on the machine): '
+                              + '; '.join(dict.fromkeys(narrowed)))
+        agent, infos = traced.lower().compile()(*args)
+        return agent, {name: np.asarray(values) for name, values in infos.items()}
+
+
+def moved_metrics(infos, reference):
+    """'metric at updates [...] is [...], against [...]' for each per-step metric of the float64 run `infos` further
+    from the same metric of `reference` (recorded, or another float64 run of the same computation) than rounding on
+    any machine can move it (`record_tolerance`); a NaN is always moved."""
+    moved = []
+    for key, values in reference.items():
+        values, new = np.asarray(values, np.float64), np.asarray(infos[key], np.float64)
+        off = ~(np.abs(new - values) <= record_tolerance(values))
+        if off.any():
+            moved.append(f'{key} at updates {np.flatnonzero(off).tolist()} is {new[off].tolist()}, against '
+                         f'{values[off].tolist()}')
+    return moved
+
+
+def assert_float64_trees_agree(tree, reference):
+    """Two float64 computations of the same agent (or any tree) that round differently: integer leaves equal, each
+    floating-point leaf within FLOAT64_DRIFT of its largest magnitude (RECORD_TOLERANCE: rounding moves them less)."""
+    paths, leaves = zip(*jax.tree_util.tree_leaves_with_path(tree))
+    reference_paths, reference_leaves = zip(*jax.tree_util.tree_leaves_with_path(reference))
+    assert paths == reference_paths
+    for path, a, b in zip(paths, leaves, reference_leaves):
+        a, b = np.asarray(a), np.asarray(b)
+        if np.issubdtype(b.dtype, np.floating):
+            assert np.all(np.abs(a - b) <= FLOAT64_DRIFT * np.max(np.abs(b))), jax.tree_util.keystr(path)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
 def recorded_metrics():
     with open(RECORD) as f:
         return json.load(f)
 
 
 def assert_recorded_metrics(preset, infos):
-    """The first RECORDED_STEPS values of each per-step metric in `infos` equal the recorded ones (a preset added since
-    the last recording has none yet: `python -m tests.agents.test_regression --record` adds it)."""
+    """The first RECORDED_STEPS values of each per-step metric in `infos` (of a float64 run: `train_in_float64`) equal
+    the recorded ones within `record_tolerance` (a preset added since the last recording has none yet:
+    `python -m tests.agents.test_regression --record` adds it)."""
     recorded = recorded_metrics().get(preset)
     if recorded is None:
         return
-    assert sorted(infos) == sorted(recorded), f'{preset}: metric names changed'
-    for key, values in recorded.items():
-        np.testing.assert_allclose(
-            np.asarray(infos[key])[:RECORDED_STEPS], values, rtol=1e-6, atol=1e-7,
-            err_msg=f'{preset}: {key} changed. If the change is meant (a loss changed on purpose), record again with '
-                    f'JAX_PLATFORMS=cpu .venv/bin/python -m tests.agents.test_regression '
-                    f'--record --all and say so in the commit; else the change broke this agent.')
+    assert sorted(infos) == sorted(recorded), f'{preset}: metric names changed: {sorted(infos)}, recorded {sorted(recorded)}'
+    moved = moved_metrics({key: np.asarray(values)[:RECORDED_STEPS] for key, values in infos.items()}, recorded)
+    assert not moved, (
+        f'{preset} against its record: ' + '; '.join(moved) + '. That is further than float64 rounding on any machine '
+        'can move a metric (tests/helpers.py, RECORD_TOLERANCE): what the agent computes changed (or the installed jax is not the pinned '
+        'one). If the change is meant (a loss changed on purpose), record again with JAX_PLATFORMS=cpu '
+        '.venv/bin/python -m tests.agents.test_regression --record --all and say in the commit which numbers moved '
+        'and why; else the change broke this agent.')
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ import pytest
 from agents import get_agent_class
 from agents.base import update_keys
 from agents.fb import FBAgent, get_config, pessimistic_mean
-from tests.helpers import ACTION_DIM, OBS_DIM, assert_ema_of, make_agent, sampler_of, small, toy_dataset
+from tests.helpers import (ACTION_DIM, FLOAT32_U, FLOAT64_DRIFT, OBS_DIM, as_float64, assert_ema_of, float32_tolerance, make_agent,
+                           network_operations, sampler_of, small, toy_dataset)
 from utils import losses
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
@@ -21,6 +22,11 @@ from utils.random_streams import stream_key
 from utils.training import DeviceDataset, sample_batch, train, validation_metrics
 
 pytestmark = pytest.mark.xdist_group('test_fb')  # its module fixtures are built once, in one worker
+
+# The FB losses on small float32 arrays (2 or 3 members, batches of 5 or 6, d = 3) against float64 loops: d-term dot
+# products of unit normals (below 10), squared (below 128) and averaged over 30 pairs, under 64 rounded operations
+# (tests/helpers.py `float32_tolerance`).
+SQUARES_TOL = float32_tolerance(64, 128)
 
 
 def tree_abs_sum(tree):
@@ -67,7 +73,7 @@ def test_fb_loss_matches_numpy_and_stops_target_gradients():
     members, batch, d, gamma = 2, 6, 3, 0.9
     args = [rng.normal(size=s).astype(np.float64) for s in [(members, batch, d), (batch, d), (members, batch, d), (batch, d)]]
     loss, info = losses.forward_backward_loss(*[jnp.asarray(a, jnp.float32) for a in args], gamma)
-    np.testing.assert_allclose(float(loss), np_fb_loss(*args, gamma), rtol=1e-5)
+    np.testing.assert_allclose(float(loss), np_fb_loss(*args, gamma), **SQUARES_TOL)
     assert set(info) >= {'td_loss', 'positive', 'm_diag_mean', 'm_offdiag_mean'}
 
     grads = jax.grad(lambda *x: losses.forward_backward_loss(*x, gamma)[0], argnums=(0, 1, 2, 3))(
@@ -81,7 +87,7 @@ def test_fb_loss_matches_numpy_and_stops_target_gradients():
     for e in range(members):
         residual = (forward[e] @ backward.T - targets) * (1 - np.eye(batch))
         expected[e] = (2 * residual @ backward / (batch * (batch - 1)) - 2 * backward / batch) / members
-    np.testing.assert_allclose(np.asarray(grads[0]), expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads[0]), expected, **SQUARES_TOL)
 
 
 def test_orthonormality_loss_matches_numpy():
@@ -91,8 +97,9 @@ def test_orthonormality_loss_matches_numpy():
     offdiag = np.mean([cov[i, j] ** 2 for i in range(7) for j in range(7) if i != j])
     expected = offdiag - 2.0 * np.mean(np.diag(cov))
     loss, info = losses.orthonormality_loss(jnp.asarray(backward, jnp.float32))
-    np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
-    np.testing.assert_allclose(float(info['offdiag']), offdiag, rtol=1e-5)
+    # 4-term dot products of unit normals (below 16), squared (below 256) and averaged over 42 pairs.
+    np.testing.assert_allclose(float(loss), expected, **float32_tolerance(64, 256))
+    np.testing.assert_allclose(float(info['offdiag']), offdiag, **float32_tolerance(64, 256))
 
 
 def test_orthonormality_loss_is_minus_d_for_isotropic_embeddings():
@@ -125,10 +132,12 @@ def test_fb_metamotivo_scale_matches_their_formula_and_is_e_over_2_times_paper_i
     args = [rng.normal(size=s) for s in [(members, batch, d), (batch, d), (members, batch, d), (batch, d)]]
     jargs = [jnp.asarray(a, jnp.float32) for a in args]
     loss = jax.jit(lambda *x: losses.forward_backward_loss(*x, gamma, 'metamotivo')[0])
-    np.testing.assert_allclose(float(loss(*jargs)), np_metamotivo_fb_loss(*args, gamma), rtol=1e-5)
+    np.testing.assert_allclose(float(loss(*jargs)), np_metamotivo_fb_loss(*args, gamma), **SQUARES_TOL)
     paper = jax.jit(lambda *x: losses.forward_backward_loss(*x, gamma, 'paper')[0])
     for grad_mm, grad_paper in zip(jax.grad(loss, argnums=(0, 1))(*jargs), jax.grad(paper, argnums=(0, 1))(*jargs)):
-        np.testing.assert_allclose(np.asarray(grad_mm), members / 2 * np.asarray(grad_paper), rtol=1e-4, atol=1e-6)
+        # Two float32 gradients, each within SQUARES_TOL of the exact one (the paper's scaled by E / 2 = 1.5).
+        np.testing.assert_allclose(np.asarray(grad_mm), members / 2 * np.asarray(grad_paper),
+                                   **float32_tolerance(64 * (1 + members / 2), 128))
 
 
 def test_default_critic_uses_metamotivo_orthonormality_with_coefficient_1(agent, batch):
@@ -140,8 +149,14 @@ def test_default_critic_uses_metamotivo_orthonormality_with_coefficient_1(agent,
     cov = backward @ backward.T
     size = cov.shape[0]
     expected = 0.5 * np.sum((cov * (1 - np.eye(size))) ** 2) / (size * (size - 1)) - np.mean(np.diag(cov))
-    np.testing.assert_allclose(float(info['critic/ortho_loss']), expected, rtol=1e-4)
-    np.testing.assert_allclose(float(loss), float(info['critic/fb_loss'] + info['critic/ortho_loss']), rtol=1e-5)
+    # B (fan-ins 4, 32, 32, then projected to norm sqrt(d): 2 d + 8 more) evaluated in two programs enters each
+    # d-term dot product of the covariance twice, whose squares (below d^2) round in a sum of size^2 terms.
+    d = backward.shape[-1]
+    network = network_operations((OBS_DIM, 32, 32)) + 2 * d + 8
+    ortho = float32_tolerance(2 * 2 * network + d + size**2, d**2)
+    np.testing.assert_allclose(float(info['critic/ortho_loss']), expected, **ortho)
+    # The critic loss is fb_loss + 1.0 * ortho_loss: one float32 addition, the same on every machine.
+    assert float(loss) == float(info['critic/fb_loss'] + info['critic/ortho_loss'])
 
 
 def test_pessimistic_mean_matches_numpy():
@@ -159,10 +174,15 @@ def test_latents_mix_dataset_embeddings_and_sphere_samples(agent):
     states = jax.random.normal(jax.random.PRNGKey(1), (4000, OBS_DIM))
     latents = np.asarray(agent.sample_latents(jax.random.PRNGKey(2), states, agent.network.params))
     embeddings = np.asarray(agent.network(states, name='backward', params=agent.network.params))
-    # B is projected to the same sphere as the sphere samples, so every z has norm sqrt(d).
-    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=-1), np.sqrt(d), rtol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(latents, axis=-1), np.sqrt(d), rtol=1e-5)
-    from_states = np.all(np.isclose(latents, embeddings, atol=1e-6), axis=-1)
+    # B is projected to the same sphere as the sphere samples, so every z has norm sqrt(d): the projection and NumPy's
+    # norm of it, two d-term sums, two square roots and a few products, round within 2 d + 8 operations of sqrt(d).
+    on_sphere = float32_tolerance(2 * d + 8, np.sqrt(d))
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=-1), np.sqrt(d), **on_sphere)
+    np.testing.assert_allclose(np.linalg.norm(latents, axis=-1), np.sqrt(d), **on_sphere)
+    # A z drawn from the states is B(s) from another program (B: fan-ins 4, 32, 32, and the projection), a sphere
+    # sample is a random direction: entrywise within twice one evaluation's rounding, or far off.
+    same = float32_tolerance(2 * (network_operations((OBS_DIM, 32, 32)) + 2 * d + 8), np.sqrt(d))['atol']
+    from_states = np.all(np.isclose(latents, embeddings, rtol=0, atol=same), axis=-1)
     assert abs(from_states.mean() - 0.5) < 0.04
     # Uniform on the sphere of radius sqrt(d): zero mean and E[z z^T] = I.
     sphere = latents[~from_states]
@@ -175,7 +195,10 @@ def test_latent_ratio_extremes(ratio, agent, data):
     agent = agent.replace(config=flax.core.FrozenDict({**agent.config, 'z_state_ratio': ratio}))
     states = data.observations[:200]
     latents = agent.sample_latents(jax.random.PRNGKey(0), states, agent.network.params)
-    matches = np.all(np.isclose(latents, agent.network(states, name='backward', params=agent.network.params), atol=1e-6), axis=-1)
+    d = agent.config['latent_dim']
+    same = float32_tolerance(2 * (network_operations((OBS_DIM, 32, 32)) + 2 * d + 8), np.sqrt(d))['atol']  # as above
+    matches = np.all(np.isclose(latents, agent.network(states, name='backward', params=agent.network.params), rtol=0,
+                                atol=same), axis=-1)
     assert matches.mean() == ratio
 
 
@@ -200,10 +223,10 @@ def test_actor_loss_trains_only_the_actor_and_critic_loss_only_f_and_b(agent, ba
     assert tree_abs_sum(critic_grads['modules_forward']) > 0.0
     assert tree_abs_sum(critic_grads['modules_backward']) > 0.0
     _, info = jax.jit(lambda p: agent.actor_loss(batch, p, latents, jax.random.PRNGKey(1)))(params)
-    np.testing.assert_allclose(float(info['actor/q_loss']), -float(info['actor/q']), rtol=1e-6)
+    assert float(info['actor/q_loss']) == -float(info['actor/q'])  # -mean(Q) / 1.0: exact
     normalized = agent.replace(config=flax.core.FrozenDict({**agent.config, 'normalize_q': True}))
     _, info = jax.jit(lambda p: normalized.actor_loss(batch, p, latents, jax.random.PRNGKey(1)))(params)
-    assert abs(float(info['actor/q_loss'])) <= 1.0 + 1e-6  # -mean(Q) / mean|Q|
+    assert abs(float(info['actor/q_loss'])) <= 1.0 + 64 * FLOAT32_U  # -mean(Q) / mean|Q|: <= 1 up to 64 roundings
 
 
 def test_ema_targets_follow_tau(agent, batch):
@@ -227,12 +250,15 @@ def test_validation_draws_its_noise_from_its_own_stream(agent, data):
     stream. No key FB's loss draws from in validation (the key and its three splits) equals one an update draws from
     (the update stream's states, each update's noise key and its splits), over the first 200 steps."""
     batch_key, noise_key = (jax.random.fold_in(stream_key(0, name), 20) for name in ('validation', 'validation/noise'))
-    info = validation_metrics(agent, data, batch_key, noise_key)
-    batch = sample_batch(batch_key, data, dataclasses.replace(sampler_of(agent.config), p_aug=0.0))
-    loss, _ = jax.jit(lambda p: agent.total_loss(batch, p, noise_key))(agent.network.params)
-    # Two programs compiled apart may round differently; another key (other latents z) changes the loss by far more.
-    np.testing.assert_allclose(float(info['total_loss']), float(loss), rtol=1e-6)
-    other, _ = jax.jit(lambda p: agent.total_loss(batch, p, agent.rng))(agent.network.params)
+    # Two programs compiled apart round differently: in float64 by less than FLOAT64_DRIFT of the loss (tests/helpers.py,
+    # RECORD_TOLERANCE), while another key (other latents z) changes it by over 1e-3 of itself.
+    with jax.enable_x64(True):
+        agent64, data64 = as_float64(agent), as_float64(data)
+        info = validation_metrics(agent64, data64, batch_key, noise_key)
+        batch = sample_batch(batch_key, data64, dataclasses.replace(sampler_of(agent.config), p_aug=0.0))
+        loss, _ = jax.jit(lambda p: agent64.total_loss(batch, p, noise_key))(agent64.network.params)
+        np.testing.assert_allclose(float(info['total_loss']), float(loss), rtol=FLOAT64_DRIFT)
+        other, _ = jax.jit(lambda p: agent64.total_loss(batch, p, agent64.rng))(agent64.network.params)
     assert abs(float(other) - float(loss)) > 1e-3 * abs(float(loss))
 
     def drawn(key):  # a key FB's loss receives, and the three it splits it into (latents, target and actor noise)
@@ -309,7 +335,11 @@ def test_sample_actions_uses_z_equal_to_b_of_goal(agent):
     actions = np.asarray(agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(2), temperature=0.0))
     latents = agent.network(goals, name='backward', params=agent.network.params)
     means, _ = agent.network(jnp.concatenate([observations, latents], axis=-1), name='actor', params=agent.network.params)
-    np.testing.assert_allclose(actions, np.tanh(np.asarray(means)), rtol=1e-5, atol=1e-6)
+    # B then the actor (fan-ins 4 + 8, 64, 64), evaluated here and inside sample_actions: twice their rounding; tanh is
+    # 1-Lipschitz and adds a few.
+    d = agent.config['latent_dim']
+    operations = network_operations((OBS_DIM, 32, 32)) + 2 * d + 8 + network_operations((OBS_DIM + d, 64, 64))
+    np.testing.assert_allclose(actions, np.tanh(np.asarray(means)), **float32_tolerance(2 * operations + 4, 8))
     noisy = np.asarray(agent.sample_actions(observations, goals, seed=jax.random.PRNGKey(2), temperature=1.0))
     assert noisy.shape == (5, ACTION_DIM) and np.all(np.abs(noisy) <= 1.0) and not np.allclose(noisy, actions)
 

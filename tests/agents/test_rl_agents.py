@@ -67,9 +67,11 @@ def test_trains_vmapped_resumes_exactly_and_acts(agent_name, data, tmp_path):
     infos = {key: np.concatenate([np.asarray(first[key]), np.asarray(second[key])], axis=1) for key in first}
     for key, values in infos.items():
         assert np.all(np.isfinite(values)), key
+    # Over 200 updates the value losses fall by 48% to 90% of their first 30 steps' mean; with lr = 0 the batch stream
+    # alone moves that mean by up to 11% either way, and rounding on another machine by far less: a quarter separates.
     for k in range(len(seeds)):
         loss = infos[VALUE_LOSS[agent_name]][k]
-        assert loss[-30:].mean() < loss[:30].mean(), f'{agent_name} seed {k}: {VALUE_LOSS[agent_name]} did not decrease'
+        assert loss[-30:].mean() < 0.75 * loss[:30].mean(), f'{agent_name} seed {k}: {VALUE_LOSS[agent_name]} did not fall by a quarter'
     assert not np.allclose(infos['total_loss'][0], infos['total_loss'][1])  # the seeds really differ
 
     agent = jax.tree_util.tree_map(lambda x: x[0], continued)

@@ -2,7 +2,8 @@
 independent NumPy computation.
 
 References are written with plain NumPy in float64 (explicit loops where the batch structure
-matters), never by calling the JAX code. JAX runs in float32, hence tolerances of ~1e-5.
+matters), never by calling the JAX code. JAX runs in float32 on the same float32 inputs: the tolerances are float32's
+rounding bound (tests/helpers.py `float32_tolerance`) for the computations here, counted at TOL.
 """
 
 import jax
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from agents import byol_gamma, tra
-from tests.helpers import numeric_grad
+from tests.helpers import OBS_DIM, float32_tolerance, network_operations, numeric_grad
 from utils import losses
 
 # Every call goes through jit: one compile per signature instead of one per primitive keeps
@@ -25,7 +26,12 @@ symmetric_infonce = jax.jit(tra.symmetric_infonce)
 representation_norm_penalty = jax.jit(tra.representation_norm_penalty)
 td_sr_loss = jax.jit(losses.td_sr_loss)
 
-TOL = dict(rtol=1e-5, atol=1e-5)
+# The longest computation compared here takes under 64 rounded operations in sequence (InfoNCE: a 6-term dot product, a
+# log-sum-exp over 8, a mean over 8; TD-SR: 5-term dot products squared and averaged over 30 pairs), on values of
+# magnitude below 16 (unit-normal inputs of dimension at most 8: logits, log-softmaxes, losses), or below 128 for the
+# squared dot products of TD-SR and the orthonormality forms (SQUARES_TOL).
+TOL = float32_tolerance(64, 16)
+SQUARES_TOL = float32_tolerance(64, 128)
 KINDS = ('ce', 'l2')
 
 
@@ -95,7 +101,7 @@ def test_f_ce_of_identical_inputs_is_entropy():
 def test_f_l2_same_direction_zero_opposite_four():
     a = rand(3, 4, 5)
     scales = np.array([0.5, 1.0, 3.0, 100.0], dtype=np.float32)[:, None]
-    np.testing.assert_allclose(np.asarray(f_l2(a, scales * a)), 0.0, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(f_l2(a, scales * a)), 0.0, **TOL)
     np.testing.assert_allclose(np.asarray(f_l2(a, -scales * a)), 4.0, **TOL)
     # Symmetric in its arguments.
     b = rand(4, 4, 5)
@@ -287,7 +293,9 @@ def test_infonce_matches_loop_reference():
 def test_infonce_is_uninformative_for_tiny_vectors():
     batch = 16
     loss, _ = symmetric_infonce(rand(35, batch, 8, scale=1e-3), rand(36, batch, 8, scale=1e-3))
-    np.testing.assert_allclose(float(loss), 2 * np.log(batch), rtol=1e-3)
+    # Inputs below 5e-3 (five standard deviations) make logits below 8 (5e-3)^2 = 2e-4, which move each of the loss's
+    # two log-softmax terms from ln B by at most twice that.
+    np.testing.assert_allclose(float(loss), 2 * np.log(batch), rtol=0, atol=4 * 8 * 5e-3**2 + TOL['atol'])
 
 
 def test_infonce_is_small_for_separated_aligned_pairs():
@@ -308,7 +316,7 @@ def test_norm_penalty_matches_numpy():
     for idx in np.ndindex(phi.shape[:-1]):
         expected += np.sum(np.float64(phi[idx]) ** 2) / 4 + np.sum(np.float64(psi[idx]) ** 2) / 6
     np.testing.assert_allclose(got, 0.5 * expected / 10, **TOL)
-    np.testing.assert_allclose(float(representation_norm_penalty(phi, psi)), 1e-6 * expected / 10, rtol=1e-5)
+    np.testing.assert_allclose(float(representation_norm_penalty(phi, psi)), 1e-6 * expected / 10, **float32_tolerance(64, 16e-6))
 
 
 # ---- td_sr_loss ------------------------------------------------------------------------------
@@ -336,11 +344,11 @@ def test_td_sr_matches_loop_reference():
     args, gamma = td_inputs(40), 0.9
     loss, info = td_sr_loss(*args, gamma)
     td, positive, diag, offdiag = np_td_sr(*args, gamma)
-    np.testing.assert_allclose(float(info['td_loss']), td, **TOL)
+    np.testing.assert_allclose(float(info['td_loss']), td, **SQUARES_TOL)
     np.testing.assert_allclose(float(info['positive']), positive, **TOL)
     np.testing.assert_allclose(float(info['m_diag_mean']), diag, **TOL)
     np.testing.assert_allclose(float(info['m_offdiag_mean']), offdiag, **TOL)
-    np.testing.assert_allclose(float(loss), td + positive, **TOL)
+    np.testing.assert_allclose(float(loss), td + positive, **SQUARES_TOL)
 
 
 def test_td_sr_gradients():
@@ -357,7 +365,7 @@ def test_td_sr_gradients():
             if i != j:
                 expected[i] += 2 / (batch * (batch - 1)) * (p[i] @ f[j] - gamma * tp[i] @ tf[j]) * f[j]
         expected[i] -= 2 / batch * f[i]
-    np.testing.assert_allclose(np.asarray(grads[0]), expected, **TOL)
+    np.testing.assert_allclose(np.asarray(grads[0]), expected, **SQUARES_TOL)
 
 
 def test_td_sr_ignores_diagonal_of_target_matrix():
@@ -370,7 +378,7 @@ def test_td_sr_ignores_diagonal_of_target_matrix():
     tpsi_diag = tpsi + np.diag(rand(63, batch, scale=5.0))
     td = float(td_sr_loss(psi, phi_next, tpsi, tphi, gamma)[1]['td_loss'])
     td_diag = float(td_sr_loss(psi, phi_next, tpsi_diag, tphi, gamma)[1]['td_loss'])
-    np.testing.assert_allclose(td_diag, td, **TOL)
+    np.testing.assert_allclose(td_diag, td, **SQUARES_TOL)
     # The edit is large enough to show up if the diagonal were included ...
     m = np.float64(psi) @ np.float64(phi_next).T
     full = lambda tp: np.mean((m - gamma * np.float64(tp)) ** 2)  # noqa: E731
@@ -412,7 +420,11 @@ def test_f_ce_eps_matches_numpy_values_and_gradients():
     np.testing.assert_allclose(got, [np_ce_eps(pred[i], target[i], eps) for i in range(4)], **TOL)
     grad = jax.jit(jax.grad(lambda p: byol_gamma.prediction_loss(p, target, 'ce', eps)))(pred)
     expected = np_num_grad(lambda p: np.mean([np_ce_eps(p[i], target[i], eps) for i in range(4)]), pred)
-    np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grad), expected, **TOL)
+
+
+def np_softmax_rows(x):
+    return np.stack([np_softmax(np.float64(row)) for row in x])
 
 
 def test_f_ce_eps_agrees_with_printed_form_only_for_small_logits():
@@ -420,7 +432,10 @@ def test_f_ce_eps_agrees_with_printed_form_only_for_small_logits():
     small, large = rand(73, 3, 6), rand(73, 3, 6, scale=60.0)
     printed = lambda p: np.asarray(f_ce(p, target))  # noqa: E731
     authors = lambda p: np.asarray(jax.jit(lambda a: byol_gamma.f_ce(a, target, eps=1e-6))(p))  # noqa: E731
-    np.testing.assert_allclose(authors(small), printed(small), rtol=1e-4)
+    # Exactly, the two differ by sum_k softmax(target)_k log(1 + eps / softmax(p)_k) <= eps sum_k softmax(target)_k /
+    # softmax(p)_k; float32 rounding adds TOL.
+    gap = 1e-6 * np.max(np.sum(np_softmax_rows(target) / np_softmax_rows(small), axis=-1))
+    np.testing.assert_allclose(authors(small), printed(small), rtol=0, atol=gap + TOL['atol'])
     # Underflowing softmax entries cost at most -log(1e-6) ~ 13.8 with eps, unboundedly more without.
     assert np.all(authors(large) <= -np.log(1e-6) + 1e-3)
     assert np.max(printed(large) - authors(large)) > 10.0
@@ -431,7 +446,9 @@ def test_byol_gamma_loss_passes_ce_eps_to_both_terms():
     loss, info = jax.jit(lambda *x: byol_gamma.byol_gamma_loss(*x, kind='ce', ce_eps=1e-6))(fp, ft, bp, ct)
     forward = np.mean([np_ce_eps(fp[i], ft[i], 1e-6) for i in range(3)])
     backward = np.mean([np_ce_eps(bp[i], ct[i], 1e-6) for i in range(3)])
-    np.testing.assert_allclose([float(info['forward_loss']), float(info['backward_loss'])], [forward, backward], rtol=1e-4)
+    # Logits of magnitude up to 40 x 4: their log-softmaxes round within 64 operations of that magnitude.
+    np.testing.assert_allclose([float(info['forward_loss']), float(info['backward_loss'])], [forward, backward],
+                               **float32_tolerance(64, 256))
 
 
 def np_infonce_authors(psi, phi):
@@ -452,8 +469,8 @@ def test_infonce_authors_scale_matches_loop_reference_values_and_gradients():
     fn = jax.jit(lambda p, f: jnp.mean(jax.vmap(lambda a, b: tra.symmetric_infonce(a, b, 'authors')[0])(p, f)))
     np.testing.assert_allclose(float(fn(psi, phi)), np_infonce_authors(psi, phi), **TOL)
     grad_psi, grad_phi = jax.grad(fn, argnums=(0, 1))(psi, phi)
-    np.testing.assert_allclose(np.asarray(grad_psi), np_num_grad(lambda p: np_infonce_authors(p, phi), psi), rtol=1e-4, atol=1e-7)
-    np.testing.assert_allclose(np.asarray(grad_phi), np_num_grad(lambda f: np_infonce_authors(psi, f), phi), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(grad_psi), np_num_grad(lambda p: np_infonce_authors(p, phi), psi), **TOL)
+    np.testing.assert_allclose(np.asarray(grad_phi), np_num_grad(lambda f: np_infonce_authors(psi, f), phi), **TOL)
 
 
 @pytest.mark.parametrize('batch', [4, 64])
@@ -462,14 +479,17 @@ def test_infonce_scales_differ_by_batch_size_at_initialisation(batch):
     psi, phi = rand(82, batch, 8, scale=1e-3), rand(83, batch, 8, scale=1e-3)
     paper = float(jax.jit(lambda a, b: tra.symmetric_infonce(a, b, 'paper')[0])(psi, phi))
     authors = float(jax.jit(lambda a, b: tra.symmetric_infonce(a, b, 'authors')[0])(psi, phi))
-    np.testing.assert_allclose(paper, 2 * np.log(batch), rtol=1e-3)
-    np.testing.assert_allclose(authors, 2 * np.log(batch) / batch, rtol=1e-3)
+    # Inputs below 5e-3 (five standard deviations) make logits below 8 (5e-3)^2 = 2e-4, which move each log-softmax
+    # term from ln B by at most twice that ('authors': divided by B).
+    near_zero = 4 * 8 * 5e-3**2
+    np.testing.assert_allclose(paper, 2 * np.log(batch), rtol=0, atol=near_zero + TOL['atol'])
+    np.testing.assert_allclose(authors, 2 * np.log(batch) / batch, rtol=0, atol=near_zero / batch + TOL['atol'])
 
 
 def test_norm_penalty_is_the_authors_mean_over_all_entries():
     phi, psi = rand(84, 2, 6, 4), rand(85, 2, 6, 4)
     expected = 1e-6 * (np.mean(np.float64(phi) ** 2) + np.mean(np.float64(psi) ** 2))
-    np.testing.assert_allclose(float(representation_norm_penalty(phi, psi)), expected, rtol=1e-5)
+    np.testing.assert_allclose(float(representation_norm_penalty(phi, psi)), expected, **float32_tolerance(64, 16e-6))
 
 
 def np_td_sr_members(psi, phi_next, tpsi, tphi, gamma):
@@ -499,12 +519,12 @@ def test_td_sr_scales_match_loop_reference_values_and_gradients(scale):
     psi, phi_next, tpsi, tphi = (rand(90 + k, members, 5, 3) for k in range(4))
     reference = np_td_sr_scaled(scale, gamma)
     fn = jax.jit(lambda *x: losses.td_sr_loss(*x, gamma, scale=scale)[0])
-    np.testing.assert_allclose(float(fn(psi, phi_next, tpsi, tphi)), reference(psi, phi_next, tpsi, tphi), **TOL)
+    np.testing.assert_allclose(float(fn(psi, phi_next, tpsi, tphi)), reference(psi, phi_next, tpsi, tphi), **SQUARES_TOL)
     grads = jax.grad(fn, argnums=(0, 1, 2, 3))(psi, phi_next, tpsi, tphi)
     expected_psi = np_num_grad(lambda p: reference(p, phi_next, tpsi, tphi), psi)
     expected_phi = np_num_grad(lambda f: reference(psi, f, tpsi, tphi), phi_next)
-    np.testing.assert_allclose(np.asarray(grads[0]), expected_psi, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(grads[1]), expected_phi, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads[0]), expected_psi, **SQUARES_TOL)
+    np.testing.assert_allclose(np.asarray(grads[1]), expected_phi, **SQUARES_TOL)
     assert np.all(np.asarray(grads[2]) == 0.0) and np.all(np.asarray(grads[3]) == 0.0)
 
 
@@ -513,7 +533,7 @@ def test_td_sr_authors_scale_halves_the_squared_term_relative_to_the_diagonal():
     args = td_inputs(95)
     paper = float(td_sr_loss(*args, 0.9)[0])
     authors = float(jax.jit(lambda *x: losses.td_sr_loss(*x, 0.9, scale='authors')[0])(*args))
-    np.testing.assert_allclose(authors, paper / 2, **TOL)
+    np.testing.assert_allclose(authors, paper / 2, **SQUARES_TOL)
 
 
 def np_orthonormality(backward, form):
@@ -537,9 +557,9 @@ def np_orthonormality(backward, form):
 def test_orthonormality_forms_match_loop_reference_values_and_gradients(form):
     backward = rand(96, 2, 5, 3)
     fn = jax.jit(lambda b: losses.orthonormality_loss(b, form=form)[0])
-    np.testing.assert_allclose(float(fn(backward)), np_orthonormality(backward, form), **TOL)
+    np.testing.assert_allclose(float(fn(backward)), np_orthonormality(backward, form), **SQUARES_TOL)
     expected = np_num_grad(lambda b: np_orthonormality(b, form), backward)
-    np.testing.assert_allclose(np.asarray(jax.grad(fn)(backward)), expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.grad(fn)(backward)), expected, **SQUARES_TOL)
 
 
 def test_unknown_scale_raises_value_error_naming_valid_values():
@@ -591,19 +611,30 @@ def test_tdsr_default_scale_and_options_in_the_agent():
     assert (agent.config['loss_scale'], agent.config['normalize_goal'], agent.config['ortho_coef']) == ('authors', False, 0.0)
     batch, params = random_batch(110, 16), agent.network.params
     loss, info = agent.representation_loss(batch, agent.encode(batch, params), params)
-    # Two members: 1/2 sum_e td_e - mean_e diag_e = mean_e td_e - mean_e diag_e.
-    np.testing.assert_allclose(float(loss), float(info['td_loss'] - info['m_diag_mean']), rtol=1e-5, atol=1e-6)
+    # Two members: 1/2 sum_e td_e - mean_e diag_e = mean_e td_e - mean_e diag_e, either side a few roundings (8 at
+    # most) of its terms.
+    terms = lambda info: float32_tolerance(8, abs(float(info['td_loss'])) + 2 * abs(float(info['m_diag_mean'])))  # noqa: E731
+    np.testing.assert_allclose(float(loss), float(info['td_loss'] - info['m_diag_mean']), **terms(info))
     paper = agent.replace(config={**agent.config, 'loss_scale': 'paper'})
     loss, info = paper.representation_loss(batch, paper.encode(batch, params), params)
-    np.testing.assert_allclose(float(loss), float(info['td_loss'] - 2 * info['m_diag_mean']), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(loss), float(info['td_loss'] - 2 * info['m_diag_mean']), **terms(info))
 
     options = agent.replace(config={**agent.config, 'normalize_goal': True, 'ortho_coef': 1.0})
     goals = options.goal_encode(batch['actor_goals'], params)
-    np.testing.assert_allclose(np.linalg.norm(np.asarray(goals), axis=-1), np.sqrt(goals.shape[-1]), rtol=1e-5)
-    inputs = np.asarray(options.policy_inputs(batch['observations'], batch['actor_goals'], params))
     d = goals.shape[-1]
-    np.testing.assert_allclose(inputs[:, d:], np.asarray(goals.mean(0)), rtol=1e-5, atol=1e-6)
+    # sqrt(d) g / |g| and NumPy's norm of it: two d-term sums, two square roots and a few products.
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(goals), axis=-1), np.sqrt(d), **float32_tolerance(2 * d + 8, np.sqrt(d)))
+    inputs = np.asarray(options.policy_inputs(batch['observations'], batch['actor_goals'], params))
+    # The encoder (fan-ins 4, 32, 32) and the normalisation in two programs: both evaluations count; the ensemble mean
+    # two more. Its outputs are below 4 in magnitude (normalised to norm sqrt(8)).
+    encoder = 2 * (network_operations((OBS_DIM, 32, 32)) + 2 * d + 8) + 2
+    np.testing.assert_allclose(inputs[:, d:], np.asarray(goals.mean(0)), **float32_tolerance(encoder, 4))
     loss, info = options.representation_loss(batch, options.encode(batch, params), params)
     phi_next = np.asarray(options.goal_encode(batch['next_observations'], params))
-    np.testing.assert_allclose(float(info['ortho_loss']), np_orthonormality(phi_next, 'all_entries'), rtol=1e-4)
-    np.testing.assert_allclose(float(loss), float(info['td_loss'] - info['m_diag_mean'] + info['ortho_loss']), rtol=1e-5, atol=1e-5)
+    # phi_next from another program: its rounding enters the squared dot products twice, which then round within 64
+    # operations of magnitude below 128 (SQUARES_TOL).
+    ortho = float32_tolerance(2 * encoder + 64, 128)
+    np.testing.assert_allclose(float(info['ortho_loss']), np_orthonormality(phi_next, 'all_entries'), **ortho)
+    np.testing.assert_allclose(float(loss), float(info['td_loss'] - info['m_diag_mean'] + info['ortho_loss']),
+                               **float32_tolerance(8, abs(float(info['td_loss'])) + abs(float(info['m_diag_mean']))
+                                                   + abs(float(info['ortho_loss']))))
