@@ -371,10 +371,10 @@ def test_last_n_sets_the_evaluations_every_view_of_a_seed_averages(tmp_path, cap
         write_run(str(tmp_path), MAZE, 'gcbc', seed, [0.0, 0.3, 0.3, 0.1 + seed / 10])  # finals 10, 20, 30
     assert results_cli.main([f'--runs={tmp_path}', '--last_n=1', '--per_seed', '--baseline=gcbc']) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert '| antmaze-medium-stitch | **60** ± 8 | 20 ± 8 |' in lines  # means of the finals, std 8.2
-    assert '| antmaze-medium-stitch | α=1 | - |' in lines  # the chosen settings
+    assert '| antmaze-medium-stitch | **60** ± 8 (best of 2) | 20 ± 8 |' in lines  # means of the finals, std 8.2
+    assert '| antmaze-medium-stitch | α=1 (best of 2) | - |' in lines  # the chosen settings
     assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 | 3 | 60 | [35, 85] | +40 | [+40, +40] | [+17, +63] |' in lines
-    assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 | 0: 50, 1: 60, 2: 70 |' in lines
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 (best of 2) | 0: 50, 1: 60, 2: 70 |' in lines
     assert '| antmaze-medium-stitch | GCBC | - | 0: 10, 1: 20, 2: 30 |' in lines
 
 # ---- confidence intervals and per-task success ---------------------------------------------------
