@@ -103,8 +103,6 @@ NOT_RUN = [
     (r'^(?!.*scripts/sweep\.py).*visual-', 'pixels: needs a rendered visual dataset (hours on a CPU) and compiles the '
                                           'CNN for minutes; tests/agents/test_visual.py renders, trains and evaluates '
                                           'one at toy size'),
-    (r'benchmarks/bench_visual\.py', 'pixels: compiles the CNN for minutes on a CPU; tests/agents/test_visual.py '
-                                     'covers it'),
     (r'tests\.agents\.test_regression --record', "rewrites the checkout's tests/data/agent_metrics.json: "
                                                  'tests/agents/test_adding_a_method.py runs it in a copy of the '
                                                  'repository with the worked example applied'),
