@@ -181,18 +181,9 @@ def main():
                      f'environment, e.g. --env=pointmaze-medium-navigate-v0.')
     policy = make_policy(env, args.seed, args.seeds)
     seeds = [args.seed + k for k in range(args.seeds)]
-    rows = args.seeds * len(args.tasks) * args.episodes
     print(f'{args.env}, random MLP policy, {args.seeds} seed(s) x {len(args.tasks)} tasks x {args.episodes} '
           f'episodes, jax backend={jax.default_backend()}, {usable_cpus()} usable CPU cores, load average '
           f'{os.getloadavg()[0]:.1f}')
-    for batch in sorted({args.seeds, args.seeds * args.episodes, rows}):
-        observations = np.zeros((batch,) + env.observation_space.shape)
-        policy(observations, observations + 1.0)  # compile outside the timed region
-        start = time.perf_counter()
-        for _ in range(100):
-            policy(observations, observations + 1.0)
-        print(f'policy call at batch {batch}: {(time.perf_counter() - start) / 100 * 1e6:.0f} us')
-
     print('\n| evaluation | wall s | env steps/s | success |')
     print('|---|---|---|---|')
     timings = []
