@@ -26,7 +26,6 @@ Memory: the frames never need to fit in RAM here (1M x 64 x 64 x 3 uint8 = 12.3 
 import json
 import logging
 import os
-import shutil
 import time
 
 import gymnasium
@@ -34,6 +33,7 @@ import numpy as np
 
 from datagen import antmaze, scene
 from datagen.pointmaze import _save_npz_atomic, generator_record
+from runtime.dataset_files import check_writable_space
 from runtime.provenance import file_source, source_label, write_sidecar
 from utils.render_backend import unavailable_message
 from utils.errors import DatasetError
@@ -174,18 +174,6 @@ def estimated_bytes(dataset_name, num_train_episodes=None, num_val_episodes=None
     return 2 * state_bytes + 2 * (state_bytes // module.ROW_BYTES) * int(np.prod(IMAGE_SHAPE))
 
 
-def check_disk_space(directory, num_rows):
-    """DatasetError before any work if `directory` cannot hold the frames twice (memmap + .npz)."""
-    needed = 2 * num_rows * int(np.prod(IMAGE_SHAPE))
-    free = shutil.disk_usage(directory).free
-    if free < needed:
-        raise DatasetError(
-            f'Rendering {num_rows} frames needs about {needed / 1e9:.1f} GB free in {directory} (the frames file '
-            f'plus the .npz written from it), but only {free / 1e9:.1f} GB are free. Free space or pass another '
-            f'--dataset_dir.'
-        )
-
-
 def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, num_val_episodes=None, progress=True):
     """Writes `<dataset_dir>/<dataset_name>.npz` and `-val.npz`, rendered from the state dataset of the
     same name without `visual-` (from `dataset_dir`; generated with `seed` and the episode counts if
@@ -209,7 +197,8 @@ def write_dataset(dataset_name, dataset_dir, seed=0, num_train_episodes=None, nu
         'val': (_load_state_split(state_val, num_val_episodes), os.path.join(dataset_dir, f'{dataset_name}-val.npz')),
     }
     total_rows = sum(len(data['terminals']) for data, _ in splits.values())
-    check_disk_space(dataset_dir, total_rows)
+    # The frames twice (the memmap they are rendered into, and the .npz written from it), counted from the state rows.
+    check_writable_space(dataset_dir, 2 * total_rows * int(np.prod(IMAGE_SHAPE)), f'{dataset_name} frames')
 
     renderer = FrameRenderer(env_id(dataset_name))
     first = splits['train'][0]

@@ -909,17 +909,18 @@ def format_task_table(table: Table, last_n: int = 3, scale: float = 100.0, decim
     return '\n'.join(lines)
 
 
+def values_by_step(runs: Sequence[SeedResult], scale: float = 100.0):
+    """Steps (union over seeds) and, at each, the scaled values of the seeds evaluated there."""
+    steps = np.unique(np.concatenate([run.steps for run in runs])) if runs else np.zeros(0, dtype=np.int64)
+    return steps, [[run.values[run.steps == step][-1] * scale for run in runs if np.any(run.steps == step)]
+                   for step in steps]
+
+
 def curve_interval(runs: Sequence[SeedResult], scale: float = 100.0, ci: Optional[Intervals] = None):
     """Steps (union over seeds) and the t-interval of the mean over the seeds evaluated at each step."""
-    ci = ci or Intervals()
-    steps = np.unique(np.concatenate([run.steps for run in runs])) if runs else np.zeros(0, dtype=np.int64)
-    lows, highs = [], []
-    for step in steps:
-        values = [run.values[run.steps == step][-1] * scale for run in runs if np.any(run.steps == step)]
-        low, high = ci.interval(values)
-        lows.append(low)
-        highs.append(high)
-    return steps, np.array(lows), np.array(highs)
+    steps, values = values_by_step(runs, scale)
+    bounds = np.array([(ci or Intervals()).interval(at_step) for at_step in values]).reshape(-1, 2)
+    return steps, bounds[:, 0], bounds[:, 1]
 
 
 def format_settings(table: Table, latex: bool = False) -> str:
@@ -1003,11 +1004,6 @@ def data_source_lines(table: 'Table') -> List[str]:
 
 def mean_curve(runs: Sequence[SeedResult], scale: float = 100.0):
     """Steps (union over seeds) and the mean, std and seed count at each; seeds without a step are left out there."""
-    steps = np.unique(np.concatenate([run.steps for run in runs])) if runs else np.zeros(0, dtype=np.int64)
-    means, stds, counts = [], [], []
-    for step in steps:
-        values = [run.values[run.steps == step][-1] * scale for run in runs if np.any(run.steps == step)]
-        means.append(np.mean(values))
-        stds.append(np.std(values))
-        counts.append(len(values))
-    return steps, np.array(means), np.array(stds), np.array(counts)
+    steps, values = values_by_step(runs, scale)
+    return (steps, np.array([np.mean(v) for v in values]), np.array([np.std(v) for v in values]),
+            np.array([len(v) for v in values]))

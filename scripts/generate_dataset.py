@@ -39,6 +39,7 @@ flags.DEFINE_integer('workers', None, 'Antmaze: processes simulating episodes (d
                      lower_bound=1)
 flags.mark_flag_as_required('env_name')
 
+RERUN = 'a file already complete is checked against it, never replaced.'
 STOP_SIGNALS = {signal.SIGTERM: ('SIGTERM', EXIT_PREEMPTED), signal.SIGHUP: ('SIGHUP', EXIT_HANGUP)}
 
 
@@ -86,34 +87,26 @@ def main(_):
         cause, fix = failure
         sys.stdout.flush()
         sys.exit(f'\nError: Cannot write {e.filename or "a dataset file"}: {cause} ({e.strerror}). '
-                 f'{written_so_far(FLAGS.env_name, paths, present_before)} {fix[0].upper() + fix[1:]}, then rerun the '
-                 f'same command to write the rest: a file already complete is checked against it, never replaced.')
+                 f'{what_was_written(FLAGS.env_name, paths, present_before)} {fix[0].upper() + fix[1:]}, then rerun the '
+                 f'same command to write the rest: {RERUN}')
     except KeyboardInterrupt as stop:
         sys.stdout.flush()
         cause = stop.name if isinstance(stop, StopSignal) else 'Ctrl-C'
-        print(f'\n{interrupted_message(FLAGS.env_name, paths, present_before, cause)}', file=sys.stderr, flush=True)
+        print(f'\nInterrupted ({cause}): generation of {FLAGS.env_name} stopped. '
+              f'{what_was_written(FLAGS.env_name, paths, present_before)} Rerun the same command to finish it: {RERUN}',
+              file=sys.stderr, flush=True)
         sys.exit(stop.code if isinstance(stop, StopSignal) else EXIT_INTERRUPTED)
     print(f'Wrote {train_path} and {val_path}')
 
 
-def interrupted_message(dataset_name, paths, present_before, cause='Ctrl-C'):
-    """What a stop (Ctrl-C, SIGTERM, SIGHUP) left: files are published whole (val first, then train) or not at all."""
-    completed = [path for path in paths if os.path.exists(path) and path not in present_before]
-    if not completed:
-        return (f'Interrupted ({cause}): generation of {dataset_name} stopped and nothing was written (files appear only '
-                f'when complete; no partial or temporary file is left). Rerun the same command to generate it.')
-    missing = [path for path in paths if not os.path.exists(path)]
-    return (f'Interrupted ({cause}): generation of {dataset_name} stopped after {", ".join(completed)} was complete '
-            f'(it is kept); {", ".join(missing) or "nothing else"} was not written. Rerun the same command '
-            f'to write it: the complete file is checked against it, never replaced.')
-
-
-def written_so_far(dataset_name, paths, present_before):
-    """What a failed generation left, in one sentence: files are published whole or not at all."""
+def what_was_written(dataset_name, paths, present_before):
+    """What a stopped or failed generation left, in one sentence: files are published whole (val first, then train)
+    or not at all."""
     completed = [path for path in paths if os.path.exists(path) and path not in present_before]
     missing = [path for path in paths if not os.path.exists(path)]
     if not completed:
-        return f'Nothing of {dataset_name} was written (files appear only when complete; no partial file is left).'
+        return (f'Nothing of {dataset_name} was written (files appear only when complete; no partial or temporary file '
+                f'is left).')
     return (f'{", ".join(completed)} was written whole and is kept; {", ".join(missing) or "nothing else"} was not '
             f'(no partial or temporary file is left).')
 

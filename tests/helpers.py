@@ -1,6 +1,6 @@
 """What several test modules share: a toy dataset and small agents, the presets that cover every code path, the
-recorded per-step metrics, XLA and rendering switches, and the worked example of docs/adding_a_method.md. Test
-modules import from here, never from one another."""
+recorded per-step metrics, XLA and rendering switches, a pointmaze oracle policy, and the worked example of
+docs/adding_a_method.md. Test modules import from here, never from one another."""
 
 import contextlib
 import importlib.util
@@ -171,6 +171,38 @@ def analysis_run(save_dir, dataset_dir, group='analysis', name='byol'):
                                   analysis.example_batch(env.action_space), request.config)
     save_checkpoint(run_dir.path, create(0), 100)
     return run_dir.path
+
+
+# ---------------------------------------------------------------------------------------------
+# A policy that reaches pointmaze goals, for evaluation tests.
+# ---------------------------------------------------------------------------------------------
+
+
+def pointmaze_oracle_policy(env):
+    """Batched BFS oracle for point mazes (observations and goals are xy): a unit vector toward the subgoal of
+    OGBench's `get_oracle_subgoal` (the scripted expert behind the pointmaze datasets; tabulated by `MazeOracle`),
+    and toward the goal itself once in the goal's cell (the goal carries up to a quarter cell of noise per axis and
+    the success radius is a quarter cell).
+
+    It is plain numpy on purpose: numpy applies the same IEEE operations to a row whatever the batch size, so its
+    actions (and an evaluation's episodes) are bitwise independent of lockstep batching, which jitted XLA code does
+    not promise.
+    """
+    if env.observation_space.shape != (2,):
+        raise ValueError(f'pointmaze_oracle_policy needs xy observations, got shape {env.observation_space.shape}.')
+    from utils.maze import MazeOracle
+
+    oracle = MazeOracle(env)
+
+    def policy(observations, goals):
+        agent_cells = np.array([oracle.cell(xy) for xy in observations])
+        goal_cells = np.array([oracle.cell(xy) for xy in goals])
+        subgoals = oracle.subgoal_xy[goal_cells[:, 0], goal_cells[:, 1], agent_cells[:, 0], agent_cells[:, 1]]
+        in_goal_cell = np.all(agent_cells == goal_cells, axis=1)[:, None]
+        direction = np.where(in_goal_cell, goals, subgoals) - observations
+        return direction / np.maximum(np.linalg.norm(direction, axis=-1, keepdims=True), 1e-6)
+
+    return policy
 
 
 # ---------------------------------------------------------------------------------------------

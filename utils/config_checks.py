@@ -347,11 +347,6 @@ def _plain(value):
     return list(value) if isinstance(value, (tuple, list)) else value
 
 
-def rule_for(key: str, agent_class):
-    """The rule field `key` is checked by (`field_rules`), None for a field no part of the agent reads."""
-    return field_rules(agent_class).get(key)
-
-
 def _shown(value) -> str:
     return str(value).replace(' ', '') if isinstance(value, tuple) else str(value)
 
@@ -378,11 +373,11 @@ def validate_config(config, agent_class):
     """The agent config's contract, checked before anything is built or compiled. ConfigError for the first field
     no part of `agent_class` reads (a misspelled field in a config file or preset would otherwise be silently
     ignored, and the value it meant to set left at its default), the sampler fields its BATCH declares and the
-    config lacks, the first value that breaks its rule (`rule_for`), then the first joint rule that fails (goal
+    config lacks, the first value that breaks its rule (`field_rules`), then the first joint rule that fails (goal
     mixtures that do not sum to 1, the agent's tuple-keyed rules). Non-finite floats are rejected whatever the
     field, with the field's own valid example."""
     rules, name = field_rules(agent_class), config['agent_name'] if 'agent_name' in config else agent_class.__name__
-    unread = [key for key in config.keys() if rule_for(key, agent_class) is None and key not in LABELS]
+    unread = [key for key in config.keys() if key not in rules and key not in LABELS]
     if unread:
         raise ConfigError(
             f'Config field(s) {", ".join(repr(k) for k in unread)} of agent {name!r} are read by no part of it, so their '
@@ -397,7 +392,7 @@ def validate_config(config, agent_class):
                           f'get_config() (a goal mixture\'s fields: utils.training.goal_mixture).')
     for key in config.keys():
         value = config[key]
-        rule = rule_for(key, agent_class)
+        rule = rules.get(key)
         if isinstance(value, float) and not math.isfinite(value):
             raise _invalid(key, value, 'must be finite', rule.example if rule else "its config file's default")
         broken = rule.broken_by(value) if rule is not None else None

@@ -96,28 +96,3 @@ class MazeOracle:
     def subgoal(self, agent_xy, goal_xy):
         """Same array as the first output of env.unwrapped.get_oracle_subgoal(agent_xy, goal_xy)."""
         return self.subgoal_xy[self.cell(goal_xy) + self.cell(agent_xy)].copy()
-
-
-def pointmaze_oracle_policy(env):
-    """Batched BFS oracle for point mazes (observations and goals are xy): a unit vector toward the subgoal of
-    OGBench's `get_oracle_subgoal` (the scripted expert behind the pointmaze datasets; tabulated by `MazeOracle`),
-    and toward the goal itself once in the goal's cell (the goal carries up to a quarter cell of noise per axis and
-    the success radius is a quarter cell).
-
-    It is plain numpy on purpose: numpy applies the same IEEE operations to a row whatever the batch size, so its
-    actions (and an evaluation's episodes) are bitwise independent of lockstep batching, which jitted XLA code does
-    not promise.
-    """
-    if env.observation_space.shape != (2,):
-        raise ValueError(f'pointmaze_oracle_policy needs xy observations, got shape {env.observation_space.shape}.')
-    oracle = MazeOracle(env)
-
-    def policy(observations, goals):
-        agent_cells = np.array([oracle.cell(xy) for xy in observations])
-        goal_cells = np.array([oracle.cell(xy) for xy in goals])
-        subgoals = oracle.subgoal_xy[goal_cells[:, 0], goal_cells[:, 1], agent_cells[:, 0], agent_cells[:, 1]]
-        in_goal_cell = np.all(agent_cells == goal_cells, axis=1)[:, None]
-        direction = np.where(in_goal_cell, goals, subgoals) - observations
-        return direction / np.maximum(np.linalg.norm(direction, axis=-1, keepdims=True), 1e-6)
-
-    return policy

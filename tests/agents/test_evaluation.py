@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import float32_tolerance, network_operations, skip_without_rendering
+from tests.helpers import float32_tolerance, network_operations, pointmaze_oracle_policy, skip_without_rendering
 from utils.evaluation import (
     FrameStackPolicy,
     evaluate,
@@ -28,7 +28,6 @@ from utils.evaluation import (
 from utils.evaluation.envs import GymEpisodes
 from utils.evaluation.native import NativeEpisodes
 from utils.evaluation.workers import EnvWorkers
-from utils.maze import pointmaze_oracle_policy
 
 EPISODES = 3
 MAX_STEPS = 150

@@ -12,8 +12,7 @@ import pytest
 from experiments import analysis
 from scripts import horizon, rep_heatmap, sp_correlation
 from utils.evaluation import evaluate, evaluation_metrics, make_env, make_eval_envs, one_env
-from tests.helpers import analysis_run
-from utils.maze import pointmaze_oracle_policy
+from tests.helpers import analysis_run, pointmaze_oracle_policy
 
 pytestmark = pytest.mark.xdist_group('test_analysis')  # its module fixtures are built once, in one worker
 

@@ -258,7 +258,8 @@ def test_ctrl_c_during_generation_says_nothing_was_written(tmp_path, sig, code, 
     assert process.returncode == code, err[-3000:]
     assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f'Interrupted ({cause}): generation of {ENV} stopped and nothing was written'), err[-2000:]
+    assert last.startswith(f'Interrupted ({cause}): generation of {ENV} stopped. Nothing of {ENV} was written'), \
+        err[-2000:]
     assert os.listdir(data) == []
 
 

@@ -100,12 +100,9 @@ NOT_RUN = [
     (r'ogbench\.download_datasets', 'downloads from the internet'),
     (r'^\.venv/bin/wandb ', 'needs a wandb account and the network'),
     (r'scripts/train_expert\.py', 'trains the ant expert for an hour; tests/agents/test_sac.py trains it at toy size'),
-    (r'benchmarks/bench_ogbench_reference\.py', "needs OGBench's source distribution and its distrax dependency"),
     (r'^(?!.*scripts/sweep\.py).*visual-', 'pixels: needs a rendered visual dataset (hours on a CPU) and compiles the '
                                           'CNN for minutes; tests/agents/test_visual.py renders, trains and evaluates '
                                           'one at toy size'),
-    (r'benchmarks/bench_visual\.py', 'pixels: compiles the CNN for minutes on a CPU; tests/agents/test_visual.py '
-                                     'covers it'),
     (r'tests\.agents\.test_regression --record', "rewrites the checkout's tests/data/agent_metrics.json: "
                                                  'tests/agents/test_adding_a_method.py runs it in a copy of the '
                                                  'repository with the worked example applied'),
@@ -132,10 +129,8 @@ TOY_FLAGS = {
     'scripts/rep_heatmap.py': ['--max_states=40'],
     'scripts/sp_correlation.py': ['--num_pairs=20', '--scatter_points=10'],
     'scripts/finite_mdp.py': ['--fast'],
-    'benchmarks/bench_train.py': ['--steps=2', '--rounds=1', '--batch_sizes=16', '--presets=gcbc'],
-    'benchmarks/bench_seeds.py': ['--steps=2', '--rounds=1', '--num_seeds=1,2', '--batch_size=16', '--preset=gcbc'],
-    'benchmarks/bench_eval.py': ['--episodes=2', '--tasks', '1', '--max_steps=50', '--env_seconds=0.2',
-                                 '--train_batch_size=16', '--steps_per_call=2'],
+    'benchmarks/bench_eval.py': ['--episodes=2', '--tasks', '1', '--max_steps=50', '--train_batch_size=16',
+                                 '--steps_per_call=2'],
 }
 # Scripts that are quick as the pages write them.
 AS_DOCUMENTED = ('scripts/results.py', 'scripts/plot_curves.py', 'scripts/plot_difference.py',
