@@ -109,7 +109,8 @@ def test_resume_continues_exactly_or_refuses(pointmaze_data_dir, tmp_path, capsy
     full_dir = save_dir / 'default' / 'full'
     assert paragraph.startswith(f'Cannot write {full_dir / "checkpoint.msgpack"}: the file-size limit was reached')
     assert '--resume' in paragraph
-    assert sorted(p.name for p in full_dir.iterdir()) == ['config.json', 'dataset.json', 'flags.json', 'run.lock', 'train.csv']
+    assert sorted(p.name for p in full_dir.iterdir()) == ['config.json', 'dataset.json', 'flags.json', 'resumes.json', 'run.lock',
+                                                            'train.csv']
 
     # An extension may change --train_steps: DONE goes before training starts, so a kill mid-extension
     # leaves an unfinished run, not a finished-looking one.
