@@ -729,7 +729,8 @@ def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, d
     """Every setting of every method against `baseline` on each dataset that has it (at the baseline's
     best setting): seeds, mean and t-interval, then the difference of means with its paired t-interval over seeds
     and Welch's interval as a check (`difference`; seeds that do not pair: Welch's, marked). Listing every setting,
-    not only the best, keeps the choice of alpha visible."""
+    not only the best, keeps the choice of alpha visible; the setting a best-setting table shows is marked with the
+    settings it was chosen from."""
     ci = ci or Intervals()
     if not any(method == baseline for _, method in cells):
         found = sorted({method for _, method in cells})
@@ -746,10 +747,12 @@ def format_comparison(cells: Dict[Tuple[str, str], List[Cell]], baseline: str, d
             continue
         present = [m for m in (methods or ordered({m for e, m in cells if e == env}, list(METHODS))) if (env, m) in cells]
         for method in present:
+            chosen = best_cells({(env, method): cells[(env, method)]}).get((env, method))
             for cell in cells[(env, method)]:
                 if not cell.n or (method == baseline and cell.setting != reference.setting):
                     continue
-                setting = chosen_setting_label(reference) if method == baseline else setting_label(cell.setting) or '-'
+                setting = (chosen_setting_label(chosen) if chosen is not None and cell.setting == chosen.setting
+                           else setting_label(cell.setting) or '-')
                 row = (f'| {env} | {method_label(method)} | {setting} | {seeds_text(cell, last_n)} | '
                        f'{_number(cell.mean, decimals)} | {format_interval(*ci.interval(cell.scores), decimals, ci.value_range)} | ')
                 if method == baseline:

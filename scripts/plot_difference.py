@@ -8,7 +8,8 @@ Each --runs is LABEL=FOLDERS (folders comma-separated, as scripts/results.py's -
 dataset, the budget (gradient steps), the evaluations each seed's score averages, the setting, the seeds of each side
 and where the data came from. The method is shown at its best setting per dataset (the cell scripts/results.py
 reports), and a row whose setting is the best of several says so: chosen on the seeds it reports, it is biased
-upward. Seed i of both methods shares its batches and evaluation resets, so the interval is the paired t-interval
+upward. With --all_settings, every setting of the method gets its row against the baseline's best, and the best
+one is marked as the pick of the paper's protocol (best on the evaluations, on these same seeds). Seed i of both methods shares its batches and evaluation resets, so the interval is the paired t-interval
 of the seed-wise differences; Welch's interval is printed beside it as a check, and is the interval, marked
 unpaired, where the two did not score the same seeds. An interval that excludes 0 separates the two. Where the
 paper's main table has both methods on a row's dataset, a diamond marks the paper's difference: its own method's
@@ -60,29 +61,35 @@ class Row:
         return '\n'.join((self.label,) + self.details + (() if self.reported is not None else ('no cell in the paper',)))
 
 
-def differences(labelled_runs, method, baseline, confidence, last_n=3):
-    """[Row] for every dataset of every run set that has both methods."""
+def differences(labelled_runs, method, baseline, confidence, last_n=3, all_settings=False):
+    """[Row] for every dataset of every run set that has both methods: the method's best setting, or with
+    `all_settings` each of its settings, against the baseline's best."""
     rows = []
     for label, folders in labelled_runs:
         runs = R.load_runs(folders, warn=lambda m: print(f'Warning: {m}', file=sys.stderr))
         if not runs:
             raise ValueError(f'{label}: no run directories (folders with eval.csv) under {",".join(folders)}.')
-        best = R.best_cells(R.group_cells(runs, last_n))
+        cells = R.group_cells(runs, last_n)
+        best = R.best_cells(cells)
         envs = R.ordered({env for env, m in best if m == method} & {env for env, m in best if m == baseline}, R.ENV_ORDER)
         if not envs:
             raise ValueError(f'{label}: no dataset has runs of both {method} and {baseline}.')
-        for env in envs:
-            cell, reference = best[(env, method)], best[(env, baseline)]
+        for env, cell in ((env, cell) for env in envs
+                          for cell in (cells[(env, method)] if all_settings else [best[(env, method)]])):
+            reference, chosen = best[(env, baseline)], best[(env, method)]
             found = R.difference(cell, reference, confidence)
             steps = dict(cell.runs[0].protocol).get('train_steps')
             evaluations = min(min(len(run.values), last_n) for run in cell.runs + reference.runs if len(run.values))
-            setting = R.setting_label(cell.setting)
-            if cell.selected_from > 1:
-                setting += f' (best of {cell.selected_from}, chosen on these seeds)'
+            setting, pick = R.setting_label(cell.setting), ()
+            if chosen.selected_from > 1 and cell.setting == chosen.setting:
+                if all_settings:
+                    pick = (f"the paper's protocol's pick: best of {chosen.selected_from} on these seeds",)
+                else:
+                    setting += f' (best of {chosen.selected_from}, chosen on these seeds)'
             origins = '; '.join(sorted({data_origin(run.data_source) for run in cell.runs + reference.runs}))
             budget = f'{steps / 1000:g}k steps, score = mean of {evaluations} evaluations{", " + setting if setting else ""}'
             seeds = f'n = {cell.n} vs {reference.n} seeds, {"paired" if found.paired else "unpaired"}'
-            rows.append(Row(f'{label}: {env}', (budget, seeds, origins), found,
+            rows.append(Row(f'{label}: {env}', (budget,) + pick + (seeds, origins), found,
                             paper.main_table_difference(env, method, baseline)))
     return rows
 
@@ -148,6 +155,8 @@ def main(argv=None):
     parser.add_argument('--method', default='byol_gamma_a')
     parser.add_argument('--baseline', default='gcbc')
     parser.add_argument('--confidence', type=float, default=0.95)
+    parser.add_argument('--all_settings', action='store_true',
+                        help="A row for every setting of --method (each alpha of a grid), the best one marked.")
     parser.add_argument('--out', required=True, help='PNG path.')
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     labelled = []
@@ -157,7 +166,7 @@ def main(argv=None):
             parser.error(f'--runs={item!r}: write LABEL=FOLDERS, e.g. --runs="CPU=results/cpu_stitch_6k".')
         labelled.append((label.strip(), [f.strip() for f in folders.split(',') if f.strip()]))
     try:
-        rows = differences(labelled, args.method, args.baseline, args.confidence)
+        rows = differences(labelled, args.method, args.baseline, args.confidence, all_settings=args.all_settings)
     except (ValueError, FileNotFoundError, ConfigError) as e:
         sys.exit(f'Error: {e}')
     plot(rows, args.method, args.baseline, args.confidence, args.out)

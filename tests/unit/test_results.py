@@ -373,7 +373,7 @@ def test_last_n_sets_the_evaluations_every_view_of_a_seed_averages(tmp_path, cap
     lines = capsys.readouterr().out.splitlines()
     assert '| antmaze-medium-stitch | **60** ± 8 (best of 2) | 20 ± 8 |' in lines  # means of the finals, std 8.2
     assert '| antmaze-medium-stitch | α=1 (best of 2) | - |' in lines  # the chosen settings
-    assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 | 3 | 60 | [35, 85] | +40 | [+40, +40] | [+17, +63] |' in lines
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 (best of 2) | 3 | 60 | [35, 85] | +40 | [+40, +40] | [+17, +63] |' in lines
     assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 (best of 2) | 0: 50, 1: 60, 2: 70 |' in lines
     assert '| antmaze-medium-stitch | GCBC | - | 0: 10, 1: 20, 2: 30 |' in lines
 
@@ -536,7 +536,8 @@ def test_comparison_against_a_baseline_in_the_cli(tmp_path, capsys):
         difference = scores.mean() - reference.mean()
         ci_low, ci_high = R.t_interval(scores)
         signed = functools.partial(half_away, signed=True)
-        assert (f'| antmaze-medium-stitch | BYOL-γ^a | α={alpha} | 4 | {half_away(scores.mean())} | [{half_away(ci_low)}, '
+        chosen = ' (best of 3)' if alpha == 1 else ''  # the best-setting tables' alpha, marked
+        assert (f'| antmaze-medium-stitch | BYOL-γ^a | α={alpha}{chosen} | 4 | {half_away(scores.mean())} | [{half_away(ci_low)}, '
                 f'{half_away(ci_high)}] | {signed(difference)} | [{signed(low)}, {signed(high)}] | [{signed(welch_low)}, '
                 f'{signed(welch_high)}] |') in out
     assert R.paired_interval(100 * np.array(byol[1]), reference)[0] > 0  # alpha 1 separates from GCBC
@@ -747,7 +748,9 @@ def test_a_setting_selected_on_the_same_seeds_says_so_wherever_it_is_shown(tmp_p
     assert '| antmaze-medium-stitch | BYOL-γ^a | α=6 (best of 4) | 0: 40, 1: 41, 2: 42 |' in out  # per seed
     assert '| antmaze-medium-stitch | α=6 (best of 4) | - |' in out  # chosen settings
     assert '| antmaze-medium-stitch | BYOL-γ^a | α=6 (best of 4) | 3 | 41 |' in out.split('Against')[1]  # baseline
-    assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 | 3 | 31 |' in out.split('Against')[2]  # every setting, unmarked
+    against_gcbc = out.split('Against')[2]  # every setting: the one a best-setting table shows marked, the others not
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=1 | 3 | 31 |' in against_gcbc
+    assert '| antmaze-medium-stitch | BYOL-γ^a | α=6 (best of 4) | 3 | 41 |' in against_gcbc
     assert R.SELECTION_LEGEND in out and 'chosen on the very seeds the cell reports' in R.SELECTION_LEGEND
     assert results_cli.main([f'--runs={root}', '--methods=gcbc']) == 0
     assert R.SELECTION_LEGEND not in capsys.readouterr().out
