@@ -41,6 +41,11 @@ ENDLESS = ['--train_steps=100000000', '--log_interval=20', '--steps_per_call=20'
            '--save_interval=100000000']
 
 
+def key_bytes(key):
+    """A PRNG key's bits, for comparing keys of either kind (typed or raw uint32)."""
+    return np.asarray(jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key).tobytes()
+
+
 def main_command(data_dir, save_dir, *extra, env=ENV):
     return [*MAIN_PROCESS, f'--env_name={env}', '--agent=agents/gcbc.py', f'--dataset_dir={data_dir}',
             f'--save_dir={save_dir}', *TINY, *extra]

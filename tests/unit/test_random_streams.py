@@ -1,18 +1,19 @@
 """A run's random streams are derived from its seed by name (utils/random_streams.py): no two streams of a run, nor
-of runs with other seeds, nor the per-step keys drawn from them, coincide, under either threefry layout; the agents
-take their streams from there; and a checkpoint written before the streams were named cannot be resumed."""
+of runs with other seeds, nor the per-step keys drawn from them, coincide, under either threefry layout; and a
+checkpoint written before the streams were named cannot be resumed (tests/agents/test_agent_streams.py: the agents take
+their streams from there)."""
 
 import itertools
 import os
 
 import flax.serialization
 import jax
-import numpy as np
 import pytest
 
 from agents.base import update_keys
 from runtime.checkpoints import CHECKPOINT_NAME, COMPUTATION_CHANGES, check_resumable, checkpoint_header
 from runtime.errors import ResumeMismatchError
+from tests.helpers import key_bytes
 from utils.random_streams import NAMED_STREAMS_SINCE, STREAMS, stream_key
 
 SEEDS = range(4)
@@ -26,10 +27,6 @@ def threefry_layout(request):
     jax.config.update('jax_threefry_partitionable', request.param)
     yield request.param
     jax.config.update('jax_threefry_partitionable', before)
-
-
-def key_bytes(key):
-    return np.asarray(jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key).tobytes()
 
 
 def assert_pairwise_distinct(named_keys):
@@ -73,31 +70,6 @@ def test_the_positional_derivation_did_coincide():
 def test_unknown_stream_names_are_refused():
     with pytest.raises(ValueError, match='unknown random stream'):
         stream_key(0, 'data')
-
-
-def test_agents_take_their_streams_by_name():
-    """A flat agent's rng is its update stream; a hierarchy's acting seed is its own, its low level's the flat one's;
-    FB's update noise (its latents and smoothing noise) never reuses a key of the batch draw."""
-    from configs.presets import get_config
-    from tests.helpers import make_agent, sampling_key, small, toy_dataset
-    from utils.training import sample_batch
-    from utils.training import batch_config
-
-    hierarchical = make_agent(small(get_config('hbyol_gamma_a')), 1)
-    assert key_bytes(hierarchical.rng) == key_bytes(stream_key(1, 'high/acting'))
-    assert key_bytes(hierarchical.low.rng) == key_bytes(stream_key(1, 'update'))
-    # FB's update: the noise key of each step is update_keys of the agent's rng, and never a key the sampler used.
-    data, fb = toy_dataset(), make_agent(small(get_config('fb')), 0)
-    assert key_bytes(fb.rng) == key_bytes(stream_key(0, 'update'))
-    batch_keys = []
-    for step in STEPS:
-        batch_key = jax.random.fold_in(sampling_key(0), step)
-        batch_keys += [batch_key, *jax.random.split(batch_key, 5)]
-        next_rng, noise_key = update_keys(fb.rng)
-        fb, _ = fb.update(sample_batch(batch_key, data, batch_config(fb)))
-        assert key_bytes(fb.rng) == key_bytes(next_rng)
-        noise_keys = [noise_key, *jax.random.split(noise_key, 3)]
-        assert not {key_bytes(k) for k in noise_keys} & {key_bytes(k) for k in batch_keys}
 
 
 @pytest.mark.parametrize('version', [None, '0.3.0', '0.4.0', '0.5.0'])
