@@ -266,6 +266,26 @@ def toy_dataset(num_episodes=40, length=30, seed=0):
     return DeviceDataset.from_numpy(observations, actions, terminals)
 
 
+def chain_of_directions(num_states, num_episodes, length, seed=0):
+    """Random walks on a chain of one-hot states with reflecting ends, whose action, uniform on [-1, 1], steps right
+    when positive and left otherwise: a good and a bad direction from every state, and a critic that has seen every
+    action it is asked about."""
+    from utils.training import DeviceDataset
+
+    rng = np.random.default_rng(seed)
+    positions, actions = [], []
+    for _ in range(num_episodes):
+        x = rng.integers(num_states)
+        for _ in range(length):
+            action = rng.uniform(-1.0, 1.0)
+            positions.append(x)
+            actions.append(action)
+            x = int(np.clip(x + (1 if action > 0 else -1), 0, num_states - 1))
+    observations = np.eye(num_states, dtype=np.float32)[positions]
+    terminals = np.tile(np.arange(length) == length - 1, num_episodes)
+    return DeviceDataset.from_numpy(observations, np.asarray(actions, np.float32)[:, None], terminals)
+
+
 def small(config, batch_size=64):
     config.batch_size = batch_size
     config.actor_hidden_dims = (64, 64)

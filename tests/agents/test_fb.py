@@ -12,14 +12,14 @@ import pytest
 from agents import get_agent_class
 from agents.base import update_keys
 from agents.fb import FBAgent, get_config, pessimistic_mean
-from tests.helpers import (ACTION_DIM, FLOAT32_U, FLOAT64_DRIFT, OBS_DIM, as_float64, assert_ema_of, float32_tolerance, make_agent,
-                           network_operations, sampler_of, small, toy_dataset)
+from tests.helpers import (ACTION_DIM, FLOAT32_U, FLOAT64_DRIFT, OBS_DIM, as_float64, assert_ema_of, chain_of_directions,
+                           float32_tolerance, make_agent, network_operations, sampler_of, small, toy_dataset)
 from utils import losses
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import env_spaces, evaluate, evaluation_metrics, make_eval_envs
 from utils.random_streams import stream_key
-from utils.training import DeviceDataset, sample_batch, train, validation_metrics
+from utils.training import sample_batch, train, validation_metrics
 
 pytestmark = pytest.mark.xdist_group('test_fb')  # its module fixtures are built once, in one worker
 
@@ -292,27 +292,12 @@ def test_training_reduces_critic_loss_and_ranks_next_states_first(data):
     assert infos['critic/m_diag_mean'][-30:].mean() > infos['critic/m_offdiag_mean'][-30:].mean()
 
 
-def chain_dataset(num_states, num_episodes=200, length=40, seed=0):
-    """Random walks on a chain of one-hot states; action a in [-1, 1] moves right if a > 0, else left."""
-    rng = np.random.default_rng(seed)
-    observations, actions = [], []
-    for _ in range(num_episodes):
-        state = rng.integers(num_states)
-        for _ in range(length):
-            action = rng.uniform(-1, 1)
-            observations.append(np.eye(num_states)[state])
-            actions.append([action])
-            state = min(num_states - 1, state + 1) if action > 0 else max(0, state - 1)
-    terminals = np.tile(np.arange(length) == length - 1, num_episodes)
-    return DeviceDataset.from_numpy(np.array(observations, np.float32), np.array(actions, np.float32), terminals)
-
-
 def test_goal_reaching_on_a_chain_improves_with_training():
     """The whole algorithm -- successor measure, actor, z = B(g) -- learns to head towards the goal."""
     num_states = 10
     config = small(get_config())
     config.discount = 0.9
-    data = chain_dataset(num_states)
+    data = chain_of_directions(num_states, num_episodes=200, length=40)
     states = jnp.eye(num_states)
 
     def fraction_heading_to_goal(agent):

@@ -12,7 +12,7 @@ from agents import get_agent_class
 from configs.presets import PRESETS, get_config as preset_config, method_of
 from experiments.results import RL_METHODS, row_marks
 from runtime.checkpoints import load_checkpoint, save_checkpoint
-from tests.helpers import ACTION_DIM, OBS_DIM, make_agent, sampler_of, toy_dataset
+from tests.helpers import ACTION_DIM, OBS_DIM, chain_of_directions, make_agent, sampler_of, toy_dataset
 from utils.config_checks import validate_config
 from utils.errors import ConfigError
 from utils.evaluation import env_spaces, evaluate, evaluation_metrics, make_eval_envs
@@ -134,24 +134,6 @@ def test_learned_values_rank_chain_states_by_distance_to_the_goal(agent_name, st
 
 
 
-def chain_of_directions(num_states=4, num_episodes=40, length=30, seed=0):
-    """Random walks on a chain of one-hot states with reflecting ends, whose action, uniform on [-1, 1], steps right
-    when positive and left otherwise: a good and a bad direction from every state, and a critic that has seen every
-    action it is asked about."""
-    rng = np.random.default_rng(seed)
-    positions, actions = [], []
-    for _ in range(num_episodes):
-        x = rng.integers(num_states)
-        for _ in range(length):
-            action = rng.uniform(-1.0, 1.0)
-            positions.append(x)
-            actions.append(action)
-            x = int(np.clip(x + (1 if action > 0 else -1), 0, num_states - 1))
-    observations = np.eye(num_states, dtype=np.float32)[positions]
-    terminals = np.tile(np.arange(length) == length - 1, num_episodes)
-    return DeviceDataset.from_numpy(observations, np.asarray(actions, np.float32)[:, None], terminals)
-
-
 @pytest.mark.parametrize('agent_name', OFFLINE_RL_AGENTS)
 def test_trained_actor_steps_toward_higher_value(agent_name):
     """Trained on a 4-state chain, each baseline's actor steps toward the goal from every other state: the action of
@@ -173,7 +155,7 @@ def test_trained_actor_steps_toward_higher_value(agent_name):
     goals_of = 'high' if agent_name == 'hiql' else 'actor'
     config[f'{goals_of}_p_curgoal'], config[f'{goals_of}_p_trajgoal'], config[f'{goals_of}_p_randomgoal'] = 0.0, 0.0, 1.0
     agent = get_agent_class(agent_name).create(0, np.zeros((1, num_states), np.float32), np.zeros((1, 1), np.float32), config)
-    agent, _ = train(agent, chain_of_directions(num_states), jax.random.PRNGKey(0), 0, 400)
+    agent, _ = train(agent, chain_of_directions(num_states, num_episodes=40, length=30), jax.random.PRNGKey(0), 0, 400)
     states = np.eye(num_states, dtype=np.float32)
     for goal in (0, num_states - 1):
         actions = np.asarray(agent.sample_actions(states, states[[goal] * num_states], temperature=0.0))[:, 0]
